@@ -1,0 +1,113 @@
+"""``backward()`` and ``grad()``: build root edges and call the engine."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..devices import device_of
+from .engine import get_default_engine
+from .tensor import Tensor
+
+
+def _as_list(x):
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
+
+
+def _make_grads(outputs, grad_outputs):
+    """Default each missing root gradient to ones, for single-element roots only."""
+    grads = []
+    for i, out in enumerate(outputs):
+        g = grad_outputs[i] if grad_outputs is not None else None
+        if isinstance(g, Tensor):
+            g = g.data
+        if g is None:
+            if out.requires_grad:
+                if out.data.size != 1:
+                    raise RuntimeError("grad can be implicitly created only for scalar outputs")
+                xp = np if type(out.data) is np.ndarray else _xp(out.data)
+                g = xp.ones_like(out.data)
+        elif not hasattr(g, "shape"):
+            g = np.full(out.shape, g, dtype=out.dtype)
+            g = _match_device(g, out.data)
+        grads.append(g)
+    return grads
+
+
+def _xp(array):
+    from ..devices import xp_of
+
+    return xp_of(device_of(array))
+
+
+def _match_device(g, like):
+    from ..devices import on_device, to_device
+
+    dev = device_of(like)
+    return on_device(to_device(g, dev), dev)
+
+
+def _root_edges(outputs):
+    edges = []
+    for i, out in enumerate(outputs):
+        edge = out.gradient_edge() if out.requires_grad else None
+        if edge is None:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not "
+                               f"have a grad_fn")
+        edges.append(edge)
+    return edges
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None,
+             engine=None, **options):
+    """Accumulate gradients of ``tensors`` into ``.grad`` of the leaves (or ``inputs``)."""
+    if create_graph:
+        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported "
+                                  "yet")
+    tensors = _as_list(tensors)
+    grads = _make_grads(tensors, _as_list(grad_tensors))
+    if retain_graph is None:
+        retain_graph = create_graph
+    outputs = []
+    for t in _as_list(inputs) or ():
+        edge = t.gradient_edge()
+        if edge is None:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+        outputs.append(edge)
+    engine = engine or get_default_engine()
+    engine.execute(_root_edges(tensors), grads, retain_graph, create_graph, True, outputs,
+                   **options)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False, engine=None, **options):
+    """Return the gradients of ``outputs`` w.r.t. ``inputs`` without touching ``.grad``."""
+    if create_graph:
+        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported "
+                                  "yet")
+    outputs = _as_list(outputs)
+    inputs = _as_list(inputs)
+    grads = _make_grads(outputs, _as_list(grad_outputs))
+    if retain_graph is None:
+        retain_graph = create_graph
+    edges = []
+    for t in inputs:
+        if not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+        edges.append(t.gradient_edge())
+    engine = engine or get_default_engine()
+    result = engine.execute(_root_edges(outputs), grads, retain_graph, create_graph, False,
+                            edges, **options)
+    if not allow_unused and any(g is None for g in result):
+        raise RuntimeError("One of the differentiated Tensors appears to not have been used in "
+                           "the graph. Set allow_unused=True if this is the desired behavior.")
+    return tuple(result)
+
+
+def queue_callback(callback):
+    """Run ``callback()`` once the current backward has finished (final callback)."""
+    from .engine import Engine
+
+    Engine.queue_callback(callback)

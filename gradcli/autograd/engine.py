@@ -1,0 +1,703 @@
+"""The engine: runs a backward graph the way ``torch/csrc/autograd/engine.cpp`` does.
+
+One function per engine step: ``execute`` -> ``compute_dependencies`` /
+``GraphTask.init_to_execute`` -> ``execute_with_graph_task`` ->
+``thread_main`` -> ``evaluate_function`` -> ``call_function`` ->
+``validate_outputs``. The calling thread drives its own CPU ready queue;
+each accelerator device index has one long-lived worker thread and queue.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections import deque
+from time import perf_counter
+
+import numpy as np
+
+from ..devices import CPU, CPU_DEVICE, NO_DEVICE, device_count, device_of, to_device
+from .graph_task import GraphTask
+from .input_buffer import DeterministicInputBuffer, InputBuffer
+from .node import GraphRoot
+from .ready_queue import RUN, SHUTDOWN, ReadyQueue, node_task, wakeup_task
+from .state import STATE
+
+log = logging.getLogger("gradcli.engine")
+
+
+def default_max_recursion_depth() -> int:
+    """Reentrant backwards nested on one thread before the pool takes over.
+
+    PyTorch uses 60. One level of nesting costs this engine about 9 Python
+    frames (node -> backward op -> execute -> thread_main -> evaluate ->
+    call_function -> node), so 60 levels stay far below Python's recursion
+    limit of 1000 even when called from a deep stack (see
+    tests/test_reentrant.py::test_default_depth_never_hits_recursion_limit).
+    ``GRADCLI_MAX_REENTRANT_DEPTH`` overrides it.
+    """
+    env = os.environ.get("GRADCLI_MAX_REENTRANT_DEPTH")
+    if env:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            pass
+    return 60
+
+
+class _EngineTLS(threading.local):
+    # Note [Worker device]: NO_DEVICE for a thread outside the engine,
+    # CPU_DEVICE while a thread drives its own backward on the CPU, the
+    # device index for a device thread, the owner's device for a pool thread.
+    # A call to execute() from a thread whose worker_device is not NO_DEVICE
+    # is therefore a reentrant backward.
+    worker_device = NO_DEVICE
+    current_depth = 0          # reentrant backwards nested on this thread's stack
+    total_depth = 0            # reentrant depth of the graph task being driven
+    local_ready_queue = None   # this thread's ready queue (kept across calls)
+    current_graph_task = None  # for queue_callback and the execution order
+    checkpoint_valid = True
+
+
+TLS = _EngineTLS()
+
+
+@contextlib.contextmanager
+def graph_task_guard(graph_task):
+    """Set the thread's current graph task, restoring the previous one after."""
+    tls = TLS
+    prev = tls.current_graph_task
+    tls.current_graph_task = graph_task
+    try:
+        yield
+    finally:
+        tls.current_graph_task = prev
+
+
+# -- forks -----------------------------------------------------------------
+# Note [Engine threads and fork]: threads do not survive fork(). An engine
+# that started threads remembers the pid that owns them; used in a forked
+# child it fails at once instead of waiting forever on threads that are not
+# there. An engine that never started a thread works in the child.
+FORK_ERROR = ("Unable to handle autograd's threading in combination with fork-based "
+              "multiprocessing. Use the 'spawn' start method, or run the child's backward "
+              "with multithreading disabled on a fresh Engine.")
+
+
+class _ThreadPoolShared:
+    """The reentrant thread pool's shared state (``ThreadPoolShared``)."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.graphtasks_queue = deque()
+        self.num_workers = 0           # idle workers waiting for a graph task
+        self.threads = []
+
+
+class Engine:
+    """A backward engine with its own device threads and reentrant pool."""
+
+    def __init__(self, max_recursion_depth=None):
+        self.max_recursion_depth = (default_max_recursion_depth() if max_recursion_depth is None
+                                    else max_recursion_depth)
+        self.device_ready_queues: list[ReadyQueue] = []
+        self.device_threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+        self._device_threads_started = False
+        self._thread_pool = _ThreadPoolShared()
+        self._thread_count_cv = threading.Condition()
+        self._non_reentrant_thread_count = 0
+        self._threads_pid = None       # pid that owns this engine's threads
+        self.stopped = False
+
+    # -- execute ----------------------------------------------------------------
+    def execute(self, root_edges, inputs, keep_graph, create_graph, accumulate_grad=True,
+                outputs=(), trace=None, deterministic=False):
+        """Run the backward from ``root_edges`` seeded with ``inputs``.
+
+        ``outputs`` (edges) selects grad() semantics: the gradients flowing
+        into them are captured and returned instead of accumulated.
+        """
+        if self.stopped:
+            raise RuntimeError("this engine was stopped; create a new Engine")
+        inputs = list(inputs)
+        validate_outputs(root_edges, inputs, None)
+        if not accumulate_grad and not outputs:
+            raise ValueError("grad requires non-empty inputs.")
+
+        tls = TLS
+        if tls.local_ready_queue is None:
+            tls.local_ready_queue = ReadyQueue()
+        not_reentrant = tls.worker_device == NO_DEVICE
+        parent = tls.current_graph_task
+        if trace is None and parent is not None:
+            trace = parent.trace
+        state = STATE
+        graph_task = GraphTask(
+            keep_graph, create_graph,
+            0 if not_reentrant else tls.total_depth + 1,
+            tls.local_ready_queue, [e[0] for e in root_edges],
+            multithreading=state.multithreading_enabled,
+            anomaly=(state.anomaly_nan, state.anomaly_inf),
+            deterministic=deterministic or (parent is not None and parent.deterministic),
+            trace=trace)
+
+        # A single root needs no GraphRoot node: its grad seeds its buffer.
+        skip_dummy_node = len(root_edges) == 1
+        graph_root = root_edges[0][0] if skip_dummy_node else GraphRoot(root_edges, inputs)
+        min_topo_nr = min((e[0].topological_nr for e in outputs), default=0)
+        self.compute_dependencies(graph_root, graph_task, min_topo_nr)
+        if outputs:
+            graph_task.init_to_execute(graph_root, outputs, accumulate_grad, min_topo_nr)
+
+        buffer = self._new_buffer(graph_task, graph_root)
+        if skip_dummy_node:
+            self._buffer_add(graph_task, buffer, root_edges[0][1], inputs[0], (-1, 0))
+        self.execute_with_graph_task(graph_task, graph_root, buffer)
+        graph_task.wait()
+        if graph_task.error is not None:
+            raise graph_task.error
+        return graph_task.captured_vars
+
+    def compute_dependencies(self, root, graph_task, min_topo_nr):
+        """Count, for each node, the edges that will bring it a gradient."""
+        dependencies = graph_task.dependencies
+        seen = graph_task.nodes_in_graph
+        stack = [root]
+        uses_devices = False
+        while stack:
+            fn = stack.pop()
+            if fn.topological_nr < min_topo_nr:
+                continue
+            if fn.device is not CPU:
+                uses_devices = True
+            for edge in fn.next_edges:
+                if edge is not None:
+                    nxt = edge[0]
+                    dependencies[nxt] = dependencies.get(nxt, 0) + 1
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        stack.append(nxt)
+        graph_task.uses_devices = uses_devices or root.device is not CPU
+
+    def execute_with_graph_task(self, graph_task, graph_root, input_buffer):
+        self.initialize_device_threads_pool(graph_task)
+        tls = TLS
+        queue = self.ready_queue(graph_task, graph_root.device)
+        graph_task.lock.acquire()
+        if tls.worker_device == NO_DEVICE:
+            # A plain backward: this thread becomes the CPU worker of the
+            # graph task and drives it until it completes.
+            tls.worker_device = CPU_DEVICE
+            graph_task.owner = CPU_DEVICE
+            graph_task.outstanding_tasks += 1
+            queue.push(node_task(graph_task, graph_root, input_buffer))
+            graph_task.lock.release()
+            prev_grad_mode = STATE.grad_enabled
+            try:
+                self.thread_main(graph_task)
+            finally:
+                tls.worker_device = NO_DEVICE
+                STATE.grad_enabled = prev_grad_mode
+        else:
+            # Note [Reentrant backwards]
+            # A node's backward called the engine. This thread must keep
+            # serving its queue (the nested graph task's work lands there),
+            # so it drives the nested graph task itself, recursively, up to
+            # max_recursion_depth levels on its stack. Past that, a pool
+            # thread takes the graph task over, sharing this thread's ready
+            # queue, and this thread blocks until it completes.
+            graph_task.owner = tls.worker_device
+            graph_task.outstanding_tasks += 1
+            queue.push(node_task(graph_task, graph_root, input_buffer))
+            graph_task.lock.release()
+            if tls.current_depth >= self.max_recursion_depth:
+                self.add_thread_pool_task(graph_task)
+            else:
+                tls.total_depth += 1
+                tls.current_depth += 1
+                prev_grad_mode = STATE.grad_enabled
+                try:
+                    self.thread_main(graph_task)
+                finally:
+                    tls.current_depth -= 1
+                    tls.total_depth -= 1
+                    STATE.grad_enabled = prev_grad_mode
+
+    # -- the worker loop ----------------------------------------------------------
+    def thread_main(self, graph_task):
+        """Pop and run tasks until ``graph_task`` completes (forever if None).
+
+        Note [Graph tasks do not nest]: the tasks this loop pops need not
+        belong to ``graph_task``: a reentrant call drives the whole queue, and
+        an unrelated graph task's node may run inside it. Each task carries
+        its own graph task; this loop only exits on its own one.
+        """
+        tls = TLS
+        queue = tls.local_ready_queue
+        state = STATE
+        while graph_task is None or not graph_task.future_completed:
+            task = queue.pop()
+            if task[0] == SHUTDOWN:
+                break
+            local_task = task[4]
+            fn = task[5]
+            if fn is not None and not local_task.has_error:
+                prev = tls.current_graph_task
+                tls.current_graph_task = local_task
+                state.grad_enabled = local_task.create_graph
+                try:
+                    self.evaluate_function(local_task, fn, task[6])
+                except Exception as exc:  # noqa: BLE001 - travels to the caller
+                    self.thread_on_exception(local_task, fn, exc)
+                tls.current_graph_task = prev
+            del task
+            with local_task.lock:
+                local_task.outstanding_tasks -= 1
+                done = local_task.outstanding_tasks == 0 or (
+                    local_task.exit_on_error and local_task.has_error)
+            if done:
+                local_task.mark_as_completed_and_run_post_processing()
+                # Note [Wake-up tasks]: the owner of the graph task may be
+                # asleep in pop() on its own queue with nothing left to do.
+                # Send it an empty task so it wakes, sees the graph task
+                # completed and returns. Not needed when we are the owner.
+                owner = local_task.owner
+                if tls.worker_device != owner:
+                    with local_task.lock:
+                        local_task.outstanding_tasks += 1
+                    self.ready_queue_by_index(local_task, owner).push(wakeup_task(local_task))
+
+    def thread_on_exception(self, graph_task, fn, exc):
+        if getattr(exc, "gradcli_node", None) is None:
+            try:
+                exc.gradcli_node = fn        # the innermost node that failed
+            except AttributeError:
+                pass
+        graph_task.set_exception(exc, fn)
+
+    def evaluate_function(self, graph_task, fn, inputs):
+        exec_info = graph_task.exec_info
+        if graph_task.deterministic:
+            inputs = inputs.variables()
+        if exec_info:
+            info = exec_info[fn]
+            if not info.needed:
+                # Tensor pre-hooks always run, but only once: when the node
+                # runs, call_function runs them (Note [Hooks ordering]).
+                inputs = call_tensor_pre_hooks(fn, list(inputs))
+            if info.captures is not None:
+                with graph_task.lock:
+                    for input_idx, output_idx in info.captures:
+                        graph_task.captured_vars[output_idx] = inputs[input_idx]
+            if not info.needed:
+                return
+
+        trace = graph_task.trace
+        if trace is not None:
+            record = [fn, threading.get_ident(), perf_counter(), None, graph_task.id,
+                      graph_task.reentrant_depth]
+            trace.append(record)
+            try:
+                outputs = call_function(graph_task, fn, inputs)
+            finally:
+                record[3] = perf_counter()
+        else:
+            outputs = call_function(graph_task, fn, inputs)
+
+        if not graph_task.keep_graph:
+            fn.release_variables()
+        if not outputs:
+            return
+        if graph_task.anomaly[0]:
+            check_anomaly(fn, outputs, graph_task.anomaly[1])
+
+        mt = graph_task.multithreading
+        cpu_queue = graph_task.cpu_ready_queue
+        deterministic = graph_task.deterministic
+        next_edges = fn.next_edges
+        with graph_task.lock:
+            dependencies = graph_task.dependencies
+            not_ready = graph_task.not_ready
+            for i, output in enumerate(outputs):
+                edge = next_edges[i]
+                if edge is None:
+                    continue
+                nxt = edge[0]
+                count = dependencies.get(nxt)
+                if count is None:
+                    raise RuntimeError(f"dependency not found for {nxt.name}")
+                if count == 1:
+                    del dependencies[nxt]
+                    is_ready = True
+                else:
+                    dependencies[nxt] = count - 1
+                    is_ready = False
+
+                buffer = not_ready.get(nxt)
+                if buffer is None:
+                    if exec_info:
+                        info = exec_info.get(nxt)
+                        if info is None or not info.should_execute():
+                            continue      # not on a path to an input of grad()
+                    buffer = (DeterministicInputBuffer if deterministic else InputBuffer)(
+                        [None] * len(nxt.input_metadata))
+                    if deterministic:
+                        buffer.add(edge[1], output, (fn.sequence_nr, i))
+                    else:
+                        buffer.add(edge[1], output)
+                    if not is_ready:
+                        not_ready[nxt] = buffer
+                        continue
+                else:
+                    if deterministic:
+                        buffer.add(edge[1], output, (fn.sequence_nr, i))
+                    else:
+                        buffer.add(edge[1], output)
+                    if not is_ready:
+                        continue
+                    del not_ready[nxt]
+                dev = nxt.device
+                queue = cpu_queue if (dev is CPU or not mt) else self.device_ready_queues[dev.index]
+                graph_task.outstanding_tasks += 1
+                queue.push(node_task(graph_task, nxt, buffer))
+
+    # -- queues -----------------------------------------------------------------
+    def ready_queue(self, graph_task, device):
+        """CPU work goes to the graph task's CPU queue, device work to the device's."""
+        if device is CPU or not graph_task.multithreading:
+            return graph_task.cpu_ready_queue
+        return self.device_ready_queues[device.index]
+
+    def ready_queue_by_index(self, graph_task, device_index):
+        if device_index == CPU_DEVICE:
+            return graph_task.cpu_ready_queue
+        return self.device_ready_queues[device_index]
+
+    def _new_buffer(self, graph_task, fn):
+        cls = DeterministicInputBuffer if graph_task.deterministic else InputBuffer
+        return cls([None] * len(fn.input_metadata))
+
+    @staticmethod
+    def _buffer_add(graph_task, buffer, pos, grad, key):
+        if graph_task.deterministic:
+            buffer.add(pos, grad, key)
+        else:
+            buffer.add(pos, grad)
+
+    # -- device threads -------------------------------------------------------------
+    def initialize_device_threads_pool(self, graph_task):
+        if self._threads_pid is not None and self._threads_pid != os.getpid():
+            raise RuntimeError(FORK_ERROR)
+        if graph_task.uses_devices and graph_task.multithreading and not self._device_threads_started:
+            with self._start_lock:
+                if not self._device_threads_started:
+                    self.start_device_threads()
+                    self._device_threads_started = True
+
+    def start_device_threads(self):
+        # Note [Allocating GPUs to autograd threads]: one thread per device
+        # *index*, shared by the device types of that index (cuda:0 and
+        # sim:0 run on one thread), as PyTorch colocates CUDA and XLA.
+        counts = {t: device_count(t) for t in ("sim", "cuda")}
+        num_devices = max(counts.values())
+        if num_devices == 0:
+            return
+        self._threads_pid = os.getpid()
+        self.device_ready_queues = [ReadyQueue() for _ in range(num_devices)]
+        for i in range(num_devices):
+            label = "+".join(f"{t}:{i}" for t in ("cuda", "sim") if counts[t] > i)
+            thread = threading.Thread(target=self._device_thread_main,
+                                      args=(i, self.device_ready_queues[i]),
+                                      name=f"gradcli-device-{label}", daemon=True)
+            thread.start()
+            self.device_threads.append(thread)
+        with self._thread_count_cv:   # wait for the threads to start
+            self._thread_count_cv.wait_for(lambda: self._non_reentrant_thread_count == num_devices)
+
+    def _device_thread_main(self, index, queue):
+        with self._thread_count_cv:
+            self._non_reentrant_thread_count += 1
+            self._thread_count_cv.notify_all()
+        tls = TLS
+        tls.worker_device = index
+        tls.local_ready_queue = queue
+        try:
+            self.thread_main(None)
+        finally:
+            with self._thread_count_cv:
+                self._non_reentrant_thread_count -= 1
+                self._thread_count_cv.notify_all()
+
+    # -- reentrant pool ----------------------------------------------------------
+    def add_thread_pool_task(self, graph_task):
+        pool = self._thread_pool
+        with pool.cv:
+            # Create a worker only when none is idle for this graph task.
+            create_thread = pool.num_workers <= len(pool.graphtasks_queue)
+            pool.graphtasks_queue.append(graph_task)
+            pool.cv.notify()
+        if create_thread:
+            self._threads_pid = os.getpid()
+            thread = threading.Thread(target=self._reentrant_thread_main,
+                                      name=f"gradcli-reentrant-{len(pool.threads)}", daemon=True)
+            pool.threads.append(thread)
+            thread.start()
+
+    def _reentrant_thread_main(self):
+        pool = self._thread_pool
+        tls = TLS
+        while True:
+            with pool.cv:
+                pool.num_workers += 1
+                pool.cv.wait_for(lambda: pool.graphtasks_queue)
+                pool.num_workers -= 1
+                graph_task = pool.graphtasks_queue.popleft()
+            if graph_task is None:       # shutdown
+                return
+            # Serve the owner's ready queue, from the owner's depth.
+            tls.worker_device = graph_task.owner
+            tls.local_ready_queue = self.ready_queue_by_index(graph_task, graph_task.owner)
+            tls.total_depth = graph_task.reentrant_depth
+            tls.current_depth = 0
+            self.thread_main(graph_task)
+
+    # -- callbacks --------------------------------------------------------------
+    @staticmethod
+    def queue_callback(callback):
+        graph_task = TLS.current_graph_task
+        if graph_task is None:
+            raise RuntimeError("Final callbacks can only be installed during backward pass.")
+        with graph_task.final_callbacks_lock:
+            graph_task.final_callbacks.append(callback)
+
+    # -- shutdown -----------------------------------------------------------------
+    def stop(self):
+        """Stop the device threads and the reentrant pool (``Engine::stop``).
+
+        Note [Engine shutdown]: if every device queue is empty, push a
+        shutdown task to each (it outranks all other tasks) and wait for the
+        device threads up to GRADCLI_SHUTDOWN_WAIT_LIMIT seconds (default
+        10). If work is still queued, or the wait runs out, leave the threads:
+        they are daemon threads and never hold up the process's exit.
+        """
+        if self.stopped:
+            return
+        self.stopped = True
+        try:
+            wait_limit = float(os.environ.get("GRADCLI_SHUTDOWN_WAIT_LIMIT", "10"))
+        except ValueError:
+            wait_limit = 10.0
+        forked = self._threads_pid is not None and self._threads_pid != os.getpid()
+        no_backward = all(q.empty() for q in self.device_ready_queues)
+        if forked:
+            pass
+        elif no_backward and wait_limit > 0:
+            for queue in self.device_ready_queues:
+                queue.push_shutdown()
+            with self._thread_count_cv:
+                if not self._thread_count_cv.wait_for(
+                        lambda: self._non_reentrant_thread_count == 0, timeout=wait_limit):
+                    log.warning("gradcli engine: %d device thread(s) still busy after %.1fs; "
+                                "leaving them", self._non_reentrant_thread_count, wait_limit)
+        elif self.device_threads:
+            log.warning("gradcli engine: work still queued on device threads at stop(); "
+                        "leaving them")
+        pool = self._thread_pool
+        with pool.cv:
+            for _ in pool.threads:
+                pool.graphtasks_queue.append(None)
+            pool.cv.notify_all()
+
+    def live_threads(self):
+        return [t for t in self.device_threads + self._thread_pool.threads if t.is_alive()]
+
+
+# -- node evaluation (free functions, as in engine.cpp) ---------------------------
+def call_tensor_pre_hooks(fn, inputs):
+    hooks = fn.tensor_pre_hooks
+    if hooks:
+        for input_nr, hook in list(hooks):
+            result = hook(inputs[input_nr])
+            if result is not None:
+                inputs[input_nr] = result
+    retains = fn.retains_grad_hooks
+    if retains:
+        for input_nr, hook in list(retains.items()):
+            if inputs[input_nr] is not None:
+                result = hook(inputs[input_nr])
+                if result is not None:
+                    inputs[input_nr] = result
+    return inputs
+
+
+def call_pre_hooks(fn, inputs):
+    for hook in list(fn.pre_hooks):
+        result = hook(tuple(inputs))
+        if result is not None:
+            inputs = list(result)
+    return inputs
+
+
+def call_post_hooks(fn, outputs, inputs):
+    for hook in list(fn.post_hooks):
+        result = hook(tuple(outputs), tuple(inputs))
+        if result is not None:
+            outputs = list(result)
+    return outputs
+
+
+def call_function(graph_task, fn, inputs):
+    # Note [Hooks ordering]: tensor pre-hooks, then retains_grad hooks, then
+    # node pre-hooks, then the node, then its post-hooks.
+    if fn.tensor_pre_hooks or fn.retains_grad_hooks:
+        inputs = call_tensor_pre_hooks(fn, inputs)
+    if fn.pre_hooks:
+        inputs = call_pre_hooks(fn, inputs)
+    if not graph_task.keep_graph:
+        fn.will_release_variables()
+    outputs = fn.apply(inputs)
+    validate_outputs(fn.next_edges, outputs, fn.name)
+    if fn.post_hooks:
+        outputs = call_post_hooks(fn, outputs, inputs)
+    return outputs
+
+
+def validate_outputs(edges, grads, fn_name):
+    """Check (and fix up) the gradients a node sends along its edges.
+
+    Count must match; a gradient of a broadcast shape is summed back to the
+    input's shape; a different dtype is cast; a 0-dim gradient on another
+    device is moved, any other fails. Messages are PyTorch's, prefixed with
+    "Function <name> returned an " for node outputs.
+    """
+    if len(grads) != len(edges):
+        raise RuntimeError(_format(fn_name, f"invalid number of gradients - expected "
+                                            f"{len(edges)}, but got {len(grads)}"))
+    for i, grad in enumerate(grads):
+        edge = edges[i]
+        if edge is None or grad is None:
+            continue
+        meta = edge[0].input_metadata[edge[1]]
+        shape = getattr(grad, "shape", None)
+        if shape is None:
+            raise RuntimeError(_format(fn_name, f"invalid gradient at index {i} - expected an "
+                                                f"array but got {type(grad).__name__}"))
+        if shape != meta.shape:
+            if meta.is_expandable_to_shape(shape):
+                grad = meta.reduce_grad(grad)
+            else:
+                raise RuntimeError(_format(fn_name, meta.incompatible_shape_error_message(i, grad)))
+        if grad.dtype != meta.dtype:
+            grad = grad.astype(meta.dtype)
+        if meta.device is not CPU or type(grad) is not np.ndarray:
+            dev = device_of(grad)
+            if dev is not meta.device:
+                if grad.ndim == 0:
+                    grad = to_device(grad, meta.device)
+                else:
+                    raise RuntimeError(_format(fn_name, f"invalid gradient at index {i} - "
+                                                        f"expected device {meta.device} but got {dev}"))
+        grads[i] = grad
+
+
+def _format(fn_name, msg):
+    return msg if fn_name is None else f"Function {fn_name} returned an {msg}"
+
+
+def check_anomaly(fn, outputs, check_inf):
+    for i, out in enumerate(outputs):
+        if out is None:
+            continue
+        data = out.get() if hasattr(out, "get") and not isinstance(out, np.ndarray) else out
+        if np.isnan(data).any():
+            raise AnomalyError(f"Function '{fn.name}' returned nan values in its {i}th output.", fn)
+        if check_inf and np.isinf(data).any():
+            raise AnomalyError(f"Function '{fn.name}' returned inf values in its {i}th output.", fn)
+
+
+class AnomalyError(RuntimeError):
+    def __init__(self, message, fn):
+        super().__init__(message)
+        self.gradcli_node = fn
+
+
+# -- the default engine ----------------------------------------------------------
+_default_engine = None
+_default_lock = threading.Lock()
+
+
+def get_default_engine() -> Engine:
+    global _default_engine
+    engine = _default_engine
+    if engine is None or engine.stopped:
+        with _default_lock:
+            if _default_engine is None or _default_engine.stopped:
+                _default_engine = Engine()
+            engine = _default_engine
+    return engine
+
+
+def set_default_engine(engine: Engine | None) -> None:
+    global _default_engine
+    _default_engine = engine
+
+
+def _stop_default_engine_at_exit():
+    engine = _default_engine
+    if engine is not None and not engine.stopped and engine.device_threads:
+        engine.stop()
+
+
+import atexit  # noqa: E402
+
+atexit.register(_stop_default_engine_at_exit)
+
+
+def get_current_graph_task_execution_order():
+    """The nodes of the current backward in the order they will run.
+
+    Valid only with multithreading disabled; like PyTorch it walks the
+    graph from the roots with a max-heap on sequence_nr.
+    """
+    graph_task = TLS.current_graph_task
+    if graph_task is None:
+        return []
+    if graph_task.multithreading and STATE.multithreading_enabled:
+        raise RuntimeError(
+            "get_current_graph_task_execution_order expects the current backward to be "
+            "executed with multithreading disabled, e.g. by running:\n\n"
+            ">>> with gradcli.autograd.set_multithreading_enabled(False):\n"
+            "...     gradcli.autograd.grad(...)\n")
+    return predicted_execution_order(graph_task.graph_roots, graph_task.exec_info)
+
+
+def predicted_execution_order(roots, exec_info=None):
+    import heapq  # noqa: PLC0415
+
+    out, seen, heap, tiebreak = [], set(), [], 0
+    for root in roots:
+        heapq.heappush(heap, (-root.sequence_nr, tiebreak, root))
+        tiebreak += 1
+    while heap:
+        _, _, fn = heapq.heappop(heap)
+        if fn in seen:
+            continue
+        seen.add(fn)
+        out.append(fn)
+        for edge in fn.next_edges:
+            if edge is None:
+                continue
+            nxt = edge[0]
+            if exec_info:
+                info = exec_info.get(nxt)
+                if info is None or not info.should_execute():
+                    continue
+            heapq.heappush(heap, (-nxt.sequence_nr, tiebreak, nxt))
+            tiebreak += 1
+    return out
+
+
+del sys

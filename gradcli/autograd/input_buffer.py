@@ -1,0 +1,53 @@
+"""InputBuffer: where the gradients for one node's inputs accumulate."""
+from __future__ import annotations
+
+
+class InputBuffer(list):
+    """One slot per input of a node; contributions to a slot are summed.
+
+    Summation is out of place: a gradient array may be shared by several
+    edges (``AddBackward0`` hands the same array to both operands).
+    """
+
+    __slots__ = ()
+
+    def add(self, pos, grad):
+        if grad is None:
+            return
+        old = self[pos]
+        self[pos] = grad if old is None else old + grad
+
+
+class DeterministicInputBuffer(list):
+    """An InputBuffer that sums contributions in a fixed order.
+
+    Contributions may arrive in any order when device threads or
+    concurrent backwards race; floating-point addition is not associative,
+    so the sum could differ in its last bits from run to run. This buffer
+    keeps every contribution with a key (the producing node's sequence
+    number and output index) and adds them in key order when the node runs.
+    """
+
+    __slots__ = ()
+
+    def add(self, pos, grad, key=(0, 0)):
+        if grad is None:
+            return
+        slot = self[pos]
+        if slot is None:
+            self[pos] = [(key, grad)]
+        else:
+            slot.append((key, grad))
+
+    def variables(self):
+        out = []
+        for slot in self:
+            if slot is None:
+                out.append(None)
+                continue
+            slot.sort(key=lambda kv: kv[0])
+            total = slot[0][1]
+            for _, g in slot[1:]:
+                total = total + g
+            out.append(total)
+        return out

@@ -1,0 +1,216 @@
+"""Backward graph nodes: Node, InputMetadata, AccumulateGrad, GraphRoot.
+
+A ``Node`` is one function of the backward graph. It takes one gradient per
+output of its forward op (its *inputs*, described by ``input_metadata``) and
+returns one gradient per input of its forward op, sent along ``next_edges``.
+An edge is a tuple ``(node, input_nr)``, or ``None`` where the forward input
+did not require grad (PyTorch's invalid edge).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..devices import CPU, device_of
+from .state import next_sequence_nr
+
+UINT64_MAX = 2**64 - 1
+
+ERR_BACKWARD_TWICE = (
+    "Trying to backward through the graph a second time (or directly access saved "
+    "tensors after they have already been freed). Saved intermediate values of the "
+    "graph are freed when you call .backward() or autograd.grad(). Specify "
+    "retain_graph=True if you need to backward through the graph a second time or "
+    "if you need to access saved tensors after calling backward."
+)
+
+
+class InputMetadata:
+    """Shape, dtype and device of one input of a node (a forward output)."""
+
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, shape, dtype, device):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+
+    @classmethod
+    def of(cls, array):
+        return cls(array.shape, array.dtype, device_of(array))
+
+    def is_expandable_to_shape(self, grad_shape) -> bool:
+        """True when this metadata's shape broadcasts to ``grad_shape``."""
+        shape = self.shape
+        if len(shape) > len(grad_shape):
+            return False
+        for s, g in zip(reversed(shape), reversed(grad_shape)):
+            if s != g and s != 1:
+                return False
+        return True
+
+    def reduce_grad(self, grad):
+        """Sum ``grad`` down to this metadata's shape (``at::sum_to``)."""
+        return sum_to(grad, self.shape)
+
+    def incompatible_shape_error_message(self, index, grad) -> str:
+        return (f"invalid gradient at index {index} - got {list(grad.shape)} but "
+                f"expected shape compatible with {list(self.shape)}")
+
+    def __repr__(self):
+        return f"InputMetadata(shape={list(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+
+def sum_to(grad, shape):
+    """Sum a broadcast gradient back to ``shape``."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and grad.shape[lead + i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    if lead:
+        grad = grad.reshape(shape)
+    return grad
+
+
+class Node:
+    """A function of the backward graph (``torch::autograd::Node``)."""
+
+    __slots__ = ("name", "next_edges", "sequence_nr", "topological_nr", "input_metadata",
+                 "device", "op_id", "source", "tensor_pre_hooks", "retains_grad_hooks",
+                 "pre_hooks", "post_hooks", "__weakref__")
+
+    def __init__(self, name, next_edges, input_metadata, sequence_nr=None):
+        self.name = name
+        self.next_edges = next_edges
+        self.sequence_nr = next_sequence_nr() if sequence_nr is None else sequence_nr
+        # Note [Topological number]: 0 for a node with no (valid) next edge,
+        # else one more than the largest topological_nr among the nodes it
+        # feeds. A node's number never changes once something points at it, so
+        # every path from X to Y has topo_nr(X) > topo_nr(Y): the engine prunes
+        # nodes whose number is below the smallest among grad()'s inputs.
+        topo = -1
+        for edge in next_edges:
+            if edge is not None and edge[0].topological_nr > topo:
+                topo = edge[0].topological_nr
+        self.topological_nr = topo + 1
+        self.input_metadata = input_metadata
+        dev = CPU
+        for meta in input_metadata:
+            if meta.device is not CPU:
+                dev = meta.device
+                break
+        self.device = dev            # the ready queue this node runs on
+        self.op_id = None            # the graph file's op id (ops[i] or its `id`)
+        self.source = None           # (file, line) of the op that recorded it
+        self.tensor_pre_hooks = None  # [(input_nr, fn)]
+        self.retains_grad_hooks = None  # {input_nr: fn}
+        self.pre_hooks = None        # [fn(grad_outputs) -> None | tuple]
+        self.post_hooks = None       # [fn(grad_inputs, grad_outputs) -> None | tuple]
+
+    # -- the function itself -------------------------------------------------
+    def apply(self, grads: list) -> list:
+        raise NotImplementedError
+
+    def num_inputs(self) -> int:
+        return len(self.input_metadata)
+
+    def release_variables(self) -> None:
+        """Free saved tensors (a backward without ``retain_graph``)."""
+
+    def will_release_variables(self) -> None:
+        """Called before ``apply`` when saved tensors will be released after it."""
+
+    # -- hooks (registered through the Python API) ---------------------------
+    def register_prehook(self, fn):
+        """``fn(grad_outputs) -> None | tuple`` runs before the node."""
+        if self.pre_hooks is None:
+            self.pre_hooks = []
+        self.pre_hooks.append(fn)
+        return _Handle(self.pre_hooks, fn)
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs) -> None | tuple`` runs after the node."""
+        if self.post_hooks is None:
+            self.post_hooks = []
+        self.post_hooks.append(fn)
+        return _Handle(self.post_hooks, fn)
+
+    def add_tensor_pre_hook(self, input_nr, fn):
+        if self.tensor_pre_hooks is None:
+            self.tensor_pre_hooks = []
+        entry = (input_nr, fn)
+        self.tensor_pre_hooks.append(entry)
+        return _Handle(self.tensor_pre_hooks, entry)
+
+    def set_retains_grad_hook(self, input_nr, fn):
+        if self.retains_grad_hooks is None:
+            self.retains_grad_hooks = {}
+        self.retains_grad_hooks[input_nr] = fn
+
+    def next_functions(self):
+        return tuple((e[0], e[1]) if e is not None else (None, 0) for e in self.next_edges)
+
+    def __repr__(self):
+        where = f" {self.op_id}" if self.op_id else ""
+        return f"<{self.name}{where} seq={self.sequence_nr} topo={self.topological_nr}>"
+
+
+class _Handle:
+    """What a hook registration returns; ``remove()`` unregisters it."""
+
+    __slots__ = ("_list", "_item")
+
+    def __init__(self, lst, item):
+        self._list, self._item = lst, item
+
+    def remove(self):
+        try:
+            self._list.remove(self._item)
+        except ValueError:
+            pass
+
+
+class AccumulateGrad(Node):
+    """Sink of a leaf tensor: adds the incoming gradient into ``variable.grad``.
+
+    It takes the largest sequence number so that it runs as soon as it is
+    ready. Accumulation holds a lock: concurrent backwards on a shared graph
+    accumulate exactly once each.
+    """
+
+    __slots__ = ("variable", "lock")
+
+    def __init__(self, variable):
+        super().__init__("AccumulateGrad", [], [InputMetadata.of(variable.data)],
+                         sequence_nr=UINT64_MAX)
+        self.variable = variable
+        self.op_id = variable.name
+        self.lock = threading.Lock()
+
+    def apply(self, grads):
+        new_grad = grads[0]
+        if new_grad is None:
+            return []
+        var = self.variable
+        with self.lock:
+            # Never add in place: ``new_grad`` may be shared with another edge.
+            var.grad = new_grad if var.grad is None else var.grad + new_grad
+        return []
+
+
+class GraphRoot(Node):
+    """The node that starts a backward with several roots: it emits their grads."""
+
+    __slots__ = ("outputs",)
+
+    def __init__(self, root_edges, outputs):
+        super().__init__("GraphRoot", list(root_edges), [])
+        self.outputs = list(outputs)
+
+    def apply(self, grads):
+        return list(self.outputs)

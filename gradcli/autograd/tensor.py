@@ -1,0 +1,111 @@
+"""Tensor: an array plus the autograd metadata PyTorch keeps on a Variable."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..devices import device_of
+from .node import AccumulateGrad
+
+
+class Tensor:
+    """An array (NumPy, CuPy or sim) with ``requires_grad``, ``grad_fn`` and ``grad``.
+
+    ``grad`` holds a raw array. A leaf that requires grad owns one
+    ``AccumulateGrad`` node (``grad_accumulator``); a non-leaf points at the
+    node that produced it (``grad_fn``) and its index among that node's
+    inputs (``output_nr``).
+    """
+
+    __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "grad", "name",
+                 "retains_grad", "_grad_accumulator", "__weakref__")
+
+    def __init__(self, data, requires_grad=False, name=None):
+        if requires_grad and data.dtype.kind != "f":
+            raise TypeError(f"only floating point tensors can require gradients "
+                            f"(got dtype {data.dtype})")
+        self.data = data
+        self.requires_grad = requires_grad
+        self.grad_fn = None
+        self.output_nr = 0
+        self.grad = None
+        self.name = name
+        self.retains_grad = False
+        self._grad_accumulator = None
+
+    # -- array-like properties ----------------------------------------------
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self):
+        return self.data.ndim
+
+    @property
+    def device(self):
+        return device_of(self.data)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def numpy(self):
+        data = self.data
+        return data.get() if hasattr(data, "get") and not isinstance(data, np.ndarray) else np.asarray(data)
+
+    def __repr__(self):
+        extra = f", grad_fn={self.grad_fn.name}" if self.grad_fn is not None else (
+            ", requires_grad=True" if self.requires_grad else "")
+        return f"Tensor(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{extra})"
+
+    # -- autograd -----------------------------------------------------------
+    @property
+    def grad_accumulator(self):
+        if self.grad_fn is not None or not self.requires_grad:
+            return None
+        if self._grad_accumulator is None:
+            self._grad_accumulator = AccumulateGrad(self)
+        return self._grad_accumulator
+
+    def gradient_edge(self):
+        """The edge a gradient for this tensor flows into (``impl::gradient_edge``)."""
+        if self.grad_fn is not None:
+            return (self.grad_fn, self.output_nr)
+        acc = self.grad_accumulator
+        return (acc, 0) if acc is not None else None
+
+    def register_hook(self, fn):
+        """``fn(grad) -> None | array`` runs when a gradient for this tensor is computed."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        node, input_nr = self.gradient_edge()
+        return node.add_tensor_pre_hook(input_nr, fn)
+
+    def retain_grad(self):
+        """Keep ``.grad`` on this non-leaf tensor after backward."""
+        if self.grad_fn is None:
+            if not self.requires_grad:
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+            return
+        if self.retains_grad:
+            return
+
+        def retain(grad, _tensor=self):
+            _tensor.grad = grad.copy() if _tensor.grad is None else _tensor.grad + grad
+            return grad
+
+        self.grad_fn.set_retains_grad_hook(self.output_nr, retain)
+        self.retains_grad = True
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from .api import backward
+
+        backward([self], None if gradient is None else [gradient], retain_graph=retain_graph,
+                 create_graph=create_graph, inputs=inputs)
+
+    def detach(self):
+        return Tensor(self.data, False, self.name)

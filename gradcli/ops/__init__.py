@@ -1,0 +1,37 @@
+"""The op library: ``OPS`` maps a graph file's op name to its ``Op``."""
+from ..autograd.tensor import Tensor
+from . import library as _library
+from .core import OPS, Arg, Op, OpBackward, defvjp, primitive
+from .library import *  # noqa: F401,F403 - the ops as functions: add, mul, matmul, ...
+from .library import BackwardFailure
+
+
+def _binary(op, reverse=False):
+    if reverse:
+        return lambda self, other: op(_wrap(other, self), self)
+    return lambda self, other: op(self, _wrap(other, self))
+
+
+def _wrap(value, like):
+    import numpy as np
+
+    if isinstance(value, Tensor) or hasattr(value, "shape"):
+        return value
+    return np.asarray(value, dtype=like.dtype)
+
+
+Tensor.__add__ = _binary(_library.add)
+Tensor.__radd__ = _binary(_library.add, reverse=True)
+Tensor.__sub__ = _binary(_library.sub)
+Tensor.__rsub__ = _binary(_library.sub, reverse=True)
+Tensor.__mul__ = _binary(_library.mul)
+Tensor.__rmul__ = _binary(_library.mul, reverse=True)
+Tensor.__truediv__ = _binary(_library.div)
+Tensor.__rtruediv__ = _binary(_library.div, reverse=True)
+Tensor.__pow__ = _binary(_library.pow_)
+Tensor.__matmul__ = _binary(_library.matmul)
+Tensor.__neg__ = lambda self: _library.neg(self)
+Tensor.sum = lambda self, axis=None, keepdims=False: _library.sum_(self, axis=axis, keepdims=keepdims)
+Tensor.mean = lambda self, axis=None, keepdims=False: _library.mean(self, axis=axis, keepdims=keepdims)
+
+__all__ = ["OPS", "Arg", "BackwardFailure", "Op", "OpBackward", "defvjp", "primitive"]

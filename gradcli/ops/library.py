@@ -1,0 +1,724 @@
+"""Op library, version 1: each op's forward beside its VJPs (HIPS autograd style).
+
+Forward functions take raw arrays (NumPy, or CuPy through NumPy's dispatch
+protocols). VJPs are written with the ops themselves. Node names follow
+PyTorch where one PyTorch op corresponds.
+"""
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+
+from . import args as A
+from .core import Arg, defvjp, primitive
+
+AXIS = {"axis": Arg(None, A.axis_or_none), "keepdims": Arg(False, A.boolean)}
+
+
+def _normalize_axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(sorted(a % ndim if ndim else a for a in axes))
+
+
+# -- helpers built from ops (work on arrays and, later, on Tensors) -------------------
+def unbroadcast(g, shape):
+    """Sum a gradient of a broadcast result back to an operand's ``shape``."""
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    if axes:
+        g = sum_(g, axis=axes, keepdims=True)
+    return reshape(g, shape=shape) if g.shape != shape else g
+
+
+def expand_reduced(g, shape, axis, keepdims):
+    """Broadcast the gradient of a reduction over ``axis`` back to ``shape``."""
+    if not keepdims:
+        axes = _normalize_axes(axis, len(shape))
+        kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
+        g = reshape(g, shape=kept)
+    return expand(g, shape=shape)
+
+
+# -- elementwise, binary ---------------------------------------------------------
+@primitive("add", "AddBackward0", saves=False, arity=2)
+def add(x, y):
+    """x + y"""
+    return np.add(x, y)
+
+
+defvjp(add, lambda g, ans, x, y: unbroadcast(g, x.shape),
+       lambda g, ans, x, y: unbroadcast(g, y.shape))
+
+
+@primitive("sub", "SubBackward0", saves=False, arity=2)
+def sub(x, y):
+    """x - y"""
+    return np.subtract(x, y)
+
+
+defvjp(sub, lambda g, ans, x, y: unbroadcast(g, x.shape),
+       lambda g, ans, x, y: unbroadcast(neg(g), y.shape))
+
+
+@primitive("mul", "MulBackward0", arity=2)
+def mul(x, y):
+    """x * y"""
+    return np.multiply(x, y)
+
+
+defvjp(mul, lambda g, ans, x, y: unbroadcast(mul(g, y), x.shape),
+       lambda g, ans, x, y: unbroadcast(mul(g, x), y.shape))
+
+
+@primitive("div", "DivBackward0", arity=2)
+def div(x, y):
+    """x / y"""
+    return np.divide(x, y)
+
+
+defvjp(div, lambda g, ans, x, y: unbroadcast(div(g, y), x.shape),
+       lambda g, ans, x, y: unbroadcast(neg(div(mul(g, ans), y)), y.shape))
+
+
+@primitive("pow", "PowBackward1", arity=2)
+def pow_(x, y):
+    """x ** y"""
+    return np.power(x, y)
+
+
+def _pow_grad_exponent(g, ans, x, y):
+    # d/dy x**y = x**y * log(x); PyTorch defines it as 0 where x == 0 and y >= 0.
+    mask = (x == 0) & (y >= 0)
+    safe_x = where(mask, np.ones((), dtype=x.dtype), x)
+    return unbroadcast(where(mask, np.zeros((), dtype=ans.dtype), mul(g, mul(ans, log(safe_x)))),
+                       y.shape)
+
+
+defvjp(pow_, lambda g, ans, x, y: unbroadcast(mul(g, mul(y, pow_(x, sub(y, 1)))), x.shape),
+       _pow_grad_exponent)
+
+
+@primitive("maximum", "MaximumBackward0", arity=2)
+def maximum(x, y):
+    """elementwise max; ties split the gradient in half (as PyTorch)"""
+    return np.maximum(x, y)
+
+
+@primitive("minimum", "MinimumBackward0", arity=2)
+def minimum(x, y):
+    """elementwise min; ties split the gradient in half (as PyTorch)"""
+    return np.minimum(x, y)
+
+
+def _select_grad(g, x, y, pick, shape):
+    share = np.where(pick(x, y), 1.0, np.where(x == y, 0.5, 0.0)).astype(g.dtype)
+    return unbroadcast(mul(g, share), shape)
+
+
+defvjp(maximum, lambda g, ans, x, y: _select_grad(g, x, y, np.greater, x.shape),
+       lambda g, ans, x, y: _select_grad(g, y, x, np.greater, y.shape))
+defvjp(minimum, lambda g, ans, x, y: _select_grad(g, x, y, np.less, x.shape),
+       lambda g, ans, x, y: _select_grad(g, y, x, np.less, y.shape))
+
+
+@primitive("where", "WhereBackward0", arity=3)
+def where(cond, x, y):
+    """cond ? x : y (cond is a bool tensor)"""
+    return np.where(cond, x, y)
+
+
+defvjp(where, lambda g, ans, c, x, y: None,
+       lambda g, ans, c, x, y: unbroadcast(where(c, g, np.zeros((), g.dtype)), x.shape),
+       lambda g, ans, c, x, y: unbroadcast(where(c, np.zeros((), g.dtype), g), y.shape))
+
+
+# -- elementwise, unary ----------------------------------------------------------
+@primitive("neg", "NegBackward0", saves=False)
+def neg(x):
+    """-x"""
+    return np.negative(x)
+
+
+defvjp(neg, lambda g, ans, x: neg(g))
+
+
+@primitive("exp", "ExpBackward0")
+def exp(x):
+    """e ** x"""
+    return np.exp(x)
+
+
+defvjp(exp, lambda g, ans, x: mul(g, ans))
+
+
+@primitive("log", "LogBackward0")
+def log(x):
+    """natural logarithm"""
+    return np.log(x)
+
+
+defvjp(log, lambda g, ans, x: div(g, x))
+
+
+@primitive("sin", "SinBackward0")
+def sin(x):
+    """sine"""
+    return np.sin(x)
+
+
+@primitive("cos", "CosBackward0")
+def cos(x):
+    """cosine"""
+    return np.cos(x)
+
+
+defvjp(sin, lambda g, ans, x: mul(g, cos(x)))
+defvjp(cos, lambda g, ans, x: neg(mul(g, sin(x))))
+
+
+@primitive("tanh", "TanhBackward0")
+def tanh(x):
+    """hyperbolic tangent"""
+    return np.tanh(x)
+
+
+defvjp(tanh, lambda g, ans, x: mul(g, sub(np.ones((), ans.dtype), mul(ans, ans))))
+
+
+@primitive("sigmoid", "SigmoidBackward0")
+def sigmoid(x):
+    """1 / (1 + e ** -x)"""
+    return np.reciprocal(np.add(np.exp(np.negative(x)), 1).astype(x.dtype, copy=False))
+
+
+defvjp(sigmoid, lambda g, ans, x: mul(g, mul(ans, sub(np.ones((), ans.dtype), ans))))
+
+
+@primitive("relu", "ReluBackward0")
+def relu(x):
+    """max(x, 0); gradient 0 at 0 (as PyTorch)"""
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+defvjp(relu, lambda g, ans, x: mul(g, (ans > 0).astype(g.dtype)))
+
+
+@primitive("abs", "AbsBackward0")
+def abs_(x):
+    """|x|; gradient 0 at 0"""
+    return np.abs(x)
+
+
+defvjp(abs_, lambda g, ans, x: mul(g, np.sign(x).astype(g.dtype)))
+
+
+@primitive("sqrt", "SqrtBackward0")
+def sqrt(x):
+    """square root"""
+    return np.sqrt(x)
+
+
+defvjp(sqrt, lambda g, ans, x: div(g, mul(ans, np.full((), 2, ans.dtype))))
+
+
+@primitive("square", "PowBackward0")
+def square(x):
+    """x ** 2"""
+    return np.square(x)
+
+
+defvjp(square, lambda g, ans, x: mul(g, mul(x, np.full((), 2, x.dtype))))
+
+
+@primitive("clamp", "ClampBackward1",
+           args={"min": Arg(None, A.number_or_none), "max": Arg(None, A.number_or_none)})
+def clamp(x, min=None, max=None):  # noqa: A002 - the graph format's names
+    """clip into [min, max]; gradient passes where min <= x <= max"""
+    if min is None and max is None:
+        raise ValueError("clamp needs at least one of min and max")
+    return np.clip(x, min, max).astype(x.dtype, copy=False)
+
+
+def _clamp_vjp(g, ans, x, min=None, max=None):  # noqa: A002
+    mask = np.ones(x.shape, dtype=bool)
+    if min is not None:
+        mask &= x >= min
+    if max is not None:
+        mask &= x <= max
+    return mul(g, mask.astype(g.dtype))
+
+
+defvjp(clamp, _clamp_vjp)
+
+
+# -- reductions ------------------------------------------------------------------
+def _sum_name(datas, args):
+    return "SumBackward0" if args.get("axis") is None and not args.get("keepdims") else "SumBackward1"
+
+
+@primitive("sum", _sum_name, saves=False, args=AXIS)
+def sum_(x, axis=None, keepdims=False):
+    """sum over axis (all by default)"""
+    return np.sum(x, axis=axis, keepdims=keepdims)
+
+
+defvjp(sum_, lambda g, ans, x, axis=None, keepdims=False: expand_reduced(g, x.shape, axis, keepdims))
+
+
+def _mean_name(datas, args):
+    return "MeanBackward0" if args.get("axis") is None and not args.get("keepdims") else "MeanBackward1"
+
+
+@primitive("mean", _mean_name, saves=False, args=AXIS)
+def mean(x, axis=None, keepdims=False):
+    """mean over axis (all by default)"""
+    return np.mean(x, axis=axis, keepdims=keepdims)
+
+
+def _mean_vjp(g, ans, x, axis=None, keepdims=False):
+    n = 1
+    for a in _normalize_axes(axis, len(x.shape)):
+        n *= x.shape[a]
+    return expand_reduced(div(g, np.full((), n, g.dtype)), x.shape, axis, keepdims)
+
+
+defvjp(mean, _mean_vjp)
+
+
+def _extreme_name(prefix):
+    def name(datas, args):
+        axis = args.get("axis")
+        if axis is None:
+            return f"{prefix}Backward1"
+        return f"{prefix}Backward0" if isinstance(axis, int) else f"A{prefix.lower()}Backward0"
+    return name
+
+
+@primitive("max", _extreme_name("Max"), args=AXIS)
+def max_(x, axis=None, keepdims=False):
+    """maximum over axis; the gradient is shared evenly among ties"""
+    return np.max(x, axis=axis, keepdims=keepdims)
+
+
+@primitive("min", _extreme_name("Min"), args=AXIS)
+def min_(x, axis=None, keepdims=False):
+    """minimum over axis; the gradient is shared evenly among ties"""
+    return np.min(x, axis=axis, keepdims=keepdims)
+
+
+def _extreme_vjp(g, ans, x, axis=None, keepdims=False):
+    shape = x.shape
+    a = ans if keepdims else np.reshape(
+        ans, tuple(1 if i in _normalize_axes(axis, len(shape)) else s for i, s in enumerate(shape)))
+    hit = (x == a)
+    if isinstance(axis, int):
+        # max(dim) returns one index per slice: the first maximum gets it all.
+        first = np.cumsum(hit, axis=axis) == 1
+        share = (hit & first).astype(g.dtype)
+    else:
+        count = np.sum(hit, axis=_normalize_axes(axis, len(shape)), keepdims=True)
+        share = hit.astype(g.dtype) / count.astype(g.dtype)
+    return mul(expand_reduced(g, shape, axis, keepdims), share)
+
+
+defvjp(max_, _extreme_vjp)
+defvjp(min_, _extreme_vjp)
+
+
+@primitive("logsumexp", "LogsumexpBackward0", args=AXIS)
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))) over axis, computed stably"""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _logsumexp_vjp(g, ans, x, axis=None, keepdims=False):
+    a = expand_reduced(ans, x.shape, axis, keepdims)
+    return mul(expand_reduced(g, x.shape, axis, keepdims), exp(sub(x, a)))
+
+
+defvjp(logsumexp, _logsumexp_vjp)
+
+
+# -- shape -----------------------------------------------------------------------
+@primitive("reshape", "ViewBackward0", saves=False, args={"shape": Arg(check=A.shape)})
+def reshape(x, shape):
+    """reshape (one -1 allowed)"""
+    return np.reshape(x, shape)
+
+
+defvjp(reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape))
+
+
+@primitive("transpose", "PermuteBackward0", saves=False, args={"axes": Arg(None, A.axes_or_none)})
+def transpose(x, axes=None):
+    """permute axes (reverse them by default)"""
+    return np.transpose(x, axes)
+
+
+def _transpose_vjp(g, ans, x, axes=None):
+    if axes is None:
+        return transpose(g)
+    inverse = tuple(int(i) for i in np.argsort([a % len(x.shape) for a in axes]))
+    return transpose(g, axes=inverse)
+
+
+defvjp(transpose, _transpose_vjp)
+
+
+@primitive("expand", "ExpandBackward0", saves=False, args={"shape": Arg(check=A.shape)})
+def expand(x, shape):
+    """broadcast to shape (a view)"""
+    return np.broadcast_to(x, shape)
+
+
+defvjp(expand, lambda g, ans, x, shape: unbroadcast(g, x.shape))
+
+
+@primitive("squeeze", lambda d, a: "SqueezeBackward0" if a.get("axis") is None else "SqueezeBackward1",
+           saves=False, args={"axis": Arg(None, A.axis_or_none)})
+def squeeze(x, axis=None):
+    """drop size-1 axes"""
+    return np.squeeze(x, axis=axis)
+
+
+@primitive("unsqueeze", "UnsqueezeBackward0", saves=False, args={"axis": Arg(check=A.int_axis)})
+def unsqueeze(x, axis):
+    """insert a size-1 axis"""
+    return np.expand_dims(x, axis)
+
+
+defvjp(squeeze, lambda g, ans, x, axis=None: reshape(g, shape=x.shape))
+defvjp(unsqueeze, lambda g, ans, x, axis: reshape(g, shape=x.shape))
+
+
+@primitive("concat", "CatBackward0", saves=False, arity=(1, None), args={"axis": Arg(0, A.int_axis)})
+def concat(*xs, axis=0):
+    """join along an existing axis"""
+    return np.concatenate(xs, axis=axis)
+
+
+def _concat_vjp(i):
+    def vjp(g, ans, *xs, axis=0):
+        start = sum(x.shape[axis] for x in xs[:i])
+        index = [slice(None)] * g.ndim
+        index[axis] = slice(start, start + xs[i].shape[axis])
+        return g[tuple(index)]
+    return vjp
+
+
+@primitive("stack", "StackBackward0", saves=False, arity=(1, None), args={"axis": Arg(0, A.int_axis)})
+def stack(*xs, axis=0):
+    """join along a new axis"""
+    return np.stack(xs, axis=axis)
+
+
+def _stack_vjp(i):
+    def vjp(g, ans, *xs, axis=0):
+        return np.take(g, i, axis=axis)
+    return vjp
+
+
+class _VariadicVJPs:
+    """VJPs for ops with any number of inputs: one made on demand per index."""
+
+    def __init__(self, make):
+        self.make, self.cache = make, {}
+
+    def __getitem__(self, i):
+        vjp = self.cache.get(i)
+        if vjp is None:
+            vjp = self.cache[i] = self.make(i)
+        return vjp
+
+
+concat.vjps = _VariadicVJPs(_concat_vjp)
+stack.vjps = _VariadicVJPs(_stack_vjp)
+
+
+def _split_points(n, sections=None, indices=None):
+    if indices is not None:
+        return list(indices)
+    if sections is None or sections < 1:
+        raise ValueError("split needs sections (a positive int) or indices")
+    if n % sections:
+        raise ValueError(f"split: axis of size {n} does not divide into {sections} equal sections")
+    step = n // sections
+    return [step * k for k in range(1, sections)]
+
+
+@primitive("split", lambda d, a: "SplitWithSizesBackward0" if a.get("indices") is not None else "SplitBackward0",
+           saves=False, multi_output=True,
+           args={"sections": Arg(None, lambda v: v if v is None else A.positive_int(v)),
+                 "indices": Arg(None, lambda v: v if v is None else A.int_list(v)),
+                 "axis": Arg(0, A.int_axis)})
+def split(x, sections=None, indices=None, axis=0):
+    """split into equal sections or at indices; several outputs"""
+    return np.split(x, _split_points(x.shape[axis], sections, indices), axis=axis)
+
+
+defvjp(split, lambda gs, ans, x, sections=None, indices=None, axis=0: concat(*gs, axis=axis))
+
+
+@primitive("slice", "SliceBackward0", saves=False, args={"index": Arg(check=A.index_string)})
+def slice_(x, index):
+    """basic indexing with a NumPy index string such as "1:3, ::2" """
+    return x[index]
+
+
+@primitive("slice_backward", "SliceBackwardBackward0", saves=False,
+           args={"shape": Arg(check=A.shape), "index": Arg(check=A.index_string)})
+def slice_backward(g, shape, index):
+    """scatter g into zeros of shape at index (the gradient of slice)"""
+    xp = np if isinstance(g, np.ndarray) else __import__("cupy")
+    out = xp.zeros(shape, dtype=g.dtype)
+    out[index] = g
+    return out
+
+
+defvjp(slice_, lambda g, ans, x, index: slice_backward(g, shape=x.shape, index=index))
+defvjp(slice_backward, lambda g, ans, gin, shape, index: slice_(g, index=index))
+
+
+@primitive("clone", "CloneBackward0", saves=False)
+def clone(x):
+    """a copy"""
+    return x.copy()
+
+
+defvjp(clone, lambda g, ans, x: g)
+
+
+# -- linear algebra -----------------------------------------------------------------
+def _matmul_name(datas, args):
+    a, b = datas
+    if a.ndim == 2 and b.ndim == 2:
+        return "MmBackward0"
+    if a.ndim == 1 and b.ndim == 1:
+        return "DotBackward0"
+    if a.ndim == 2 and b.ndim == 1:
+        return "MvBackward0"
+    if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
+        return "BmmBackward0"
+    return "MatmulBackward0"
+
+
+@primitive("matmul", _matmul_name, arity=2)
+def matmul(a, b):
+    """matrix product with numpy.matmul's rules (1-D, 2-D, batched)"""
+    return np.matmul(a, b)
+
+
+def _swap_last(x):
+    axes = list(range(x.ndim))
+    axes[-1], axes[-2] = axes[-2], axes[-1]
+    return transpose(x, axes=tuple(axes))
+
+
+def _matmul_vjp_a(g, ans, a, b):
+    if a.ndim == 1 and b.ndim == 1:
+        return mul(g, b)
+    A2 = reshape(a, shape=(1,) + a.shape) if a.ndim == 1 else a
+    B2 = reshape(b, shape=b.shape + (1,)) if b.ndim == 1 else b
+    G = g
+    if a.ndim == 1:
+        G = unsqueeze(G, axis=-2 if b.ndim > 1 else 0)
+    if b.ndim == 1:
+        G = unsqueeze(G, axis=-1)
+    ga = unbroadcast(matmul(G, _swap_last(B2)), A2.shape)
+    return reshape(ga, shape=a.shape) if a.ndim == 1 else ga
+
+
+def _matmul_vjp_b(g, ans, a, b):
+    if a.ndim == 1 and b.ndim == 1:
+        return mul(g, a)
+    A2 = reshape(a, shape=(1,) + a.shape) if a.ndim == 1 else a
+    B2 = reshape(b, shape=b.shape + (1,)) if b.ndim == 1 else b
+    G = g
+    if a.ndim == 1:
+        G = unsqueeze(G, axis=-2 if b.ndim > 1 else 0)
+    if b.ndim == 1:
+        G = unsqueeze(G, axis=-1)
+    gb = unbroadcast(matmul(_swap_last(A2), G), B2.shape)
+    return reshape(gb, shape=b.shape) if b.ndim == 1 else gb
+
+
+defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
+
+
+# -- neural-net --------------------------------------------------------------------
+@primitive("softmax", "SoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)})
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along axis"""
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+defvjp(softmax, lambda g, ans, x, axis=-1: mul(ans, sub(g, sum_(mul(g, ans), axis=axis, keepdims=True))))
+
+
+@primitive("log_softmax", "LogSoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)})
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) along axis"""
+    return x - logsumexp.fn(x, axis=axis, keepdims=True)
+
+
+defvjp(log_softmax,
+       lambda g, ans, x, axis=-1: sub(g, mul(exp(ans), sum_(g, axis=axis, keepdims=True))))
+
+
+def _check_targets(logits, target):
+    if target.dtype.kind not in "iu":
+        raise ValueError(f"cross_entropy: target must be an integer tensor of class indices, "
+                         f"got dtype {target.dtype}")
+    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(f"cross_entropy: expected logits [N, C] and target [N], got "
+                         f"{list(logits.shape)} and {list(target.shape)}")
+    if target.size and (target.min() < 0 or target.max() >= logits.shape[1]):
+        raise ValueError(f"cross_entropy: target class out of range [0, {logits.shape[1]})")
+
+
+@primitive("cross_entropy", "CrossEntropyBackward0", arity=2)
+def cross_entropy(logits, target):
+    """mean over the batch of -log_softmax(logits)[target] (logits [N, C], target [N] ints)"""
+    _check_targets(logits, target)
+    logp = log_softmax.fn(logits, axis=1)
+    picked = np.take_along_axis(logp, target[:, None].astype(np.int64), axis=1)
+    return -np.mean(picked)
+
+
+def _cross_entropy_vjp(g, ans, logits, target):
+    n = logits.shape[0]
+    probs = softmax(logits, axis=1)
+    onehot = np.zeros(logits.shape, dtype=logits.dtype)
+    np.put_along_axis(onehot, target[:, None].astype(np.int64), 1, axis=1)
+    return mul(sub(probs, onehot), div(g, np.full((), n, logits.dtype)))
+
+
+defvjp(cross_entropy, _cross_entropy_vjp, lambda g, ans, logits, target: None)
+
+
+@primitive("mse_loss", "MseLossBackward0", arity=2)
+def mse_loss(a, b):
+    """mean((a - b) ** 2)"""
+    return np.mean(np.square(np.subtract(a, b)))
+
+
+def _mse_vjp(sign):
+    def vjp(g, ans, a, b):
+        diff = sub(a, b)
+        n = np.full((), max(diff.size, 1), diff.dtype)
+        grad = mul(diff, div(mul(g, np.full((), 2 * sign, diff.dtype)), n))
+        return unbroadcast(grad, (a if sign > 0 else b).shape)
+    return vjp
+
+
+defvjp(mse_loss, _mse_vjp(1), _mse_vjp(-1))
+
+
+@primitive("layer_norm", "NativeLayerNormBackward0",
+           args={"axis": Arg(-1, A.axis_or_none), "eps": Arg(1e-5, A.positive_number)})
+def layer_norm(x, axis=-1, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) over axis (no affine weights: add mul/add ops)"""
+    axes = _normalize_axes(axis, x.ndim)
+    mu = np.mean(x, axis=axes, keepdims=True)
+    var = np.var(x, axis=axes, keepdims=True)
+    return ((x - mu) / np.sqrt(var + eps)).astype(x.dtype, copy=False)
+
+
+def _layer_norm_vjp(g, ans, x, axis=-1, eps=1e-5):
+    axes = _normalize_axes(axis, x.ndim)
+    var = np.var(x, axis=axes, keepdims=True)
+    rstd = np.reciprocal(np.sqrt(var + eps)).astype(x.dtype, copy=False)
+    xhat = ans
+    mean_g = mean(g, axis=axes, keepdims=True)
+    mean_gx = mean(mul(g, xhat), axis=axes, keepdims=True)
+    return mul(rstd, sub(sub(g, mean_g), mul(xhat, mean_gx)))
+
+
+defvjp(layer_norm, _layer_norm_vjp)
+
+
+# -- type and place ------------------------------------------------------------------
+@primitive("cast", "ToCopyBackward0", saves=False, args={"dtype": Arg(check=A.dtype)})
+def cast(x, dtype):
+    """convert to dtype (integer results do not require grad)"""
+    return x.astype(dtype)
+
+
+defvjp(cast, lambda g, ans, x, dtype: cast(g, dtype=x.dtype.name))
+
+
+@primitive("to", "ToCopyBackward0", saves=False, args={"device": Arg(check=A.string)})
+def to(x, device):
+    """copy to another device; the gradient goes back to the source device"""
+    from ..devices import device as parse_device, to_device
+
+    return to_device(x, parse_device(device))
+
+
+def _to_vjp(g, ans, x, device):
+    from ..devices import to_device
+
+    return to_device(g, x.device)
+
+
+defvjp(to, _to_vjp)
+
+
+# -- engine exercisers -----------------------------------------------------------------
+class BackwardFailure(RuntimeError):
+    """Raised by the backward of a ``fail`` op."""
+
+
+@primitive("delay", "DelayBackward0", saves=False,
+           args={"ms": Arg(0, A.positive_number), "jitter_ms": Arg(0, A.positive_number),
+                 "seed": Arg(None, lambda v: v if v is None else A.positive_int(v))})
+def delay(x, ms=0, jitter_ms=0, seed=None):
+    """identity; its backward sleeps ms (plus seeded jitter) before passing the gradient on"""
+    return x
+
+
+def _delay_vjp(g, ans, x, ms=0, jitter_ms=0, seed=None):
+    pause = ms
+    if jitter_ms:
+        pause += (random.Random(seed) if seed is not None else random).uniform(0, jitter_ms)
+    if pause:
+        time.sleep(pause / 1000.0)
+    return g
+
+
+defvjp(delay, _delay_vjp)
+
+
+@primitive("fail", "FailBackward0", saves=False,
+           args={"message": Arg("backward failed on purpose", A.string)})
+def fail(x, message="backward failed on purpose"):
+    """identity; its backward raises an error with message"""
+    return x
+
+
+def _fail_vjp(g, ans, x, message="backward failed on purpose"):
+    raise BackwardFailure(message)
+
+
+defvjp(fail, _fail_vjp)
+
+
+@primitive("nan", "NanBackward0", saves=False)
+def nan(x):
+    """identity; its backward returns NaN (for anomaly mode)"""
+    return x
+
+
+defvjp(nan, lambda g, ans, x: mul(g, np.full((), np.nan, g.dtype)))

@@ -1,0 +1,559 @@
+"""Load a graph file (format version 1, docs/graph-format.md) into a Graph.
+
+``load`` checks the whole file statically (keys, names, ops, arities, args,
+devices, files) and raises a one-line GraphError naming the file, the line,
+the op and the problem. Running the forward (``Graph.forward``) records the
+autograd graph and reports shape errors the same way.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import zlib
+
+import numpy as np
+
+from . import devices as D
+from .document import Document, parse_json, parse_yaml, read_document
+from .errors import GraphError
+from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
+          "int32": np.int32, "int64": np.int64, "bool": np.bool_}
+TOP_KEYS = {"version", "name", "seed", "tensors", "ops", "backward", "expect"}
+TENSOR_KEYS = {"shape", "dtype", "device", "requires_grad", "value", "init", "file", "key"}
+INIT_KEYS = {"dist", "mean", "std", "low", "high", "fill", "seed"}
+INIT_DISTS = ("zeros", "ones", "normal", "uniform", "arange", "full")
+OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "device", "body",
+           "function"}
+BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
+EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
+LATER_OPS = {"checkpoint": "issue #4", "reenter": "issue #4", "custom": "issue #5"}
+
+
+def default_max_tensor_bytes() -> int:
+    """A quarter of physical memory (or 4 GiB where that cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):
+        return 4 * 2**30
+
+
+class LoadOptions:
+    def __init__(self, device_map=None, allow_code=False, allow_outside_paths=False,
+                 max_tensor_bytes=None):
+        self.device_map = dict(device_map or {})
+        self.allow_code = allow_code
+        self.allow_outside_paths = allow_outside_paths
+        self.max_tensor_bytes = max_tensor_bytes or default_max_tensor_bytes()
+
+
+def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
+         max_tensor_bytes=None) -> Graph:
+    """Read, check and prepare a graph file; ``graph.run()`` then runs it."""
+    path = os.fspath(path)
+    doc = read_document(path)
+    options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes)
+    return _Loader(doc, os.path.dirname(os.path.abspath(path)),
+                   os.path.splitext(os.path.basename(path))[0], options).graph()
+
+
+def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Graph:  # noqa: A002
+    """Like ``load`` for a document in a string (``format`` is yaml or json)."""
+    display = f"<{name}>"
+    doc = parse_json(text, display) if format == "json" else parse_yaml(text, display)
+    return _Loader(doc, os.path.abspath(base_dir), name, LoadOptions(**options)).graph()
+
+
+def parse_device_map(text) -> dict:
+    """``cuda=sim`` (comma-separated pairs) -> {"cuda": "sim"}."""
+    mapping = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        src, sep, dst = part.partition("=")
+        src, dst = src.strip(), dst.strip()
+        if not sep or src not in ("cpu", "cuda", "sim") or dst not in ("cpu", "cuda", "sim"):
+            raise ValueError(f"bad device map {part!r} (expected e.g. cuda=sim)")
+        mapping[src] = dst
+    return mapping
+
+
+class _Loader:
+    def __init__(self, doc: Document, base_dir, stem, options: LoadOptions):
+        self.doc = doc
+        self.file = doc.path
+        self.base_dir = base_dir
+        self.stem = stem
+        self.options = options
+
+    # -- errors -------------------------------------------------------------------
+    def fail(self, message, path=(), where=None):
+        raise GraphError(message, self.file, self.doc.line(*path), where)
+
+    def check_keys(self, mapping, allowed, path, where, what):
+        for key in mapping:
+            if key in allowed or (isinstance(key, str) and key.startswith("x-")):
+                continue
+            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f" (did you mean {hint[0]!r}?)" if hint else ""
+            self.fail(f"unknown key {key!r} in {what}{hint}", path + (key,), where)
+
+    # -- top level ------------------------------------------------------------------
+    def graph(self) -> Graph:
+        data = self.doc.data
+        if not isinstance(data, dict):
+            self.fail(f"the document must be a mapping with version, tensors, ops and backward, "
+                      f"not a {_kind(data)}")
+        self.check_keys(data, TOP_KEYS, (), None, "the top level")
+        if "version" not in data:
+            self.fail("missing required key 'version' (this tool reads version: 1)")
+        version = data["version"]
+        if version != 1 or isinstance(version, bool):
+            self.fail(f"unsupported format version {version!r} (this tool reads version: 1)",
+                      ("version",))
+        for key in ("tensors", "ops", "backward"):
+            if key not in data:
+                self.fail(f"missing required key {key!r}")
+        name = data.get("name", self.stem)
+        if not isinstance(name, str):
+            self.fail("name must be a string", ("name",))
+        seed = data.get("seed", 0)
+        if not _is_int(seed) or seed < 0:
+            self.fail(f"seed must be a non-negative int, got {seed!r}", ("seed",))
+        self.seed = seed
+
+        tensors = data["tensors"]
+        if not isinstance(tensors, dict):
+            self.fail(f"tensors must be a mapping from name to tensor, not a {_kind(tensors)}",
+                      ("tensors",))
+        leaves = {}
+        for tname, entry in tensors.items():
+            self.check_name(tname, ("tensors", tname), f"tensors.{tname}")
+            leaves[tname] = self.leaf(tname, entry, ("tensors", tname))
+
+        ops = data["ops"]
+        if not isinstance(ops, list):
+            self.fail(f"ops must be a list, not a {_kind(ops)}", ("ops",))
+        defined = {n: leaves[n].dtype for n in leaves}
+        op_specs = [self.op(i, entry, defined) for i, entry in enumerate(ops)]
+
+        backward = self.backward(data["backward"], defined, leaves)
+        expect = self.expect(data.get("expect"), defined) if "expect" in data else None
+        return Graph(name=name, file=self.file, leaves=leaves, ops=op_specs, backward=backward,
+                     expect=expect, base_dir=self.base_dir)
+
+    def check_name(self, name, path, where):
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            self.fail(f"invalid tensor name {name!r} (names match [A-Za-z_][A-Za-z0-9_./-]*)",
+                      path, where)
+
+    # -- tensors -----------------------------------------------------------------------
+    def leaf(self, name, entry, path, *, for_grad_root=False) -> LeafSpec:
+        where = f"tensors.{name}" if path[0] == "tensors" else ".".join(str(p) for p in path)
+        if not isinstance(entry, dict):
+            self.fail(f"a tensor entry must be a mapping, not a {_kind(entry)}", path, where)
+        self.check_keys(entry, TENSOR_KEYS, path, where, "a tensor entry")
+        dtype_name = entry.get("dtype", "float64")
+        if dtype_name not in DTYPES:
+            self.fail(f"unknown dtype {dtype_name!r} (expected one of {', '.join(DTYPES)})",
+                      path + ("dtype",), where)
+        dtype = np.dtype(DTYPES[dtype_name])
+        requires_grad = entry.get("requires_grad", False)
+        if not isinstance(requires_grad, bool):
+            self.fail(f"requires_grad must be true or false, got {requires_grad!r}",
+                      path + ("requires_grad",), where)
+        if requires_grad and dtype.kind != "f":
+            self.fail(f"only floating point tensors can require gradients (dtype is {dtype_name})",
+                      path + ("requires_grad",), where)
+        device = self.device(entry.get("device", "cpu"), path + ("device",), where)
+
+        sources = [k for k in ("value", "init", "file") if k in entry]
+        if len(sources) > 1:
+            self.fail(f"give exactly one of value, init, file (got {', '.join(sources)})", path, where)
+        shape = entry.get("shape")
+        if shape is not None:
+            if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
+                self.fail(f"shape must be a list of non-negative ints, got {shape!r}",
+                          path + ("shape",), where)
+            shape = tuple(shape)
+        if "key" in entry and "file" not in entry:
+            self.fail("key is only valid with file", path + ("key",), where)
+
+        source = sources[0] if sources else "init"
+        if source == "value":
+            array = self.value(entry["value"], dtype, path + ("value",), where)
+            if shape is not None and array.shape != shape:
+                self.fail(f"shape {list(shape)} does not match value of shape {list(array.shape)}",
+                          path, where)
+            make = _constant(array)
+            shape = array.shape
+        elif source == "file":
+            make, shape = self.file_source(entry, dtype, shape, path, where)
+        else:
+            if shape is None:
+                if for_grad_root:
+                    shape = None
+                else:
+                    self.fail("shape is required with init (or give value or file)", path, where)
+            init = entry.get("init", "zeros")
+            make = self.init(name, init, dtype, path + ("init",), where)
+        if shape is not None:
+            self.check_size(shape, dtype, path, where)
+        return LeafSpec(name=name, shape=shape, dtype=dtype, device=device,
+                        requires_grad=requires_grad, make=make, line=self.doc.line(*path))
+
+    def device(self, spec, path, where):
+        if not isinstance(spec, str):
+            self.fail(f"device must be a string such as cpu, cuda:0 or sim:0, got {spec!r}",
+                      path, where)
+        try:
+            dev = D.device(spec)
+            mapped = self.options.device_map.get(dev.type)
+            if mapped and mapped != dev.type:
+                dev = D.device("cpu" if mapped == "cpu" else f"{mapped}:{max(dev.index, 0)}")
+            D.check_available(dev)
+        except D.DeviceError as exc:
+            self.fail(str(exc), path, where)
+        return dev
+
+    def value(self, value, dtype, path, where):
+        if isinstance(value, bool) or isinstance(value, (int, float)) or isinstance(value, list):
+            _check_numeric(value, lambda msg: self.fail(msg, path, where))
+            try:
+                return np.array(value, dtype=dtype)
+            except (ValueError, TypeError, OverflowError) as exc:
+                self.fail(f"bad value: {exc}", path, where)
+        self.fail(f"value must be a number or a nested list of numbers, not a {_kind(value)}",
+                  path, where)
+
+    def init(self, name, init, dtype, path, where):
+        if isinstance(init, str):
+            spec = {"dist": init}
+        elif isinstance(init, dict):
+            self.check_keys(init, INIT_KEYS, path, where, "init")
+            spec = dict(init)
+        else:
+            self.fail(f"init must be one of {', '.join(INIT_DISTS)} or a mapping, got {init!r}",
+                      path, where)
+        dist = spec.get("dist")
+        if dist not in INIT_DISTS:
+            self.fail(f"unknown init {dist!r} (expected one of {', '.join(INIT_DISTS)})", path, where)
+        for key in ("mean", "std", "low", "high", "fill"):
+            if key in spec and not _is_number(spec[key]):
+                self.fail(f"init {key} must be a number, got {spec[key]!r}", path + (key,), where)
+        if dist == "full" and "fill" not in spec:
+            self.fail("init full needs fill", path, where)
+        seed = spec.get("seed")
+        if seed is not None and (not _is_int(seed) or seed < 0):
+            self.fail(f"init seed must be a non-negative int, got {seed!r}", path + ("seed",), where)
+        # Seed per tensor: its own seed, else the file's seed combined with its name.
+        seed_seq = [seed] if seed is not None else [self.seed, zlib.crc32(name.encode())]
+        return _initializer(dist, spec, dtype, seed_seq)
+
+    def file_source(self, entry, dtype, shape, path, where):
+        rel = entry["file"]
+        if not isinstance(rel, str) or not rel:
+            self.fail("file must be a path to a .npy or .npz file", path + ("file",), where)
+        full = os.path.normpath(os.path.join(self.base_dir, rel))
+        if not self.options.allow_outside_paths:
+            base = os.path.realpath(self.base_dir)
+            real = os.path.realpath(full)
+            if os.path.commonpath([base, real]) != base:
+                self.fail(f"file {rel!r} is outside the graph's folder (refused; pass "
+                          "--allow-outside-paths to allow it)", path + ("file",), where)
+        ext = os.path.splitext(full)[1].lower()
+        if ext not in (".npy", ".npz"):
+            self.fail(f"file {rel!r} must be a .npy or .npz file", path + ("file",), where)
+        if not os.path.isfile(full):
+            self.fail(f"file {rel!r} not found", path + ("file",), where)
+        key = entry.get("key")
+        if ext == ".npz" and key is None:
+            self.fail(f"file {rel!r} is an .npz archive: give key to pick an array", path, where)
+        if ext == ".npy" and key is not None:
+            self.fail("key is only valid with an .npz file", path + ("key",), where)
+        try:
+            file_shape, file_dtype = _peek_array(full, key)
+        except KeyError:
+            self.fail(f"no array {key!r} in {rel!r}", path + ("key",), where)
+        except ValueError as exc:
+            self.fail(f"cannot read {rel!r}: {exc}", path + ("file",), where)
+        if file_dtype.hasobject:
+            self.fail(f"{rel!r} holds pickled Python objects (refused: only plain numeric "
+                      "arrays are loaded)", path + ("file",), where)
+        if shape is not None and tuple(shape) != file_shape:
+            self.fail(f"shape {list(shape)} does not match {rel!r} of shape {list(file_shape)}",
+                      path, where)
+        self.check_size(file_shape, file_dtype, path, where)
+        fail = self.fail
+
+        def make(shape=None):
+            try:
+                arr = np.load(full, allow_pickle=False)
+                if key is not None:
+                    with arr:
+                        arr = arr[key]
+            except (ValueError, OSError) as exc:
+                fail(f"cannot read {rel!r}: {exc}", path + ("file",), where)
+            return np.asarray(arr, dtype=dtype)
+
+        return make, file_shape
+
+    def check_size(self, shape, dtype, path, where):
+        n = 1
+        for s in shape:
+            n *= int(s)
+        nbytes = n * np.dtype(dtype).itemsize
+        if nbytes > self.options.max_tensor_bytes:
+            self.fail(f"tensor of shape {list(shape)} needs {nbytes} bytes, over the memory budget "
+                      f"of {self.options.max_tensor_bytes} bytes (--max-tensor-bytes)", path, where)
+
+    # -- ops ------------------------------------------------------------------------------
+    def op(self, i, entry, defined) -> OpSpec:
+        from .ops import OPS  # noqa: PLC0415 - the op library loads on first use
+
+        path = ("ops", i)
+        where = f"ops[{i}]"
+        if not isinstance(entry, dict):
+            self.fail(f"an op must be a mapping, not a {_kind(entry)}", path, where)
+        op_id = entry.get("id", where)
+        if not isinstance(op_id, str) or not op_id:
+            self.fail(f"id must be a non-empty string, got {op_id!r}", path + ("id",), where)
+        if "op" not in entry:
+            self.fail("missing required key 'op'", path, where)
+        name = entry["op"]
+        label = f"{where}" if op_id == where else f"{where} {op_id!r}"
+        if not isinstance(name, str):
+            self.fail(f"op must be a string, got {name!r}", path + ("op",), label)
+        label = f"{label} ({name})"
+        if name in LATER_OPS:
+            self.fail(f"op {name!r} is not supported by this version of gradcli yet "
+                      f"({LATER_OPS[name]})", path + ("op",), label)
+        op = OPS.get(name)
+        if op is None or op.name.startswith("slice_backward"):
+            hint = difflib.get_close_matches(name, sorted(OPS), n=1)
+            hint = f" (did you mean {hint[0]!r}?)" if hint else ""
+            self.fail(f"unknown op {name!r}{hint}", path + ("op",), label)
+        self.check_keys(entry, OP_KEYS, path, label, "an op")
+        for key in ("body", "function"):
+            if key in entry:
+                self.fail(f"key {key!r} is only valid for op {'checkpoint' if key == 'body' else 'custom'}",
+                          path + (key,), label)
+        if "device" in entry and name != "to":
+            self.fail("key 'device' is only valid for op 'to'", path + ("device",), label)
+
+        inputs = entry.get("inputs")
+        if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs):
+            self.fail("inputs must be a list of tensor names", path + ("inputs",), label)
+        lo, hi = (op.arity, op.arity) if isinstance(op.arity, int) else op.arity
+        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+            want = str(lo) if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+            self.fail(f"takes {want} input{'s' if want != '1' else ''}, got {len(inputs)}",
+                      path + ("inputs",), label)
+        for k, n in enumerate(inputs):
+            if n not in defined:
+                self.fail(f"input {n!r} is not defined above this op", path + ("inputs", k), label)
+
+        args = entry.get("args", {})
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            self.fail(f"args must be a mapping, not a {_kind(args)}", path + ("args",), label)
+        args = dict(args)
+        if name == "to":
+            if "device" not in entry:
+                self.fail("op 'to' needs key 'device' (the target device)", path, label)
+            args["device"] = str(self.device(entry["device"], path + ("device",), label))
+        checked = {}
+        for key, value in args.items():
+            spec = op.args.get(key)
+            if spec is None:
+                known = ", ".join(sorted(op.args)) or "none"
+                self.fail(f"unknown arg {key!r} (known: {known})", path + ("args", key), label)
+            try:
+                checked[key] = spec.check(value) if spec.check else value
+            except ValueError as exc:
+                self.fail(f"bad arg {key!r}: {exc}", path + ("args", key), label)
+        for key, spec in op.args.items():
+            if spec.required and key not in checked:
+                self.fail(f"missing required arg {key!r}", path + ("args",), label)
+
+        if op.multi_output:
+            outputs = entry.get("outputs")
+            if "output" in entry:
+                self.fail(f"op {name!r} has several outputs: use outputs: [...]", path + ("output",), label)
+            if not isinstance(outputs, list) or not outputs:
+                self.fail("outputs must be a non-empty list of names", path + ("outputs",), label)
+        else:
+            if "outputs" in entry:
+                outputs = entry["outputs"]
+                if not isinstance(outputs, list) or len(outputs) != 1:
+                    self.fail(f"op {name!r} has one output: use output: NAME", path + ("outputs",), label)
+            elif "output" in entry:
+                outputs = [entry["output"]]
+            else:
+                self.fail("missing required key 'output'", path, label)
+        for k, out in enumerate(outputs):
+            self.check_name(out, path + ("output",), label)
+            if out in defined:
+                self.fail(f"output {out!r} is already defined (names are defined once)",
+                          path + ("output",), label)
+            if outputs.index(out) != k:
+                self.fail(f"output {out!r} is named twice", path + ("outputs",), label)
+        retain = entry.get("retain_grad", False)
+        if not isinstance(retain, bool):
+            self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
+        for out in outputs:
+            defined[out] = None
+        return OpSpec(index=i, id=op_id, label=label, op=op, inputs=list(inputs),
+                      outputs=list(outputs), args=checked, retain_grad=retain,
+                      line=self.doc.line(*path))
+
+    # -- backward / expect ------------------------------------------------------------------
+    def backward(self, spec, defined, leaves) -> BackwardSpec:
+        path = ("backward",)
+        where = "backward"
+        if not isinstance(spec, dict):
+            self.fail(f"backward must be a mapping, not a {_kind(spec)}", path, where)
+        self.check_keys(spec, BACKWARD_KEYS, path, where, "backward")
+        roots = spec.get("roots")
+        if roots is None:
+            self.fail("missing required key 'roots'", path, where)
+        if not isinstance(roots, list) or not roots or not all(isinstance(r, str) for r in roots):
+            self.fail("roots must be a non-empty list of tensor names", path + ("roots",), where)
+        for k, r in enumerate(roots):
+            if r not in defined:
+                self.fail(f"root {r!r} is not defined", path + ("roots", k), where)
+        grad_roots = spec.get("grad_roots", {}) or {}
+        if not isinstance(grad_roots, dict):
+            self.fail("grad_roots must be a mapping from root name to gradient", path + ("grad_roots",), where)
+        root_grads = {}
+        for r, g in grad_roots.items():
+            if r not in roots:
+                self.fail(f"grad_roots names {r!r}, which is not a root", path + ("grad_roots", r), where)
+            if _is_number(g):
+                root_grads[r] = float(g)
+            else:
+                root_grads[r] = self.leaf(r, g, path + ("grad_roots", r), for_grad_root=True)
+        inputs = spec.get("inputs")
+        if inputs is not None:
+            if not isinstance(inputs, list) or not inputs or not all(isinstance(n, str) for n in inputs):
+                self.fail("inputs must be a non-empty list of tensor names", path + ("inputs",), where)
+            for k, n in enumerate(inputs):
+                if n not in defined:
+                    self.fail(f"input {n!r} is not defined", path + ("inputs", k), where)
+        flags = {}
+        for key in ("retain_graph", "create_graph", "allow_unused"):
+            value = spec.get(key, False)
+            if not isinstance(value, bool):
+                self.fail(f"{key} must be true or false, got {value!r}", path + (key,), where)
+            flags[key] = value
+        if flags["create_graph"]:
+            self.fail("create_graph: true (higher-order gradients) is not supported by this "
+                      "version of gradcli", path + ("create_graph",), where)
+        return BackwardSpec(roots=list(roots), grad_roots=root_grads, inputs=inputs,
+                            line=self.doc.line(*path), **flags)
+
+    def expect(self, spec, defined) -> ExpectSpec:
+        path = ("expect",)
+        where = "expect"
+        if not isinstance(spec, dict):
+            self.fail(f"expect must be a mapping, not a {_kind(spec)}", path, where)
+        self.check_keys(spec, EXPECT_KEYS, path, where, "expect")
+        grads = {}
+        for n, g in (spec.get("grads") or {}).items():
+            if n not in defined:
+                self.fail(f"expected gradient for {n!r}, which is not defined", path + ("grads", n), where)
+            grads[n] = self.leaf(n, g, path + ("grads", n), for_grad_root=True)
+        for key in ("rtol", "atol"):
+            if key in spec and (not _is_number(spec[key]) or spec[key] < 0):
+                self.fail(f"{key} must be a non-negative number", path + (key,), where)
+        order = spec.get("order")
+        if order is not None and (not isinstance(order, list) or not all(isinstance(o, str) for o in order)):
+            self.fail("order must be a list of node names", path + ("order",), where)
+        error = spec.get("error")
+        if error is not None and not isinstance(error, str):
+            self.fail("error must be a string (a part of the expected message)", path + ("error",), where)
+        numeric = spec.get("numeric", False)
+        if not isinstance(numeric, bool):
+            self.fail("numeric must be true or false", path + ("numeric",), where)
+        return ExpectSpec(grads=grads, numeric=numeric, rtol=spec.get("rtol", 1e-7),
+                          atol=spec.get("atol", 0.0), order=order, error=error)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _kind(value):
+    return {dict: "mapping", list: "list", str: "string", type(None): "null"}.get(type(value),
+                                                                                  type(value).__name__)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_numeric(value, fail):
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        elif not isinstance(v, (int, float, bool)):
+            fail(f"value must contain only numbers, found {v!r}")
+
+
+def _constant(array):
+    return lambda shape=None: array.copy()
+
+
+def _initializer(dist, spec, dtype, seed_seq):
+    def make(shape):
+        if dist == "zeros":
+            return np.zeros(shape, dtype)
+        if dist == "ones":
+            return np.ones(shape, dtype)
+        if dist == "full":
+            return np.full(shape, spec["fill"], dtype)
+        if dist == "arange":
+            return np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape).astype(dtype)
+        rng = np.random.Generator(np.random.PCG64(seed_seq))
+        if dist == "normal":
+            data = rng.normal(spec.get("mean", 0.0), spec.get("std", 1.0), size=shape)
+        else:
+            data = rng.uniform(spec.get("low", 0.0), spec.get("high", 1.0), size=shape)
+        return data.astype(dtype)
+    return make
+
+
+def _peek_array(full, key):
+    """Shape and dtype of an array in a .npy/.npz file, without loading it."""
+    if key is None:
+        with open(full, "rb") as fh:
+            return _read_npy_header(fh)
+    import zipfile  # noqa: PLC0415
+
+    try:
+        with zipfile.ZipFile(full) as zf:
+            member = key if key.endswith(".npy") else key + ".npy"
+            if member not in zf.namelist():
+                raise KeyError(key)
+            with zf.open(member) as fh:
+                return _read_npy_header(fh)
+    except zipfile.BadZipFile:
+        raise ValueError("not a valid .npz archive") from None
+
+
+def _read_npy_header(fh):
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(fh)
+        else:
+            shape, _, dtype = fmt.read_array_header_2_0(fh)
+    except Exception as exc:  # noqa: BLE001 - any malformed header
+        raise ValueError(f"not a valid .npy file ({exc})") from None
+    return tuple(shape), np.dtype(dtype)

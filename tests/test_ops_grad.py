@@ -1,0 +1,568 @@
+"""Gradient checks for every differentiable op in ``gradcli.ops.OPS``.
+
+Each case runs the op on float64 ``Tensor``s, draws a random upstream
+gradient ``v`` for every output, asks the engine for the vector-Jacobian
+product ``grad(outs, inputs, grad_outputs=vs)`` and compares it with central
+finite differences of ``sum(v * f(x))`` taken element by element on every
+input. Separate tests pin PyTorch's conventions at non-differentiable points
+(ties, kinks) and the names of recorded nodes.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from gradcli.autograd import Tensor, grad
+from gradcli.ops import OPS
+from gradcli.ops.args import parse_index
+
+EPS = 1e-6
+ATOL = 1e-5
+RTOL = 1e-3
+
+# Ops that are not differentiable math (engine exercisers, device moves, the
+# slice scatter helper): not gradient-checked here.
+EXCLUDED = {"to", "delay", "fail", "nan", "slice_backward"}
+
+
+# -- helpers ------------------------------------------------------------------------
+def _checked_args(op, args):
+    """Run each attribute through the op's own checker, as the loader does."""
+    return {k: op.args[k].check(v) for k, v in (args or {}).items()}
+
+
+def _as_list(out, op):
+    return list(out) if op.multi_output else [out]
+
+
+def _numeric_vjp(op, arrays, args, vs, i, eps):
+    """d/dx_i sum_k sum(v_k * f_k(x)) by central differences, element by element."""
+    base = [np.array(a, copy=True) for a in arrays]
+    x = base[i]
+    g = np.zeros(x.shape, dtype=np.float64)
+    flat = x.reshape(-1)  # a view of base[i]
+    gflat = g.reshape(-1)
+
+    def objective():
+        outs = _as_list(op.fn(*base, **args), op)
+        return sum(float(np.sum(np.asarray(v, np.float64) * np.asarray(o, np.float64)))
+                   for v, o in zip(vs, outs))
+
+    for j in range(flat.size):
+        orig = flat[j]
+        flat[j] = orig + eps
+        plus = objective()
+        flat[j] = orig - eps
+        minus = objective()
+        flat[j] = orig
+        gflat[j] = (plus - minus) / (2 * eps)
+    return g
+
+
+def check_vjp(op_name, arrays, args=None, wrt=None, seed=0, eps=EPS, atol=ATOL, rtol=RTOL):
+    """Compare the engine's VJP of ``op_name`` with finite differences."""
+    op = OPS[op_name]
+    args = _checked_args(op, args)
+    arrays = [np.asarray(a) for a in arrays]
+    if wrt is None:
+        wrt = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    tensors = [Tensor(np.array(a, copy=True), requires_grad=i in wrt)
+               for i, a in enumerate(arrays)]
+    out = op(*tensors, **args)
+    outs = _as_list(out, op)
+    rng = np.random.default_rng(seed + 12345)
+    vs = [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
+
+    # The forward through Tensors must equal the raw forward.
+    raw = _as_list(op.fn(*[np.array(a, copy=True) for a in arrays], **args), op)
+    assert len(raw) == len(outs)
+    for r, o in zip(raw, outs):
+        assert o.shape == np.shape(r)
+        np.testing.assert_array_equal(o.data, r)
+
+    analytic = grad(outs, [tensors[i] for i in wrt], grad_outputs=vs)
+    assert len(analytic) == len(wrt)
+    for k, i in enumerate(wrt):
+        ga = analytic[k]
+        assert ga.shape == arrays[i].shape, (op_name, i, ga.shape, arrays[i].shape)
+        assert ga.dtype == arrays[i].dtype, (op_name, i, ga.dtype, arrays[i].dtype)
+        gn = _numeric_vjp(op, arrays, args, vs, i, eps)
+        np.testing.assert_allclose(ga, gn, rtol=rtol, atol=atol,
+                                   err_msg=f"{op_name} input {i} args={args}")
+    return outs
+
+
+def check_raw_vjp_shapes(op_name, arrays, args=None, wrt=None, seed=0):
+    """The node's own VJPs (before the engine's sum_to/cast fix-ups) return
+    gradients with exactly each input's shape and dtype."""
+    op = OPS[op_name]
+    args = _checked_args(op, args)
+    arrays = [np.asarray(a) for a in arrays]
+    if wrt is None:
+        wrt = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    tensors = [Tensor(np.array(a, copy=True), requires_grad=i in wrt)
+               for i, a in enumerate(arrays)]
+    outs = _as_list(op(*tensors, **args), op)
+    rng = np.random.default_rng(seed)
+    vs = [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
+    node = outs[0].grad_fn
+    assert node is not None
+    got = node.apply(vs)
+    for i in wrt:
+        assert got[i] is not None
+        assert np.shape(got[i]) == arrays[i].shape, (op_name, i, np.shape(got[i]))
+        assert got[i].dtype == arrays[i].dtype, (op_name, i, got[i].dtype)
+
+
+def R(*shape, seed=0, low=None, high=None, away=None):
+    """A seeded float64 array; uniform in [low, high) if given, else normal.
+
+    ``away``: push entries at least this far from 0 (keeps kinks out of FD).
+    """
+    rng = np.random.default_rng(zlib.crc32(repr((shape, seed, low, high)).encode()))
+    if low is not None:
+        x = rng.uniform(low, high, size=shape)
+    else:
+        x = rng.standard_normal(shape)
+    if away is not None:
+        x = np.where(np.abs(x) < away, np.where(x < 0, -away, away), x)
+    return np.asarray(x, dtype=np.float64)
+
+
+def distinct(*shape, seed=0):
+    """Entries with no ties and gaps much larger than EPS (for max/min)."""
+    n = int(np.prod(shape)) if shape else 1
+    rng = np.random.default_rng(seed + 777)
+    vals = rng.permutation(n).astype(np.float64) * 0.37 - n * 0.15
+    vals += rng.uniform(-0.05, 0.05, size=n)
+    return vals.reshape(shape)
+
+
+# -- case table ---------------------------------------------------------------------
+CASES = []  # (id, op_name, arrays, args, wrt)
+
+
+def case(id_, op_name, arrays, args=None, wrt=None, marks=()):
+    CASES.append(pytest.param(op_name, arrays, args, wrt, id=id_, marks=marks))
+
+
+# unary elementwise
+UNARY = {
+    "neg": lambda s: R(*s),
+    "exp": lambda s: R(*s),
+    "log": lambda s: R(*s, low=0.3, high=3.0),
+    "sin": lambda s: R(*s),
+    "cos": lambda s: R(*s),
+    "tanh": lambda s: R(*s),
+    "sigmoid": lambda s: R(*s),
+    "relu": lambda s: R(*s, away=0.05),
+    "abs": lambda s: R(*s, away=0.05),
+    "sqrt": lambda s: R(*s, low=0.3, high=3.0),
+    "square": lambda s: R(*s),
+    "clone": lambda s: R(*s),
+}
+for name, make in UNARY.items():
+    for shape in [(3, 4), (), (2, 1, 3)]:
+        case(f"{name}-{shape}", name, [make(shape)])
+
+
+def _clamp_input(shape, lo=-0.5, hi=0.5, seed=0):
+    x = R(*shape, seed=seed) * 1.2
+    for b in (lo, hi):
+        x = np.where(np.abs(x - b) < 1e-2, x + 0.05, x)
+    return x
+
+
+case("clamp-min", "clamp", [_clamp_input((3, 5))], {"min": -0.5})
+case("clamp-max", "clamp", [_clamp_input((3, 5))], {"max": 0.5})
+case("clamp-both", "clamp", [_clamp_input((3, 5))], {"min": -0.5, "max": 0.5})
+case("clamp-both-int-bounds", "clamp", [_clamp_input((4, 3), -1, 1) * 2], {"min": -1, "max": 1})
+case("clamp-0d", "clamp", [np.array(0.25)], {"min": 0.0, "max": 1.0})
+
+case("cast-f64-f64", "cast", [R(3, 4)], {"dtype": "float64"})
+
+# binary elementwise, with broadcasting
+BIN_SHAPES = [
+    ((3, 4), (3, 4)),
+    ((3, 1, 4), (2, 4)),
+    ((2, 4), (3, 1, 4)),
+    ((), (2, 3)),
+    ((2, 3), ()),
+    ((), ()),
+    ((4,), (3, 4)),
+    ((3, 1), (1, 4)),
+]
+
+
+def _binary_inputs(name, sx, sy, seed):
+    if name == "div":
+        return [R(*sx, seed=seed), R(*sy, seed=seed + 1, low=0.5, high=2.0)
+                * np.where(R(*sy, seed=seed + 2) < 0, -1.0, 1.0)]
+    if name == "pow":
+        return [R(*sx, seed=seed, low=0.4, high=2.5), R(*sy, seed=seed + 1, low=-1.5, high=2.5)]
+    if name in ("maximum", "minimum"):
+        # disjoint interleaved grids: no ties between any broadcast pair
+        n = max(1, int(np.prod(sx))) + max(1, int(np.prod(sy)))
+        vals = np.random.default_rng(seed).permutation(n) * 0.1
+        nx = max(1, int(np.prod(sx)))
+        return [vals[:nx].reshape(sx).astype(np.float64),
+                vals[nx:nx + max(1, int(np.prod(sy)))].reshape(sy).astype(np.float64) + 0.05]
+    return [R(*sx, seed=seed), R(*sy, seed=seed + 1)]
+
+
+for name in ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "mse_loss"]:
+    for k, (sx, sy) in enumerate(BIN_SHAPES):
+        case(f"{name}-{sx}-{sy}", name, _binary_inputs(name, sx, sy, seed=k))
+case("mse_loss-3d-1d", "mse_loss", [R(2, 3, 4), R(4, seed=3)])
+
+
+def _cond(shape, seed=0):
+    return np.random.default_rng(seed).random(shape) < 0.5
+
+
+case("where-same", "where", [_cond((3, 4)), R(3, 4), R(3, 4, seed=1)], wrt=[1, 2])
+case("where-bcast", "where", [_cond((3, 1, 4)), R(2, 4), R()], wrt=[1, 2])
+case("where-bcast-cond", "where", [_cond((4,)), R(3, 1), R(3, 4, seed=2)], wrt=[1, 2])
+case("where-only-x", "where", [_cond((2, 3)), R(2, 3), R(2, 3, seed=1)], wrt=[1])
+
+# reductions
+AXES = [None, 0, 1, -1, (0, 2), [-1, 0], (1,)]
+for name in ["sum", "mean", "max", "min", "logsumexp"]:
+    for axis in AXES:
+        for keepdims in (False, True):
+            x = distinct(2, 3, 4, seed=3) if name in ("max", "min") else R(2, 3, 4)
+            args = {"keepdims": keepdims}
+            if axis is not None:
+                args["axis"] = list(axis) if isinstance(axis, tuple) else axis
+            case(f"{name}-axis{axis}-keep{keepdims}", name, [x], args)
+    case(f"{name}-default", name, [distinct(3, 2) if name in ("max", "min") else R(3, 2)])
+    case(f"{name}-0d", name, [R()])
+    case(f"{name}-1d-axis0", name, [distinct(5) if name in ("max", "min") else R(5)], {"axis": 0})
+
+# matmul
+MATMUL = [
+    ((4,), (4,)),
+    ((3, 4), (4,)),
+    ((4,), (4, 5)),
+    ((3, 4), (4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((1, 3, 4), (2, 4, 5)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (3, 4, 2)),
+    ((4,), (2, 4, 5)),
+    ((2, 3, 4), (4,)),
+]
+for sa, sb in MATMUL:
+    case(f"matmul-{sa}-{sb}", "matmul", [R(*sa), R(*sb, seed=1)])
+
+# joining and splitting
+case("concat-axis0", "concat", [R(1, 3), R(2, 3, seed=1), R(3, 3, seed=2)], {"axis": 0})
+case("concat-axis-1", "concat", [R(2, 1), R(2, 2, seed=1), R(2, 3, seed=2)], {"axis": -1})
+case("concat-3d-axis1", "concat", [R(2, 1, 2), R(2, 3, 2, seed=1), R(2, 2, 2, seed=2)], {"axis": 1})
+case("concat-single", "concat", [R(2, 3)], {"axis": 0})
+case("stack-axis0", "stack", [R(2, 3), R(2, 3, seed=1), R(2, 3, seed=2)], {"axis": 0})
+case("stack-axis-1", "stack", [R(2, 3), R(2, 3, seed=1), R(2, 3, seed=2)], {"axis": -1})
+case("stack-axis1", "stack", [R(2, 3), R(2, 3, seed=1), R(2, 3, seed=2)], {"axis": 1})
+case("stack-0d", "stack", [R(), R(seed=1), R(seed=2)], {"axis": 0})
+case("split-sections-axis0", "split", [R(6, 4)], {"sections": 3, "axis": 0})
+case("split-sections-axis1", "split", [R(3, 6)], {"sections": 2, "axis": 1})
+case("split-sections-axis-1", "split", [R(2, 2, 4)], {"sections": 4, "axis": -1})
+case("split-indices-axis0", "split", [R(5, 2)], {"indices": [1, 3], "axis": 0})
+case("split-indices-axis-1", "split", [R(2, 5)], {"indices": [2], "axis": -1})
+case("split-indices-empty-piece", "split", [R(5, 2)], {"indices": [2, 2, 4], "axis": 0})
+
+# indexing and shape
+SLICES = [
+    ((5, 6), "1:4, ::2"),
+    ((5, 6), "::-1, -3:"),
+    ((5, 6), "-1, 1:5:2"),
+    ((4, 5, 3), "..., ::-2"),
+    ((5, 6), "None, 4:0:-2, 3"),
+    ((5, 6), "-4:-1, -1::-3"),
+    ((3, 4), "1"),
+]
+for shape, idx in SLICES:
+    case(f"slice-{shape}-[{idx}]", "slice", [R(*shape)], {"index": idx})
+
+case("transpose-default", "transpose", [R(2, 3, 4)])
+case("transpose-2d", "transpose", [R(3, 5)])
+case("transpose-102", "transpose", [R(2, 3, 4)], {"axes": [1, 0, 2]})
+case("transpose-201", "transpose", [R(2, 3, 4)], {"axes": [2, 0, 1]})
+case("transpose-neg", "transpose", [R(2, 3, 4)], {"axes": [-1, 0, 1]})
+case("expand-(3,1)-(2,3,4)", "expand", [R(3, 1)], {"shape": [2, 3, 4]})
+case("expand-()-(2,2)", "expand", [R()], {"shape": [2, 2]})
+case("expand-(1,4)-(3,4)", "expand", [R(1, 4)], {"shape": [3, 4]})
+case("expand-(2,1,1)-(2,3,4)", "expand", [R(2, 1, 1)], {"shape": [2, 3, 4]})
+case("squeeze-all", "squeeze", [R(1, 3, 1, 2)])
+case("squeeze-axis0", "squeeze", [R(1, 3, 1, 2)], {"axis": 0})
+case("squeeze-axis-2", "squeeze", [R(1, 3, 1, 2)], {"axis": -2})
+case("squeeze-axes", "squeeze", [R(1, 3, 1, 2)], {"axis": [0, 2]})
+case("unsqueeze-0", "unsqueeze", [R(2, 3)], {"axis": 0})
+case("unsqueeze-1", "unsqueeze", [R(2, 3)], {"axis": 1})
+case("unsqueeze-neg", "unsqueeze", [R(2, 3)], {"axis": -1})
+case("reshape-6x-1", "reshape", [R(2, 3, 4)], {"shape": [6, -1]})
+case("reshape--1", "reshape", [R(2, 3, 4)], {"shape": [-1]})
+case("reshape-4x-1x2", "reshape", [R(2, 3, 4)], {"shape": [4, -1, 2]})
+case("reshape-0d", "reshape", [R()], {"shape": [1, 1]})
+
+# neural-net ops
+for name in ["softmax", "log_softmax"]:
+    case(f"{name}-axis0", name, [R(3, 4)], {"axis": 0})
+    case(f"{name}-axis-1", name, [R(3, 4)], {"axis": -1})
+    case(f"{name}-3d-axis1", name, [R(2, 3, 4)], {"axis": 1})
+    case(f"{name}-default", name, [R(2, 5)])
+    case(f"{name}-1d", name, [R(5)], {"axis": 0})
+
+case("cross_entropy", "cross_entropy",
+     [R(4, 5), np.array([0, 3, 4, 1], dtype=np.int64)], wrt=[0])
+case("cross_entropy-repeat-class", "cross_entropy",
+     [R(6, 3, seed=2) * 3, np.array([2, 2, 0, 1, 2, 0], dtype=np.int64)], wrt=[0])
+case("cross_entropy-int32", "cross_entropy",
+     [R(3, 4, seed=1), np.array([1, 0, 3], dtype=np.int32)], wrt=[0])
+
+case("layer_norm-axis-1", "layer_norm", [R(3, 4)], {"axis": -1})
+case("layer_norm-default", "layer_norm", [R(2, 5)])
+case("layer_norm-axes12", "layer_norm", [R(2, 3, 4)], {"axis": [1, 2]})
+case("layer_norm-axes-1-2", "layer_norm", [R(2, 3, 4)], {"axis": [-1, -2]})
+case("layer_norm-axis0", "layer_norm", [R(3, 4)], {"axis": 0})
+case("layer_norm-eps", "layer_norm", [R(3, 4) * 0.1], {"axis": -1, "eps": 0.01})
+
+
+# -- the checks -----------------------------------------------------------------------
+@pytest.mark.parametrize("op_name, arrays, args, wrt", CASES)
+def test_vjp_matches_finite_differences(op_name, arrays, args, wrt):
+    check_vjp(op_name, arrays, args, wrt)
+
+
+@pytest.mark.parametrize("op_name, arrays, args, wrt", CASES)
+def test_raw_vjp_shape_and_dtype(op_name, arrays, args, wrt):
+    check_raw_vjp_shapes(op_name, arrays, args, wrt)
+
+
+def test_every_differentiable_op_is_covered():
+    covered = {p.values[0] for p in CASES} | {"cast"}
+    wanted = {name for name, op in OPS.items()
+              if op.differentiable and not op.file_only and name not in EXCLUDED}
+    assert wanted <= covered, sorted(wanted - covered)
+
+
+# -- cast (float -> float) ----------------------------------------------------------
+def test_cast_float64_to_float32():
+    x = R(3, 4)
+    t = Tensor(x.copy(), requires_grad=True)
+    out = OPS["cast"](t, dtype=OPS["cast"].args["dtype"].check("float32"))
+    assert out.dtype == np.float32
+    assert out.grad_fn.name == "ToCopyBackward0"
+    v = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    (g,) = grad(out, t, grad_outputs=[v])
+    assert g.dtype == np.float64 and g.shape == (3, 4)
+    np.testing.assert_array_equal(g, v.astype(np.float64))
+    # finite differences with a step float32 can resolve (the map is linear)
+    h = 1e-2
+    numeric = np.empty_like(x)
+    for j in range(x.size):
+        xp, xm = x.copy().reshape(-1), x.copy().reshape(-1)
+        xp[j] += h
+        xm[j] -= h
+        fp = np.sum(v.astype(np.float64) * xp.reshape(x.shape).astype(np.float32))
+        fm = np.sum(v.astype(np.float64) * xm.reshape(x.shape).astype(np.float32))
+        numeric.reshape(-1)[j] = (fp - fm) / (2 * h)
+    np.testing.assert_allclose(g, numeric, rtol=1e-3, atol=1e-4)
+
+
+def test_cast_float32_to_float64_to_float32_chain():
+    x = R(2, 3).astype(np.float32)
+    t = Tensor(x.copy(), requires_grad=True)
+    y = OPS["cast"](t, dtype="float64")
+    z = OPS["mul"](y, Tensor(np.full((2, 3), 3.0)))
+    w = OPS["cast"](z, dtype="float32")
+    v = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (g,) = grad(w, t, grad_outputs=[v])
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, 3 * v)
+
+
+def test_cast_to_int_does_not_require_grad():
+    t = Tensor(R(3), requires_grad=True)
+    out = OPS["cast"](t, dtype="int64")
+    assert out.dtype == np.int64
+    assert not out.requires_grad and out.grad_fn is None
+
+
+# -- multi-output: split with only some outputs used ------------------------------------
+def test_split_unused_outputs_get_zero_gradient():
+    x = R(6, 2)
+    t = Tensor(x.copy(), requires_grad=True)
+    parts = OPS["split"](t, sections=3, axis=0)
+    assert len(parts) == 3
+    v = np.random.default_rng(1).standard_normal(parts[1].shape)
+    (g,) = grad(parts[1], t, grad_outputs=[v])
+    expected = np.zeros_like(x)
+    expected[2:4] = v
+    np.testing.assert_array_equal(g, expected)
+
+
+def test_split_indices_unused_outputs():
+    t = Tensor(R(2, 7), requires_grad=True)
+    a, b, c = OPS["split"](t, indices=OPS["split"].args["indices"].check([2, 5]), axis=1)
+    va = np.ones(a.shape)
+    vc = np.full(c.shape, 2.0)
+    g_a, = grad([a, c], t, grad_outputs=[va, vc])
+    expected = np.zeros((2, 7))
+    expected[:, :2] = 1.0
+    expected[:, 5:] = 2.0
+    np.testing.assert_array_equal(g_a, expected)
+
+
+# -- PyTorch conventions at non-differentiable points ------------------------------------
+def _grads(op_name, arrays, args=None, v=None, wrt=None):
+    op = OPS[op_name]
+    args = _checked_args(op, args)
+    wrt = list(range(len(arrays))) if wrt is None else wrt
+    ts = [Tensor(np.asarray(a, dtype=np.float64), requires_grad=i in wrt)
+          for i, a in enumerate(arrays)]
+    out = op(*ts, **args)
+    if v is None:
+        v = np.ones(out.shape)
+    return grad(out, [ts[i] for i in wrt], grad_outputs=[v])
+
+
+def test_maximum_tie_splits_gradient():
+    gx, gy = _grads("maximum", [[1.0, 2.0, 3.0], [1.0, 0.0, 5.0]])
+    np.testing.assert_array_equal(gx, [0.5, 1.0, 0.0])
+    np.testing.assert_array_equal(gy, [0.5, 0.0, 1.0])
+
+
+def test_minimum_tie_splits_gradient():
+    gx, gy = _grads("minimum", [[1.0, 2.0, 3.0], [1.0, 0.0, 5.0]])
+    np.testing.assert_array_equal(gx, [0.5, 0.0, 1.0])
+    np.testing.assert_array_equal(gy, [0.5, 1.0, 0.0])
+
+
+def test_maximum_tie_with_broadcast_scalar():
+    # y = () broadcast against x: y collects 1 per win and 0.5 per tie
+    gx, gy = _grads("maximum", [[0.0, 1.0, 2.0, 1.0], 1.0])
+    np.testing.assert_array_equal(gx, [0.0, 0.5, 1.0, 0.5])
+    np.testing.assert_array_equal(gy, 2.0)
+
+
+def test_relu_gradient_at_zero_is_zero():
+    (g,) = _grads("relu", [[0.0, -1.0, 2.0, -0.0]])
+    np.testing.assert_array_equal(g, [0.0, 0.0, 1.0, 0.0])
+
+
+def test_abs_gradient_at_zero_is_zero():
+    (g,) = _grads("abs", [[0.0, -2.0, 3.0, -0.0]], v=np.array([5.0, 5.0, 5.0, 5.0]))
+    np.testing.assert_array_equal(g, [0.0, -5.0, 5.0, 0.0])
+
+
+def test_clamp_gradient_passes_at_bounds():
+    # PyTorch: gradient flows where min <= x <= max (bounds included)
+    (g,) = _grads("clamp", [[-1.0, -0.5, 0.0, 0.5, 1.0]], {"min": -0.5, "max": 0.5})
+    np.testing.assert_array_equal(g, [0.0, 1.0, 1.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_full_reduction_shares_gradient_among_ties(name):
+    x = np.array([[1.0, 3.0, 0.0], [3.0, 2.0, 3.0]])
+    if name == "min":
+        x = -x
+    (g,) = _grads(name, [x], v=np.array(6.0))
+    np.testing.assert_allclose(g, [[0, 2, 0], [2, 0, 2]])
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_full_reduction_keepdims_shares_gradient_among_ties(name):
+    x = np.array([[1.0, 3.0], [3.0, 2.0]])
+    if name == "min":
+        x = -x
+    (g,) = _grads(name, [x], {"keepdims": True}, v=np.array([[1.0]]))
+    np.testing.assert_allclose(g, [[0, 0.5], [0.5, 0]])
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("axis, keepdims", [(1, False), (-1, True), (1, True)])
+def test_int_axis_reduction_gives_gradient_to_first_extreme(name, axis, keepdims):
+    x = np.array([[3.0, 1.0, 3.0, 3.0], [2.0, 2.0, 0.0, 2.0], [0.0, 5.0, 1.0, 5.0]])
+    if name == "min":
+        x = -x
+    v = np.array([1.0, 2.0, 3.0])
+    if keepdims:
+        v = v[:, None]
+    (g,) = _grads(name, [x], {"axis": axis, "keepdims": keepdims}, v=v)
+    np.testing.assert_array_equal(g, [[1, 0, 0, 0], [2, 0, 0, 0], [0, 3, 0, 0]])
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_int_axis0_reduction_gives_gradient_to_first_extreme(name):
+    x = np.array([[1.0, 4.0], [1.0, 2.0], [0.0, 4.0]])
+    if name == "min":
+        x = -x
+    (g,) = _grads(name, [x], {"axis": 0}, v=np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(g, [[1, 1], [0, 0], [0, 0]])
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_list_axis_reduction_shares_gradient_among_ties(name):
+    # axis given as a list behaves like amax/amin: ties in a slice share evenly
+    x = np.array([[3.0, 1.0, 3.0], [2.0, 2.0, 0.0]])
+    if name == "min":
+        x = -x
+    (g,) = _grads(name, [x], {"axis": [1]}, v=np.array([1.0, 4.0]))
+    np.testing.assert_allclose(g, [[0.5, 0, 0.5], [2, 2, 0]])
+
+
+# -- recorded node names ------------------------------------------------------------------
+def _node_name(op_name, arrays, args=None):
+    op = OPS[op_name]
+    args = _checked_args(op, args)
+    ts = [Tensor(np.asarray(a), requires_grad=np.asarray(a).dtype.kind == "f") for a in arrays]
+    out = op(*ts, **args)
+    out = out[0] if op.multi_output else out
+    return out.grad_fn.name
+
+
+@pytest.mark.parametrize("op_name, arrays, args, expected", [
+    ("add", [R(2, 3), R(3)], None, "AddBackward0"),
+    ("matmul", [R(2, 3), R(3, 4)], None, "MmBackward0"),
+    ("matmul", [R(3), R(3)], None, "DotBackward0"),
+    ("matmul", [R(2, 3), R(3)], None, "MvBackward0"),
+    ("matmul", [R(2, 2, 3), R(2, 3, 4)], None, "BmmBackward0"),
+    ("matmul", [R(2, 3, 4), R(4, 5)], None, "MatmulBackward0"),
+    ("sum", [R(2, 3)], None, "SumBackward0"),
+    ("sum", [R(2, 3)], {"axis": 1}, "SumBackward1"),
+    ("mean", [R(2, 3)], None, "MeanBackward0"),
+    ("mean", [R(2, 3)], {"axis": 1}, "MeanBackward1"),
+    ("max", [distinct(2, 3)], None, "MaxBackward1"),
+    ("max", [distinct(2, 3)], {"axis": 1}, "MaxBackward0"),
+    ("max", [distinct(2, 3)], {"axis": [0, 1]}, "AmaxBackward0"),
+    ("min", [distinct(2, 3)], {"axis": [1]}, "AminBackward0"),
+    ("relu", [R(2, 3)], None, "ReluBackward0"),
+    ("square", [R(2, 3)], None, "PowBackward0"),
+    ("pow", [R(2, 3, low=0.5, high=1.5), R(2, 3)], None, "PowBackward1"),
+    ("reshape", [R(2, 3)], {"shape": [-1]}, "ViewBackward0"),
+    ("transpose", [R(2, 3)], None, "PermuteBackward0"),
+    ("squeeze", [R(1, 3)], None, "SqueezeBackward0"),
+    ("squeeze", [R(1, 3)], {"axis": 0}, "SqueezeBackward1"),
+    ("concat", [R(2), R(3)], {"axis": 0}, "CatBackward0"),
+    ("split", [R(4)], {"sections": 2}, "SplitBackward0"),
+    ("split", [R(4)], {"indices": [1]}, "SplitWithSizesBackward0"),
+    ("slice", [R(4)], {"index": "1:3"}, "SliceBackward0"),
+    ("cross_entropy", [R(2, 3), np.array([0, 2])], None, "CrossEntropyBackward0"),
+    ("layer_norm", [R(2, 3)], None, "NativeLayerNormBackward0"),
+    ("cast", [R(2)], {"dtype": "float32"}, "ToCopyBackward0"),
+], ids=lambda p: p if isinstance(p, str) else None)
+def test_node_name(op_name, arrays, args, expected):
+    assert _node_name(op_name, arrays, args) == expected
+
+
+def test_slice_index_parses_like_numpy():
+    x = R(5, 6)
+    for text, index in [("1:4, ::2", np.s_[1:4, ::2]), ("::-1, -3:", np.s_[::-1, -3:]),
+                        ("None, 4:0:-2, 3", np.s_[None, 4:0:-2, 3]), ("..., 1", np.s_[..., 1])]:
+        parsed = OPS["slice"].args["index"].check(text)
+        assert parsed == parse_index(text)
+        np.testing.assert_array_equal(OPS["slice"](x, index=parsed), x[index])

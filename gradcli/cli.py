@@ -260,5 +260,90 @@ def _dot(graph, records):
     return "\n".join(lines)
 
 
+@main.command()
+@click.argument("graphs", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--scenario", "scenarios", multiple=True, default=["all"], show_default=True,
+              type=click.Choice(["all", "reentrant", "concurrent", "errors", "shutdown", "chaos",
+                                 "fork"]),
+              help="Scenario to run (repeatable). Given GRAPHS, they are stressed instead.")
+@click.option("--threads", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Threads calling backward at once.")
+@click.option("--iterations", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Iterations per scenario (bounded by --duration).")
+@click.option("--duration", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Hard bound in seconds for all scenarios together.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=1), default=None,
+              help="Watchdog: on expiry dump every thread's stack and exit 1 (default: duration + 120 s).")
+@click.option("--deterministic", is_flag=True, help="Chaos results must be bit-identical.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--junit", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")
+@load_options
+def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, deterministic, fmt,
+           junit, **opts):
+    """Stress the engine (and GRAPHS, if given) under reentrancy, concurrency,
+    errors, shutdown and jitter. Exit 0 only if every check passed."""
+    import faulthandler
+    import functools
+    import time
+
+    from . import stress as S
+
+    watchdog = timeout or duration + 120
+    faulthandler.dump_traceback_later(watchdog, exit=True)  # a hang must never hang CI
+    try:
+        loaded = []
+        for path in graphs:
+            _load(path, opts)  # fail fast, exit 2, on a bad file
+            loaded.append((path, functools.partial(_load, path, opts)))
+        names = ["graphs"] if graphs else (
+            list(S.SCENARIOS) if "all" in scenarios else list(dict.fromkeys(scenarios)))
+        ctx = S.Context(threads, iterations, time.monotonic() + duration, seed, deterministic, loaded)
+        tty = sys.stderr.isatty() and fmt == "table"
+        if tty:
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task("stress", total=len(names))
+                results = S.run_scenarios(names, ctx, lambda r: bar.advance(task))
+        else:
+            results = S.run_scenarios(names, ctx, lambda r: click.echo(
+                f"stress: {r.name}: {'ok' if r.ok else 'FAILED'} ({r.iterations} iterations, "
+                f"{r.seconds:.1f}s)", err=True))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    if junit:
+        with open(junit, "w") as fh:
+            fh.write(S.junit_xml(results))
+    if fmt == "json":
+        click.echo(json.dumps({"ok": all(r.ok for r in results),
+                               "scenarios": [r.to_json() for r in results]}))
+    else:
+        _print_stress(results)
+    sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_CHECK_FAILED)
+
+
+def _print_stress(results):
+    from rich.table import Table
+
+    table = Table(title="gradcli stress", title_justify="left")
+    for col in ("scenario", "iterations", "failures", "p50 backward", "p99 backward",
+                "peak threads", "threads leaked", "result"):
+        table.add_column(col, justify="left" if col in ("scenario", "result") else "right")
+
+    def ms(v):
+        return "-" if v is None else f"{v * 1e3:.2f} ms"
+
+    for r in results:
+        table.add_row(r.name, str(r.iterations), str(len(r.failures)), ms(r.percentile(0.5)),
+                      ms(r.percentile(0.99)), str(r.peak_threads), str(r.leaked_threads),
+                      "ok" if r.ok else "FAILED")
+    console = _console()
+    console.print(table)
+    for r in results:
+        for f in r.failures[:10]:
+            console.print(f"  {r.name}: {f}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..devices import device_of
-from .engine import get_default_engine
+from .engine import current_engine
 from .tensor import Tensor
 
 
@@ -76,7 +76,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         if edge is None:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
         outputs.append(edge)
-    engine = engine or get_default_engine()
+    engine = engine or current_engine()
     engine.execute(_root_edges(tensors), grads, retain_graph, create_graph, True, outputs,
                    **options)
 
@@ -97,7 +97,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not t.requires_grad:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
         edges.append(t.gradient_edge())
-    engine = engine or get_default_engine()
+    engine = engine or current_engine()
     result = engine.execute(_root_edges(outputs), grads, retain_graph, create_graph, False,
                             edges, **options)
     if not allow_unused and any(g is None for g in result):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import threading
 from collections import deque
 from time import perf_counter
@@ -26,6 +25,12 @@ from .ready_queue import RUN, SHUTDOWN, ReadyQueue, node_task, wakeup_task
 from .state import STATE
 
 log = logging.getLogger("gradcli.engine")
+
+# Planted faults, for proving that `gradcli stress` and the tests catch real
+# bugs: GRADCLI_FAULT=lost_wakeup drops the wake-up task a device thread sends
+# to a graph task's owner (Note [Wake-up tasks]); racy_accumulate makes
+# AccumulateGrad read-modify-write without its lock. Never set in normal use.
+FAULTS = frozenset(filter(None, os.environ.get("GRADCLI_FAULT", "").split(",")))
 
 
 def default_max_recursion_depth() -> int:
@@ -58,7 +63,7 @@ class _EngineTLS(threading.local):
     total_depth = 0            # reentrant depth of the graph task being driven
     local_ready_queue = None   # this thread's ready queue (kept across calls)
     current_graph_task = None  # for queue_callback and the execution order
-    checkpoint_valid = True
+    engine = None              # the engine this thread works for (reentrant calls use it)
 
 
 TLS = _EngineTLS()
@@ -191,6 +196,7 @@ class Engine:
             # A plain backward: this thread becomes the CPU worker of the
             # graph task and drives it until it completes.
             tls.worker_device = CPU_DEVICE
+            tls.engine = self
             graph_task.owner = CPU_DEVICE
             graph_task.outstanding_tasks += 1
             queue.push(node_task(graph_task, graph_root, input_buffer))
@@ -200,6 +206,7 @@ class Engine:
                 self.thread_main(graph_task)
             finally:
                 tls.worker_device = NO_DEVICE
+                tls.engine = None
                 STATE.grad_enabled = prev_grad_mode
         else:
             # Note [Reentrant backwards]
@@ -265,7 +272,7 @@ class Engine:
                 # Send it an empty task so it wakes, sees the graph task
                 # completed and returns. Not needed when we are the owner.
                 owner = local_task.owner
-                if tls.worker_device != owner:
+                if tls.worker_device != owner and "lost_wakeup" not in FAULTS:
                     with local_task.lock:
                         local_task.outstanding_tasks += 1
                     self.ready_queue_by_index(local_task, owner).push(wakeup_task(local_task))
@@ -424,6 +431,7 @@ class Engine:
         tls = TLS
         tls.worker_device = index
         tls.local_ready_queue = queue
+        tls.engine = self
         try:
             self.thread_main(None)
         finally:
@@ -449,6 +457,7 @@ class Engine:
     def _reentrant_thread_main(self):
         pool = self._thread_pool
         tls = TLS
+        tls.engine = self
         while True:
             with pool.cv:
                 pool.num_workers += 1
@@ -629,6 +638,11 @@ _default_engine = None
 _default_lock = threading.Lock()
 
 
+def current_engine() -> Engine:
+    """The engine running on this thread (for reentrant calls), else the default one."""
+    return TLS.engine or get_default_engine()
+
+
 def get_default_engine() -> Engine:
     global _default_engine
     engine = _default_engine
@@ -699,5 +713,3 @@ def predicted_execution_order(roots, exec_info=None):
             tiebreak += 1
     return out
 
-
-del sys

@@ -8,7 +8,9 @@ did not require grad (PyTorch's invalid edge).
 """
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from ..devices import CPU, device_of
 from .state import next_sequence_nr
 
 UINT64_MAX = 2**64 - 1
+_RACY = "racy_accumulate" in os.environ.get("GRADCLI_FAULT", "")  # see engine.FAULTS
 
 ERR_BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved "
@@ -197,6 +200,11 @@ class AccumulateGrad(Node):
         if new_grad is None:
             return []
         var = self.variable
+        if _RACY:
+            old = var.grad
+            time.sleep(0)       # planted fault: lets another thread's update be lost
+            var.grad = new_grad if old is None else old + new_grad
+            return []
         with self.lock:
             # Never add in place: ``new_grad`` may be shared with another edge.
             var.grad = new_grad if var.grad is None else var.grad + new_grad

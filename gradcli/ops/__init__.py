@@ -1,6 +1,7 @@
 """The op library: ``OPS`` maps a graph file's op name to its ``Op``."""
 from ..autograd.tensor import Tensor
 from . import library as _library
+from . import reentrant as _reentrant  # noqa: F401 - registers reenter
 from .core import OPS, Arg, Op, OpBackward, defvjp, primitive
 from .library import *  # noqa: F401,F403 - the ops as functions: add, mul, matmul, ...
 from .library import BackwardFailure

@@ -1,0 +1,520 @@
+"""``gradcli stress``: prove that graphs and the engine hold under reentrancy,
+concurrency, errors, shutdown and perturbed interleavings.
+
+Each scenario runs checks in a loop (bounded by iterations and a deadline)
+on a fresh Engine, then stops the engine and counts threads left behind.
+A watchdog dumps every thread's stack and exits non-zero on a hang.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork")
+
+
+@dataclasses.dataclass
+class ScenarioResult:
+    name: str
+    iterations: int = 0
+    failures: list = dataclasses.field(default_factory=list)
+    latencies: list = dataclasses.field(default_factory=list)
+    peak_threads: int = 0
+    leaked_threads: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self):
+        return not self.failures and self.leaked_threads == 0
+
+    def percentile(self, q):
+        if not self.latencies:
+            return None
+        data = sorted(self.latencies)
+        return data[min(len(data) - 1, int(q * len(data)))]
+
+    def to_json(self):
+        return {"scenario": self.name, "iterations": self.iterations,
+                "failures": self.failures[:20], "failure_count": len(self.failures),
+                "p50_s": self.percentile(0.5), "p99_s": self.percentile(0.99),
+                "peak_threads": self.peak_threads, "leaked_threads": self.leaked_threads,
+                "seconds": self.seconds, "ok": self.ok}
+
+
+class Context:
+    def __init__(self, threads, iterations, deadline, seed, deterministic, graphs):
+        self.threads = threads
+        self.iterations = iterations
+        self.deadline = deadline
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.deterministic = deterministic
+        self.graphs = graphs
+
+    def time_left(self):
+        return self.deadline - time.monotonic()
+
+
+# -- helpers -----------------------------------------------------------------------
+def _T(data, requires_grad=False):
+    from .autograd import Tensor
+
+    return Tensor(np.asarray(data, dtype=np.float64), requires_grad=requires_grad)
+
+
+def _timed(result, fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    result.latencies.append(time.perf_counter() - t0)
+    result.peak_threads = max(result.peak_threads, threading.active_count())
+    return out
+
+
+def _check(result, cond, message):
+    if not cond:
+        result.failures.append(message)
+
+
+def _close(a, b, deterministic=False):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.array_equal(a, b) if deterministic else np.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _engine_threads(engine):
+    return [t for t in engine.live_threads()]
+
+
+def _chain(x, n, ops, rng, device=None, fail_at=None, jitter_ms=0):
+    """y = (x * 1.5 + 0.25) repeated, with optional failure and delay nodes."""
+    y = x
+    if device is not None:
+        y = ops.to(y, device=device)
+    for i in range(n):
+        y = ops.add(ops.mul(y, np.float64(1.5)), np.float64(0.25))
+        if jitter_ms:
+            y = ops.delay(y, ms=0, jitter_ms=jitter_ms, seed=rng.randrange(2**31))
+        if fail_at == i:
+            y = ops.fail(y, message=f"planted failure at step {i}")
+    if device is not None:
+        y = ops.to(y, device="cpu")
+    return ops.sum_(y)
+
+
+# -- scenarios -------------------------------------------------------------------------
+def scenario_reentrant(ctx, result):
+    from . import ops
+    from .autograd import Engine, backward
+    from .ops.reentrant import CheckpointOp
+    from .graph import OpSpec
+
+    engine = Engine()
+    try:
+        depths = [5000, 200, 1000]
+        i = 0
+        while i < ctx.iterations and ctx.time_left() > 0:
+            depth = depths[i % len(depths)]
+            # Deep reentrant backward through the pool.
+            x = _T(np.ones(4), True)
+            y = ops.sum_(ops.mul(ops.OPS["reenter"](x, depth=depth), np.full(4, 3.0)))
+            _timed(result, backward, y, engine=engine)
+            _check(result, _close(x.grad, np.full(4, 3.0)), f"reenter depth {depth}: grad {x.grad}")
+            # Reentrant backward from a device thread.
+            x = _T(np.ones(4), True)
+            xs = ops.to(x, device="sim:0")
+            y = ops.sum_(ops.to(ops.OPS["reenter"](ops.mul(xs, np.float64(2.0)), depth=150), device="cpu"))
+            _timed(result, backward, y, engine=engine)
+            _check(result, _close(x.grad, np.full(4, 2.0)), f"reenter on sim:0: grad {x.grad}")
+            # 100 nested checkpoints.
+            op = None
+            body = [OpSpec(0, "sq", "sq", ops.OPS["mul"], ["a", "a"], ["b"], {})]
+            for level in range(100):
+                inner = body
+                op = CheckpointOp(inner, ["a"], ["b"])
+                body = [OpSpec(0, f"ckpt{level}", f"ckpt{level}", op, ["a"], ["b"], {})]
+            x = _T(np.array([0.5, -1.0]), True)
+            (out,) = op(x)
+            _timed(result, backward, ops.sum_(out), engine=engine)
+            _check(result, _close(x.grad, 2 * np.array([0.5, -1.0])), f"nested checkpoints: grad {x.grad}")
+            result.iterations += 1
+            i += 1
+    finally:
+        engine.stop()
+        _wait_gone(engine, result)
+
+
+def _run_threads(n, target):
+    errors = []
+
+    def wrap(k):
+        try:
+            target(k)
+        except Exception as exc:  # noqa: BLE001 - reported as a failure
+            errors.append(f"thread {k}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=wrap, args=(k,), name=f"stress-{k}") for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def scenario_concurrent(ctx, result):
+    from . import ops
+    from .autograd import Engine, backward
+
+    engine = Engine()
+    try:
+        i = 0
+        while i < ctx.iterations and ctx.time_left() > 0:
+            device = None if i % 2 == 0 else f"sim:{i % 2}"
+            # Separate graphs, one per thread.
+            expected = 1.5 ** 20
+
+            def separate(k):
+                x = _T(np.full(8, 1.0 + k), True)
+                y = _chain(x, 20, ops, ctx.rng, device=device)
+                _timed(result, backward, y, engine=engine)
+                if not _close(x.grad, np.full(8, expected)):
+                    raise AssertionError(f"separate graph grad {x.grad[:2]} != {expected}")
+
+            result.failures.extend(_run_threads(ctx.threads, separate))
+            # One graph shared by all threads, with retain_graph: exactly N accumulations.
+            x = _T(np.full(8, 0.5), True)
+            y = _chain(x, 20, ops, ctx.rng, device=device)
+            result.failures.extend(_run_threads(
+                ctx.threads, lambda k: _timed(result, backward, y, retain_graph=True, engine=engine)))
+            _check(result, _close(x.grad, np.full(8, expected * ctx.threads)),
+                   f"shared graph on {device or 'cpu'}: grad {x.grad[0]} != {expected * ctx.threads}")
+            # Shared graph without retain_graph: one wins, the others get the
+            # "backward through the graph a second time" error; nothing hangs.
+            x = _T(np.full(8, 0.5), True)
+            y = ops.sum_(ops.mul(ops.exp(x), x))
+            outcomes = []
+
+            def racer(k):
+                try:
+                    backward(y, engine=engine)
+                    outcomes.append("ok")
+                except RuntimeError as exc:
+                    outcomes.append("twice" if "second time" in str(exc) else f"other: {exc}")
+
+            _run_threads(ctx.threads, racer)
+            _check(result, outcomes.count("ok") >= 1 and all(o in ("ok", "twice") for o in outcomes),
+                   f"racing backwards on one graph: {outcomes}")
+            result.iterations += 1
+            i += 1
+    finally:
+        engine.stop()
+        _wait_gone(engine, result)
+
+
+def scenario_errors(ctx, result):
+    from . import ops
+    from .autograd import Engine, backward
+    from .ops import BackwardFailure
+
+    engine = Engine()
+    try:
+        i = 0
+        while i < ctx.iterations and ctx.time_left() > 0:
+            device = None if i % 2 == 0 else "sim:0"
+            fail_at = ctx.rng.randrange(30)
+            x = _T(np.ones(8), True)
+            y = _chain(x, 30, ops, ctx.rng, device=device, fail_at=fail_at)
+            try:
+                _timed(result, backward, y, engine=engine)
+                result.failures.append(f"planted failure at step {fail_at} did not reach the caller")
+            except BackwardFailure as exc:
+                _check(result, f"step {fail_at}" in str(exc), f"wrong error: {exc}")
+                _check(result, getattr(exc, "gradcli_node", None) is not None
+                       and exc.gradcli_node.name == "FailBackward0", "error does not name its node")
+            # The engine stays usable.
+            x = _T(np.ones(8), True)
+            _timed(result, backward, _chain(x, 30, ops, ctx.rng, device=device), engine=engine)
+            _check(result, _close(x.grad, np.full(8, 1.5 ** 30)), "engine unusable after an error")
+            result.iterations += 1
+            i += 1
+    finally:
+        engine.stop()
+        _wait_gone(engine, result)
+
+
+def scenario_shutdown(ctx, result):
+    from . import ops
+    from .autograd import Engine, backward
+
+    i = 0
+    while i < ctx.iterations and ctx.time_left() > 0:
+        engine = Engine()
+        x = _T(np.ones(4), True)
+        _timed(result, backward, _chain(x, 5, ops, ctx.rng, device="sim:0"), engine=engine)
+        _check(result, _close(x.grad, np.full(4, 1.5 ** 5)), "wrong gradient before stop")
+        engine.stop()
+        _wait_gone(engine, result, label=f"idle stop #{i}")
+        result.iterations += 1
+        i += 1
+    # Stop with work in flight: must return within the wait limit.
+    engine = Engine()
+    x = _T(np.ones(4), True)
+    y = ops.to(ops.sum_(ops.delay(ops.to(x, device="sim:0"), ms=1500)), device="cpu")
+    worker = threading.Thread(target=lambda: _swallow(backward, y, engine=engine), daemon=True)
+    worker.start()
+    time.sleep(0.2)
+    old = os.environ.get("GRADCLI_SHUTDOWN_WAIT_LIMIT")
+    os.environ["GRADCLI_SHUTDOWN_WAIT_LIMIT"] = "0.3"
+    t0 = time.monotonic()
+    try:
+        engine.stop()
+    finally:
+        if old is None:
+            os.environ.pop("GRADCLI_SHUTDOWN_WAIT_LIMIT", None)
+        else:
+            os.environ["GRADCLI_SHUTDOWN_WAIT_LIMIT"] = old
+    _check(result, time.monotonic() - t0 < 1.2, "stop() with work in flight overran its wait limit")
+    worker.join(5)
+    # A process that exits while a device thread is busy exits within the limit.
+    code = ("import numpy as np, threading, gradcli.ops as O\n"
+            "from gradcli.autograd import Tensor, backward\n"
+            "x = Tensor(np.ones(3), requires_grad=True)\n"
+            "y = O.to(O.sum_(O.delay(O.to(x, device='sim:0'), ms=20000)), device='cpu')\n"
+            "threading.Thread(target=backward, args=(y,), daemon=True).start()\n"
+            "import time; time.sleep(0.3)\n")
+    env = dict(os.environ, GRADCLI_SHUTDOWN_WAIT_LIMIT="1")
+    t0 = time.monotonic()
+    try:
+        subprocess.run([sys.executable, "-c", code], env=env, timeout=15, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _check(result, time.monotonic() - t0 < 10, "exiting process waited too long for engine threads")
+    except subprocess.TimeoutExpired:
+        result.failures.append("a process with busy device threads did not exit (hang at exit)")
+    result.iterations += 1
+
+
+def _swallow(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def scenario_chaos(ctx, result):
+    from . import ops
+    from .autograd import Engine, backward, set_multithreading_enabled
+
+    engine = Engine()
+    try:
+        i = 0
+        while i < ctx.iterations and ctx.time_left() > 0:
+            seed = ctx.rng.randrange(2**31)
+
+            def build():
+                rng = random.Random(seed)
+                x = _T(np.linspace(0.1, 1.0, 16), True)
+                branches = []
+                for b in range(4):
+                    dev = f"sim:{b % 2}"
+                    y = ops.to(x, device=dev)
+                    for _ in range(6):
+                        y = ops.delay(ops.add(ops.mul(y, np.float64(1.0 + 0.1 * b)), np.float64(0.01)),
+                                      ms=0, jitter_ms=2, seed=rng.randrange(2**31))
+                    branches.append(ops.to(y, device="cpu"))
+                total = branches[0]
+                for br in branches[1:]:
+                    total = ops.add(total, br)
+                return x, ops.sum_(ops.mul(total, total))
+
+            x_ref, y_ref = build()
+            with set_multithreading_enabled(False):
+                backward(y_ref, engine=engine, deterministic=ctx.deterministic)
+            x, y = build()
+            _timed(result, backward, y, engine=engine, deterministic=ctx.deterministic)
+            _check(result, _close(x.grad, x_ref.grad, ctx.deterministic),
+                   f"chaos run differs from the single-threaded reference "
+                   f"(max diff {float(np.max(np.abs(x.grad - x_ref.grad))):.3g})")
+            # A graph living wholly on a device: every node runs on its device
+            # thread, which must wake the caller when the graph task completes.
+            from .devices import to_device, on_device
+
+            dev = f"sim:{i % 2}"
+            from .devices import device as parse_device
+
+            xs = _T(np.ones(4), True)
+            xs.data = on_device(to_device(xs.data, parse_device(dev)), parse_device(dev))
+            ys = ops.sum_(ops.mul(ops.delay(xs, ms=0, jitter_ms=2, seed=seed), xs))
+            _timed(result, backward, ys, engine=engine)
+            _check(result, _close(np.asarray(xs.grad), np.full(4, 2.0)), f"all-{dev} graph: grad {xs.grad}")
+            result.iterations += 1
+            i += 1
+    finally:
+        engine.stop()
+        _wait_gone(engine, result)
+
+
+def _fork_child_uses_engine(conn_w):
+    pass
+
+
+def scenario_fork(ctx, result):
+    import multiprocessing as mp
+
+    from . import ops
+    from .autograd import Engine, backward
+
+    if not hasattr(os, "fork"):
+        result.iterations += 1
+        return
+    engine = Engine()
+    x = _T(np.ones(3), True)
+    backward(_chain(x, 3, ops, ctx.rng, device="sim:0"), engine=engine)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the engine's threads did not survive the fork
+        os.close(r)
+        try:
+            xx = _T(np.ones(3), True)
+            backward(_chain(xx, 3, ops, random.Random(0), device="sim:0"), engine=engine)
+            msg = b"no error"
+        except RuntimeError as exc:
+            msg = b"ok" if b"fork" in str(exc).encode() else str(exc).encode()[:200]
+        except BaseException as exc:  # noqa: BLE001
+            msg = repr(exc).encode()[:200]
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        result.failures.append("forked child hung using the parent's engine")
+    message = os.read(r, 1000)
+    os.close(r)
+    _check(result, message == b"ok", f"forked child: expected the fork error, got {message!r}")
+    engine.stop()
+    _wait_gone(engine, result)
+    with mp.get_context("spawn").Pool(1) as pool:
+        value = pool.apply_async(_spawn_child).get(timeout=60)
+    _check(result, value == 1.5 ** 3, f"spawned child computed {value}")
+    result.iterations += 1
+
+
+def _spawn_child():
+    from . import ops
+    from .autograd import Engine, backward
+
+    engine = Engine()
+    x = _T(np.ones(3), True)
+    backward(_chain(x, 3, ops, random.Random(0), device="sim:0"), engine=engine)
+    engine.stop()
+    return float(x.grad[0])
+
+
+def scenario_graphs(ctx, result):
+    """Stress given graph files: concurrent runs must equal a single-threaded reference."""
+    from .autograd import Engine
+    from .errors import BackwardError
+
+    engine = Engine()
+    try:
+        for path, load in ctx.graphs:
+            ref_graph = load()
+            try:
+                ref = ref_graph.run(multithreading=False, engine=engine, deterministic=ctx.deterministic)
+                ref_error = None
+            except BackwardError as exc:
+                ref, ref_error = None, type(exc.cause)
+            i = 0
+            while i < ctx.iterations and ctx.time_left() > 0:
+                graphs = [load() for _ in range(ctx.threads)]
+
+                def one(k):
+                    try:
+                        res = _timed(result, graphs[k].run, engine=engine, deterministic=ctx.deterministic)
+                    except BackwardError as exc:
+                        if ref_error is None or not isinstance(exc.cause, ref_error):
+                            raise
+                        return
+                    if ref is None:
+                        raise AssertionError("expected the backward to fail as in the reference")
+                    for name, g in ref.grads.items():
+                        if g is not None and not _close(_host(res.grads[name]), _host(g), ctx.deterministic):
+                            raise AssertionError(f"{path}: gradient of {name} differs from the reference")
+
+                result.failures.extend(_run_threads(ctx.threads, one))
+                result.iterations += 1
+                i += 1
+    finally:
+        engine.stop()
+        _wait_gone(engine, result)
+
+
+def _host(a):
+    from .graph import _host as host
+
+    return host(a)
+
+
+def _wait_gone(engine, result, label="engine"):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and engine.live_threads():
+        time.sleep(0.01)
+    leaked = len(engine.live_threads())
+    result.leaked_threads += leaked
+    if leaked:
+        result.failures.append(f"{label}: {leaked} thread(s) still alive after stop()")
+
+
+RUNNERS = {"reentrant": scenario_reentrant, "concurrent": scenario_concurrent,
+           "errors": scenario_errors, "shutdown": scenario_shutdown, "chaos": scenario_chaos,
+           "fork": scenario_fork}
+
+
+def run_scenarios(names, ctx, progress=None):
+    results = []
+    per = None
+    for k, name in enumerate(names):
+        remaining = max(ctx.deadline - time.monotonic(), 0)
+        # Share what is left of --duration fairly among the scenarios still to run.
+        per = remaining / (len(names) - k)
+        sub = Context(ctx.threads, ctx.iterations, time.monotonic() + per, ctx.rng.randrange(2**31),
+                      ctx.deterministic, ctx.graphs)
+        result = ScenarioResult(name)
+        t0 = time.monotonic()
+        try:
+            (scenario_graphs if name == "graphs" else RUNNERS[name])(sub, result)
+        except Exception as exc:  # noqa: BLE001 - a scenario that breaks is a failure
+            result.failures.append(f"{type(exc).__name__}: {exc}")
+        result.seconds = time.monotonic() - t0
+        results.append(result)
+        if progress:
+            progress(result)
+    return results
+
+
+def junit_xml(results) -> str:
+    import xml.etree.ElementTree as ET
+
+    suite = ET.Element("testsuite", name="gradcli.stress", tests=str(len(results)),
+                       failures=str(sum(not r.ok for r in results)),
+                       time=f"{sum(r.seconds for r in results):.3f}")
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname="gradcli.stress", name=r.name,
+                             time=f"{r.seconds:.3f}")
+        if not r.ok:
+            msgs = r.failures or [f"{r.leaked_threads} thread(s) leaked"]
+            fail = ET.SubElement(case, "failure", message=msgs[0][:200])
+            fail.text = "\n".join(msgs[:50])
+    return ET.tostring(suite, encoding="unicode")

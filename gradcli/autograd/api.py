@@ -71,10 +71,15 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if retain_graph is None:
         retain_graph = create_graph
     outputs = []
-    for t in _as_list(inputs) or ():
+    inputs = _as_list(inputs)
+    if inputs is not None and not inputs:
+        raise RuntimeError("'inputs' argument to backward() cannot be empty.")
+    for t in inputs or ():
         edge = t.gradient_edge()
         if edge is None:
             raise RuntimeError("One of the differentiated Tensors does not require grad")
+        if t.grad_fn is not None:
+            t.retain_grad()          # a non-leaf input accumulates into its .grad
         outputs.append(edge)
     engine = engine or current_engine()
     engine.execute(_root_edges(tensors), grads, retain_graph, create_graph, True, outputs,

@@ -671,15 +671,15 @@ atexit.register(_stop_default_engine_at_exit)
 
 
 def get_current_graph_task_execution_order():
-    """The nodes of the current backward in the order they will run.
+    """The nodes of the current backward in the order a single thread runs them.
 
-    Valid only with multithreading disabled; like PyTorch it walks the
-    graph from the roots with a max-heap on sequence_nr.
+    Valid only during a backward with multithreading disabled.
     """
     graph_task = TLS.current_graph_task
     if graph_task is None:
-        return []
-    if graph_task.multithreading and STATE.multithreading_enabled:
+        raise RuntimeError("get_current_graph_task_execution_order should only be called "
+                           "during the backward pass")
+    if graph_task.multithreading:
         raise RuntimeError(
             "get_current_graph_task_execution_order expects the current backward to be "
             "executed with multithreading disabled, e.g. by running:\n\n"
@@ -689,27 +689,50 @@ def get_current_graph_task_execution_order():
 
 
 def predicted_execution_order(roots, exec_info=None):
+    """Simulate a single-threaded backward from ``roots``: the order nodes would run.
+
+    Like the engine, a node becomes ready when every edge into it has
+    delivered (dependency counts), and among ready nodes the highest
+    sequence_nr runs first. Nodes that ``exec_info`` rules out are skipped.
+    """
     import heapq  # noqa: PLC0415
 
-    out, seen, heap, tiebreak = [], set(), [], 0
+    def wanted(fn):
+        if not exec_info:
+            return True
+        info = exec_info.get(fn)
+        return info is not None and info.should_execute()
+
+    dependencies = {}
+    stack, seen = list(roots), set(roots)
     for root in roots:
-        heapq.heappush(heap, (-root.sequence_nr, tiebreak, root))
-        tiebreak += 1
-    while heap:
-        _, _, fn = heapq.heappop(heap)
-        if fn in seen:
-            continue
-        seen.add(fn)
-        out.append(fn)
+        dependencies[root] = dependencies.get(root, 0) + 1   # the virtual GraphRoot's edge
+    while stack:
+        fn = stack.pop()
         for edge in fn.next_edges:
             if edge is None:
                 continue
             nxt = edge[0]
-            if exec_info:
-                info = exec_info.get(nxt)
-                if info is None or not info.should_execute():
-                    continue
-            heapq.heappush(heap, (-nxt.sequence_nr, tiebreak, nxt))
-            tiebreak += 1
-    return out
+            dependencies[nxt] = dependencies.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    out, heap, tiebreak = [], [], 0
 
+    def deliver(fn):
+        nonlocal tiebreak
+        dependencies[fn] -= 1
+        if dependencies[fn] == 0 and wanted(fn):
+            heapq.heappush(heap, (-fn.sequence_nr, tiebreak, fn))
+            tiebreak += 1
+
+    for root in dict.fromkeys(roots):
+        for _ in range(roots.count(root)):
+            deliver(root)
+    while heap:
+        _, _, fn = heapq.heappop(heap)
+        out.append(fn)
+        for edge in fn.next_edges:
+            if edge is not None:
+                deliver(edge[0])
+    return out

@@ -9,6 +9,7 @@ did not require grad (PyTorch's invalid edge).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -206,8 +207,23 @@ class AccumulateGrad(Node):
             var.grad = new_grad if old is None else old + new_grad
             return []
         with self.lock:
-            # Never add in place: ``new_grad`` may be shared with another edge.
-            var.grad = new_grad if var.grad is None else var.grad + new_grad
+            old = var.grad
+            if old is None:
+                # Note [Stealing gradients]: keep the incoming array itself only
+                # when nothing else refers to it (the grads list, the local name
+                # and getrefcount's argument make 3) and it owns writable memory;
+                # else copy, so that .grad never aliases another leaf's gradient
+                # or the caller's array (PyTorch's AccumulateGrad does the same).
+                if (sys.getrefcount(new_grad) <= 3 and isinstance(new_grad, np.ndarray)
+                        and new_grad.flags.owndata and new_grad.flags.writeable):
+                    var.grad = new_grad
+                else:
+                    var.grad = new_grad.copy()
+            elif (isinstance(old, np.ndarray) and old.flags.writeable
+                    and old.shape == np.shape(new_grad)):
+                old += new_grad             # in place, as PyTorch without create_graph
+            else:
+                var.grad = old + new_grad
         return []
 
 

@@ -102,8 +102,14 @@ def _pow_grad_exponent(g, ans, x, y):
                        y.shape)
 
 
-defvjp(pow_, lambda g, ans, x, y: unbroadcast(mul(g, mul(y, pow_(x, sub(y, 1)))), x.shape),
-       _pow_grad_exponent)
+def _pow_grad_base(g, ans, x, y):
+    # d/dx x**y = y * x**(y-1); 0 where y == 0 (PyTorch's pow_backward_self), not 0 * inf.
+    zero = y == 0
+    grad = mul(g, mul(y, pow_(x, sub(y, np.ones((), dtype=np.result_type(y, 1))))))
+    return unbroadcast(where(zero, np.zeros((), dtype=ans.dtype), grad), x.shape)
+
+
+defvjp(pow_, _pow_grad_base, _pow_grad_exponent)
 
 
 @primitive("maximum", "MaximumBackward0", arity=2)
@@ -118,15 +124,17 @@ def minimum(x, y):
     return np.minimum(x, y)
 
 
-def _select_grad(g, x, y, pick, shape):
-    share = np.where(pick(x, y), 1.0, np.where(x == y, 0.5, 0.0)).astype(g.dtype)
+def _select_grad(g, x, y, loses, shape):
+    # PyTorch: half each on a tie, none to the operand that lost, all otherwise
+    # (so a NaN operand, which neither wins nor loses, gets the whole gradient).
+    share = np.where(x == y, 0.5, np.where(loses(x, y), 0.0, 1.0)).astype(g.dtype)
     return unbroadcast(mul(g, share), shape)
 
 
-defvjp(maximum, lambda g, ans, x, y: _select_grad(g, x, y, np.greater, x.shape),
-       lambda g, ans, x, y: _select_grad(g, y, x, np.greater, y.shape))
-defvjp(minimum, lambda g, ans, x, y: _select_grad(g, x, y, np.less, x.shape),
+defvjp(maximum, lambda g, ans, x, y: _select_grad(g, x, y, np.less, x.shape),
        lambda g, ans, x, y: _select_grad(g, y, x, np.less, y.shape))
+defvjp(minimum, lambda g, ans, x, y: _select_grad(g, x, y, np.greater, x.shape),
+       lambda g, ans, x, y: _select_grad(g, y, x, np.greater, y.shape))
 
 
 @primitive("where", "WhereBackward0", arity=3)
@@ -208,7 +216,8 @@ def relu(x):
     return np.maximum(x, np.zeros((), x.dtype))
 
 
-defvjp(relu, lambda g, ans, x: mul(g, (ans > 0).astype(g.dtype)))
+# threshold_backward: zero where x <= 0, so a NaN input passes its gradient on.
+defvjp(relu, lambda g, ans, x: mul(g, np.logical_not(ans <= 0).astype(g.dtype)))
 
 
 @primitive("abs", "AbsBackward0")
@@ -318,7 +327,7 @@ def _extreme_vjp(g, ans, x, axis=None, keepdims=False):
     shape = x.shape
     a = ans if keepdims else np.reshape(
         ans, tuple(1 if i in _normalize_axes(axis, len(shape)) else s for i, s in enumerate(shape)))
-    hit = (x == a)
+    hit = (x == a) | (np.isnan(x) & np.isnan(a))    # a NaN result came from the NaNs
     if isinstance(axis, int):
         # max(dim) returns one index per slice: the first maximum gets it all.
         first = np.cumsum(hit, axis=axis) == 1
@@ -378,8 +387,14 @@ defvjp(transpose, _transpose_vjp)
 
 @primitive("expand", "ExpandBackward0", saves=False, args={"shape": Arg(check=A.shape)})
 def expand(x, shape):
-    """broadcast to shape (a view)"""
-    return np.broadcast_to(x, shape)
+    """broadcast to shape (a view); -1 keeps that axis's size, as in PyTorch"""
+    lead = len(shape) - x.ndim
+    if lead < 0:
+        raise ValueError(f"expand: shape {list(shape)} has fewer axes than the input {list(x.shape)}")
+    full = tuple(x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
+    if any(s < 0 for s in full):
+        raise ValueError(f"expand: -1 is not allowed for a new leading axis in {list(shape)}")
+    return np.broadcast_to(x, full)
 
 
 defvjp(expand, lambda g, ans, x, shape: unbroadcast(g, x.shape))
@@ -448,7 +463,10 @@ stack.vjps = _VariadicVJPs(_stack_vjp)
 
 def _split_points(n, sections=None, indices=None):
     if indices is not None:
-        return list(indices)
+        points = list(indices)
+        if any(not 0 <= p <= n for p in points) or points != sorted(points):
+            raise ValueError(f"split: indices {points} must be increasing and within [0, {n}]")
+        return points
     if sections is None or sections < 1:
         raise ValueError("split needs sections (a positive int) or indices")
     if n % sections:

@@ -89,6 +89,9 @@ class Result:
     def to_json(self, with_data=True):
         grads = {}
         for name, g in self.grads.items():
+            if g is None:               # an unused input (allow_unused)
+                grads[name] = None
+                continue
             arr = _host(g)
             entry = {"shape": list(arr.shape), "dtype": str(arr.dtype), "device": _device_str(g)}
             if with_data:
@@ -98,7 +101,7 @@ class Result:
                 "timing": {"forward_s": self.forward_s, "backward_s": self.backward_s}}
 
     def save_npz(self, path):
-        np.savez(path, **{name: _host(g) for name, g in self.grads.items()})
+        np.savez(path, **{name: _host(g) for name, g in self.grads.items() if g is not None})
 
 
 def _host(array):

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections import deque
 from time import perf_counter
 
@@ -519,6 +520,10 @@ class Engine:
             for _ in pool.threads:
                 pool.graphtasks_queue.append(None)
             pool.cv.notify_all()
+        if not forked and wait_limit > 0:
+            deadline = time.monotonic() + wait_limit
+            for thread in pool.threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def live_threads(self):
         return [t for t in self.device_threads + self._thread_pool.threads if t.is_alive()]

@@ -1,0 +1,217 @@
+"""Reentrant backward (reenter, checkpoint), deterministic mode, and `gradcli stress`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradcli.ops as O
+from gradcli.autograd import Engine, Tensor, backward, set_multithreading_enabled
+from gradcli.autograd.engine import default_max_recursion_depth
+from gradcli.graph import OpSpec
+from gradcli.ops.reentrant import CheckpointOp
+
+
+def _reenter_loss(x, depth, scale=3.0):
+    return O.sum_(O.mul(O.OPS["reenter"](x, depth=depth), np.full(x.shape, scale)))
+
+
+@pytest.mark.timeout(60)
+def test_default_depth_never_hits_recursion_limit():
+    """The default depth limit (60 levels, ~9 frames each) stays inside Python's
+    recursion limit even when backward is called from 300 frames deep."""
+    assert default_max_recursion_depth() == 60
+    engine = Engine()
+
+    def deep(n):
+        if n:
+            return deep(n - 1)
+        x = Tensor(np.ones(3), requires_grad=True)
+        backward(_reenter_loss(x, 400), engine=engine)
+        return x.grad
+
+    try:
+        np.testing.assert_array_equal(deep(300), np.full(3, 3.0))
+    finally:
+        engine.stop()
+
+
+@pytest.mark.timeout(60)
+def test_deep_reenter_uses_and_reuses_pool_threads():
+    """Mirrors test_autograd.py::TestAutograd::test_deep_reentrant: 5,000 levels."""
+    engine = Engine()
+    try:
+        x = Tensor(np.ones(4), requires_grad=True)
+        backward(_reenter_loss(x, 5000), engine=engine)
+        np.testing.assert_array_equal(x.grad, np.full(4, 3.0))
+        pool = len(engine._thread_pool.threads)
+        assert pool >= 5000 // 61          # one pool thread per 60 levels past the first
+        x.grad = None
+        backward(_reenter_loss(x, 5000), engine=engine)
+        np.testing.assert_array_equal(x.grad, np.full(4, 3.0))
+        assert len(engine._thread_pool.threads) == pool      # reused, none created
+    finally:
+        engine.stop()
+    assert not engine.live_threads()
+
+
+@pytest.mark.timeout(60)
+def test_depth_limit_env_override(monkeypatch):
+    monkeypatch.setenv("GRADCLI_MAX_REENTRANT_DEPTH", "5")
+    engine = Engine()
+    try:
+        assert engine.max_recursion_depth == 5
+        x = Tensor(np.ones(2), requires_grad=True)
+        backward(_reenter_loss(x, 30), engine=engine)
+        np.testing.assert_array_equal(x.grad, np.full(2, 3.0))
+        assert len(engine._thread_pool.threads) >= 4
+    finally:
+        engine.stop()
+
+
+@pytest.mark.timeout(60)
+def test_reenter_from_device_thread():
+    """Reentrant backward works from a device thread and across devices."""
+    engine = Engine()
+    try:
+        x = Tensor(np.ones(3), requires_grad=True)
+        xs = O.to(x, device="sim:0")
+        y = O.sum_(O.to(O.mul(O.OPS["reenter"](xs, depth=200), np.float64(2.0)), device="cpu"))
+        trace = []
+        backward(y, engine=engine, trace=trace)
+        np.testing.assert_array_equal(x.grad, np.full(3, 2.0))
+        import threading
+
+        names = {t.ident: t.name for t in threading.enumerate()}
+        threads = {names.get(rec[1], "") for rec in trace if rec[0].name == "ReenterBackward0"}
+        assert any(n.startswith("gradcli-device-sim:0") for n in threads)
+        assert max(rec[5] for rec in trace) == 200      # the deepest graph task's depth
+    finally:
+        engine.stop()
+
+
+def _nested_checkpoints(levels):
+    body = [OpSpec(0, "sq", "sq", O.OPS["mul"], ["a", "a"], ["b"], {})]
+    op = None
+    for level in range(levels):
+        op = CheckpointOp(body, ["a"], ["b"])
+        body = [OpSpec(0, f"c{level}", f"c{level}", op, ["a"], ["b"], {})]
+    return op
+
+
+@pytest.mark.timeout(60)
+def test_nested_checkpoints_give_the_plain_gradient():
+    engine = Engine()
+    try:
+        op = _nested_checkpoints(100)
+        x = Tensor(np.array([0.5, -1.5, 2.0]), requires_grad=True)
+        (out,) = op(x)
+        assert out.grad_fn.name == "CheckpointFunctionBackward"
+        backward(O.sum_(out), engine=engine)
+        np.testing.assert_allclose(x.grad, 2 * np.array([0.5, -1.5, 2.0]))
+    finally:
+        engine.stop()
+
+
+@pytest.mark.timeout(30)
+def test_checkpoint_backward_twice_fails_like_pytorch():
+    op = _nested_checkpoints(1)
+    x = Tensor(np.ones(2), requires_grad=True)
+    (out,) = op(x)
+    loss = O.sum_(out)
+    backward(loss)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        backward(loss)
+
+
+def _two_device_sum(seed):
+    """A node fed from two devices: arrival order of its contributions varies."""
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.normal(size=64) * 1e3, requires_grad=True)
+    parts = []
+    for b in range(6):
+        y = O.to(x, device=f"sim:{b % 2}")
+        y = O.delay(O.mul(y, np.float64(1.0 + 1e-7 * b)), ms=0, jitter_ms=1, seed=seed + b)
+        parts.append(O.to(y, device="cpu"))
+    total = parts[0]
+    for p in parts[1:]:
+        total = O.add(total, p)
+    return x, O.sum_(O.mul(total, total))
+
+
+@pytest.mark.timeout(60)
+def test_deterministic_mode_is_bit_identical_to_single_threaded():
+    engine = Engine()
+    try:
+        x_ref, y_ref = _two_device_sum(0)
+        with set_multithreading_enabled(False):
+            backward(y_ref, engine=engine, deterministic=True)
+        for seed in range(5):
+            x, y = _two_device_sum(seed * 10)
+            backward(y, engine=engine, deterministic=True)
+            assert np.array_equal(x.grad, x_ref.grad)
+    finally:
+        engine.stop()
+
+
+def _gradcli(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "gradcli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.timeout(150)
+def test_stress_all_scenarios_pass_with_json_and_junit(tmp_path):
+    junit = tmp_path / "stress.xml"
+    proc = _gradcli("stress", "--scenario", "reentrant", "--scenario", "concurrent",
+                    "--scenario", "errors", "--scenario", "chaos", "--scenario", "fork",
+                    "--iterations", "1", "--duration", "60", "--format", "json",
+                    "--junit", str(junit))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] and [s["scenario"] for s in doc["scenarios"]] == [
+        "reentrant", "concurrent", "errors", "chaos", "fork"]
+    assert all(s["leaked_threads"] == 0 and s["iterations"] >= 1 for s in doc["scenarios"])
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "0" and len(suite.findall("testcase")) == 5
+
+
+@pytest.mark.timeout(120)
+def test_stress_catches_racy_accumulation():
+    """A planted fault (AccumulateGrad without its lock) must fail `concurrent`."""
+    proc = _gradcli("stress", "--scenario", "concurrent", "--threads", "8", "--iterations", "3",
+                    "--format", "json", env={"GRADCLI_FAULT": "racy_accumulate"})
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert not doc["ok"] and any("shared graph" in f for f in doc["scenarios"][0]["failures"])
+
+
+@pytest.mark.timeout(120)
+def test_stress_watchdog_catches_lost_wakeup():
+    """A planted lost wake-up hangs the caller; the watchdog dumps stacks and fails."""
+    proc = _gradcli("stress", "--scenario", "chaos", "--timeout", "5", "--duration", "30",
+                    env={"GRADCLI_FAULT": "lost_wakeup"}, timeout=60)
+    assert proc.returncode != 0
+    assert "most recent call first" in proc.stderr       # faulthandler's stack dump
+    assert "gradcli-device" in proc.stderr or "Thread" in proc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_stress_shutdown_scenario():
+    proc = _gradcli("stress", "--scenario", "shutdown", "--iterations", "3", "--format", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["scenarios"][0]["leaked_threads"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_stress_given_graph_files():
+    proc = _gradcli("stress", "graphs/mlp.yaml", "--threads", "4", "--iterations", "2",
+                    "--format", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["scenarios"][0]["scenario"] == "graphs" and doc["scenarios"][0]["iterations"] == 2

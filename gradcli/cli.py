@@ -81,7 +81,9 @@ def _run_graph(graph, *, inputs, retain_graph, repeat, multithreading, determini
     except GraphError as exc:
         _error(str(exc), EXIT_INVALID)
     except BackwardError as exc:
-        _error(str(exc), EXIT_BACKWARD)
+        from .validate import describe_backward_error
+
+        _error(describe_backward_error(graph, exc), EXIT_BACKWARD)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -344,6 +346,10 @@ def _print_stress(results):
         for f in r.failures[:10]:
             console.print(f"  {r.name}: {f}")
 
+
+from .validate import add_validate_command  # noqa: E402 - registers `gradcli validate`
+
+add_validate_command(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 
 from . import devices as D
-from .document import Document, parse_json, parse_yaml, read_document
+from .document import Document, decode_text, parse_json, parse_yaml, read_document
 from .errors import GraphError
 from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
 
@@ -31,6 +31,9 @@ OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "de
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
 EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
 LATER_OPS = {"checkpoint": "issue #4", "reenter": "issue #4", "custom": "issue #5"}
+MAX_DELAY_MS = 60_000       # a `delay` op may sleep at most this long per backward call
+# Ops whose inputs broadcast against each other (NumPy rules) into the output.
+BROADCASTING_OPS = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "where", "mse_loss"}
 
 
 def default_max_tensor_bytes() -> int:
@@ -63,6 +66,14 @@ def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
 def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Graph:  # noqa: A002
     """Like ``load`` for a document in a string (``format`` is yaml or json)."""
     display = f"<{name}>"
+    if format not in ("yaml", "json"):
+        raise ValueError(f"format must be 'yaml' or 'json', not {format!r}")
+    if isinstance(text, (bytes, bytearray)):
+        text = decode_text(bytes(text), display)
+    elif not isinstance(text, str):
+        raise TypeError(f"loads() takes the document as str or bytes, not {type(text).__name__}")
+    elif not text.strip():
+        raise GraphError("the document is empty", display)
     doc = parse_json(text, display) if format == "json" else parse_yaml(text, display)
     return _Loader(doc, os.path.abspath(base_dir), name, LoadOptions(**options)).graph()
 
@@ -104,7 +115,7 @@ class _Loader:
         data = self.doc.data
         if not isinstance(data, dict):
             self.fail(f"the document must be a mapping with version, tensors, ops and backward, "
-                      f"not a {_kind(data)}")
+                      f"not {_kind(data)}")
         self.check_keys(data, TOP_KEYS, (), None, "the top level")
         if "version" not in data:
             self.fail("missing required key 'version' (this tool reads version: 1)")
@@ -125,7 +136,7 @@ class _Loader:
 
         tensors = data["tensors"]
         if not isinstance(tensors, dict):
-            self.fail(f"tensors must be a mapping from name to tensor, not a {_kind(tensors)}",
+            self.fail(f"tensors must be a mapping from name to tensor, not {_kind(tensors)}",
                       ("tensors",))
         leaves = {}
         for tname, entry in tensors.items():
@@ -134,7 +145,7 @@ class _Loader:
 
         ops = data["ops"]
         if not isinstance(ops, list):
-            self.fail(f"ops must be a list, not a {_kind(ops)}", ("ops",))
+            self.fail(f"ops must be a list, not {_kind(ops)}", ("ops",))
         defined = {n: leaves[n].dtype for n in leaves}
         op_specs = [self.op(i, entry, defined) for i, entry in enumerate(ops)]
 
@@ -152,10 +163,10 @@ class _Loader:
     def leaf(self, name, entry, path, *, for_grad_root=False) -> LeafSpec:
         where = f"tensors.{name}" if path[0] == "tensors" else ".".join(str(p) for p in path)
         if not isinstance(entry, dict):
-            self.fail(f"a tensor entry must be a mapping, not a {_kind(entry)}", path, where)
+            self.fail(f"a tensor entry must be a mapping, not {_kind(entry)}", path, where)
         self.check_keys(entry, TENSOR_KEYS, path, where, "a tensor entry")
         dtype_name = entry.get("dtype", "float64")
-        if dtype_name not in DTYPES:
+        if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
             self.fail(f"unknown dtype {dtype_name!r} (expected one of {', '.join(DTYPES)})",
                       path + ("dtype",), where)
         dtype = np.dtype(DTYPES[dtype_name])
@@ -186,6 +197,7 @@ class _Loader:
             if shape is not None and array.shape != shape:
                 self.fail(f"shape {list(shape)} does not match value of shape {list(array.shape)}",
                           path, where)
+            self.check_size(array.shape, dtype, path, where)
             make = _constant(array)
             shape = array.shape
         elif source == "file":
@@ -200,8 +212,32 @@ class _Loader:
             make = self.init(name, init, dtype, path + ("init",), where)
         if shape is not None:
             self.check_size(shape, dtype, path, where)
+        make = self.guarded(make, source, path, where)
         return LeafSpec(name=name, shape=shape, dtype=dtype, device=device,
                         requires_grad=requires_grad, make=make, line=self.doc.line(*path))
+
+    def guarded(self, make, source, path, where):
+        """``make`` with its failures (at forward time) reported as GraphErrors."""
+        file, line = self.file, self.doc.line(*path)
+        budget = self.options.max_tensor_bytes
+
+        def guarded_make(shape=None):
+            if shape is not None:
+                nbytes = _nbytes(shape, 1)
+                if nbytes > budget:
+                    raise GraphError(f"tensor of shape {list(shape)} is over the memory budget of "
+                                     f"{budget} bytes (--max-tensor-bytes)", file, line, where)
+            try:
+                return make(shape)
+            except GraphError:
+                raise
+            except MemoryError:
+                raise GraphError(f"out of memory creating the tensor from its {source}",
+                                 file, line, where) from None
+            except Exception as exc:  # noqa: BLE001 - reported as an error in the file
+                raise GraphError(f"cannot create the tensor from its {source}: "
+                                 f"{_first_line(exc)}", file, line, where) from None
+        return guarded_make
 
     def device(self, spec, path, where):
         if not isinstance(spec, str):
@@ -223,8 +259,11 @@ class _Loader:
             try:
                 return np.array(value, dtype=dtype)
             except (ValueError, TypeError, OverflowError) as exc:
-                self.fail(f"bad value: {exc}", path, where)
-        self.fail(f"value must be a number or a nested list of numbers, not a {_kind(value)}",
+                if "inhomogeneous" in str(exc) or "sequence" in str(exc):
+                    self.fail("bad value: a nested list whose rows differ in length (the value "
+                              "must be rectangular)", path, where)
+                self.fail(f"bad value: {_first_line(exc)}", path, where)
+        self.fail(f"value must be a number or a nested list of numbers, not {_kind(value)}",
                   path, where)
 
     def init(self, name, init, dtype, path, where):
@@ -242,6 +281,13 @@ class _Loader:
         for key in ("mean", "std", "low", "high", "fill"):
             if key in spec and not _is_number(spec[key]):
                 self.fail(f"init {key} must be a number, got {spec[key]!r}", path + (key,), where)
+            if key in spec and not np.isfinite(float(spec[key])):
+                self.fail(f"init {key} must be finite, got {spec[key]!r}", path + (key,), where)
+        if spec.get("std", 0) < 0:
+            self.fail(f"init std must be non-negative, got {spec['std']!r}", path + ("std",), where)
+        if dist == "uniform" and spec.get("low", 0.0) > spec.get("high", 1.0):
+            self.fail(f"init low ({spec.get('low', 0.0)!r}) is above high "
+                      f"({spec.get('high', 1.0)!r})", path, where)
         if dist == "full" and "fill" not in spec:
             self.fail("init full needs fill", path, where)
         seed = spec.get("seed")
@@ -253,7 +299,7 @@ class _Loader:
 
     def file_source(self, entry, dtype, shape, path, where):
         rel = entry["file"]
-        if not isinstance(rel, str) or not rel:
+        if not isinstance(rel, str) or not rel or "\x00" in rel:
             self.fail("file must be a path to a .npy or .npz file", path + ("file",), where)
         full = os.path.normpath(os.path.join(self.base_dir, rel))
         if not self.options.allow_outside_paths:
@@ -268,6 +314,9 @@ class _Loader:
         if not os.path.isfile(full):
             self.fail(f"file {rel!r} not found", path + ("file",), where)
         key = entry.get("key")
+        if key is not None and (not isinstance(key, str) or not key):
+            self.fail(f"key must be the name of an array in the .npz file, got {key!r}",
+                      path + ("key",), where)
         if ext == ".npz" and key is None:
             self.fail(f"file {rel!r} is an .npz archive: give key to pick an array", path, where)
         if ext == ".npy" and key is not None:
@@ -276,8 +325,8 @@ class _Loader:
             file_shape, file_dtype = _peek_array(full, key)
         except KeyError:
             self.fail(f"no array {key!r} in {rel!r}", path + ("key",), where)
-        except ValueError as exc:
-            self.fail(f"cannot read {rel!r}: {exc}", path + ("file",), where)
+        except (ValueError, OSError) as exc:
+            self.fail(f"cannot read {rel!r}: {_first_line(exc)}", path + ("file",), where)
         if file_dtype.hasobject:
             self.fail(f"{rel!r} holds pickled Python objects (refused: only plain numeric "
                       "arrays are loaded)", path + ("file",), where)
@@ -293,17 +342,14 @@ class _Loader:
                 if key is not None:
                     with arr:
                         arr = arr[key]
-            except (ValueError, OSError) as exc:
-                fail(f"cannot read {rel!r}: {exc}", path + ("file",), where)
+            except (ValueError, OSError, KeyError) as exc:
+                fail(f"cannot read {rel!r}: {_first_line(exc)}", path + ("file",), where)
             return np.asarray(arr, dtype=dtype)
 
         return make, file_shape
 
     def check_size(self, shape, dtype, path, where):
-        n = 1
-        for s in shape:
-            n *= int(s)
-        nbytes = n * np.dtype(dtype).itemsize
+        nbytes = _nbytes(shape, np.dtype(dtype).itemsize)
         if nbytes > self.options.max_tensor_bytes:
             self.fail(f"tensor of shape {list(shape)} needs {nbytes} bytes, over the memory budget "
                       f"of {self.options.max_tensor_bytes} bytes (--max-tensor-bytes)", path, where)
@@ -315,7 +361,7 @@ class _Loader:
         path = ("ops", i)
         where = f"ops[{i}]"
         if not isinstance(entry, dict):
-            self.fail(f"an op must be a mapping, not a {_kind(entry)}", path, where)
+            self.fail(f"an op must be a mapping, not {_kind(entry)}", path, where)
         op_id = entry.get("id", where)
         if not isinstance(op_id, str) or not op_id:
             self.fail(f"id must be a non-empty string, got {op_id!r}", path + ("id",), where)
@@ -326,6 +372,11 @@ class _Loader:
         if not isinstance(name, str):
             self.fail(f"op must be a string, got {name!r}", path + ("op",), label)
         label = f"{label} ({name})"
+        if name == "custom" and not self.options.allow_code:
+            function = entry.get("function")
+            what = f" ({function})" if isinstance(function, str) else ""
+            self.fail(f"op 'custom' runs user code{what}: refused without --allow-code "
+                      "(allow_code=True in the API)", path + ("op",), label)
         if name in LATER_OPS:
             self.fail(f"op {name!r} is not supported by this version of gradcli yet "
                       f"({LATER_OPS[name]})", path + ("op",), label)
@@ -358,7 +409,7 @@ class _Loader:
         if args is None:
             args = {}
         if not isinstance(args, dict):
-            self.fail(f"args must be a mapping, not a {_kind(args)}", path + ("args",), label)
+            self.fail(f"args must be a mapping, not {_kind(args)}", path + ("args",), label)
         args = dict(args)
         if name == "to":
             if "device" not in entry:
@@ -369,7 +420,9 @@ class _Loader:
             spec = op.args.get(key)
             if spec is None:
                 known = ", ".join(sorted(op.args)) or "none"
-                self.fail(f"unknown arg {key!r} (known: {known})", path + ("args", key), label)
+                hint = difflib.get_close_matches(str(key), sorted(op.args), n=1)
+                hint = f"did you mean {hint[0]!r}? " if hint else ""
+                self.fail(f"unknown arg {key!r} ({hint}known: {known})", path + ("args", key), label)
             try:
                 checked[key] = spec.check(value) if spec.check else value
             except ValueError as exc:
@@ -377,6 +430,7 @@ class _Loader:
         for key, spec in op.args.items():
             if spec.required and key not in checked:
                 self.fail(f"missing required arg {key!r}", path + ("args",), label)
+        self.check_op_args(name, checked, path, label)
 
         if op.multi_output:
             outputs = entry.get("outputs")
@@ -393,28 +447,53 @@ class _Loader:
                 outputs = [entry["output"]]
             else:
                 self.fail("missing required key 'output'", path, label)
+        seen = set()
         for k, out in enumerate(outputs):
-            self.check_name(out, path + ("output",), label)
+            out_path = path + (("outputs", k) if "outputs" in entry else ("output",))
+            self.check_name(out, out_path, label)
             if out in defined:
-                self.fail(f"output {out!r} is already defined (names are defined once)",
-                          path + ("output",), label)
-            if outputs.index(out) != k:
-                self.fail(f"output {out!r} is named twice", path + ("outputs",), label)
+                what = "a leaf tensor" if defined[out] is not None else "an output of an op above"
+                self.fail(f"output {out!r} is already defined as {what} (names are defined once)",
+                          out_path, label)
+            if out in seen:
+                self.fail(f"output {out!r} is named twice", out_path, label)
+            seen.add(out)
+        if name == "split":
+            n_out = checked.get("sections") if checked.get("indices") is None else len(checked["indices"]) + 1
+            if n_out is not None and n_out != len(outputs):
+                self.fail(f"split makes {n_out} outputs but {len(outputs)} names are given in "
+                          "outputs", path + ("outputs",), label)
         retain = entry.get("retain_grad", False)
         if not isinstance(retain, bool):
             self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
         for out in outputs:
             defined[out] = None
-        return OpSpec(index=i, id=op_id, label=label, op=op, inputs=list(inputs),
+        checked_op = _CheckedOp(op, label, self.file, self.doc.line(*path), list(inputs),
+                                self.options.max_tensor_bytes)
+        return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
                       outputs=list(outputs), args=checked, retain_grad=retain,
                       line=self.doc.line(*path))
+
+    def check_op_args(self, name, args, path, label):
+        """Checks on an op's args together that the per-arg checkers cannot make."""
+        if name == "clamp" and args.get("min") is None and args.get("max") is None:
+            self.fail("clamp needs at least one of the args min and max", path + ("args",), label)
+        if name == "split" and args.get("sections") is None and args.get("indices") is None:
+            self.fail("split needs the arg sections (a positive int) or indices (a list of ints)",
+                      path + ("args",), label)
+        if name == "delay":
+            for key in ("ms", "jitter_ms"):
+                value = args.get(key, 0)
+                if not 0 <= value <= MAX_DELAY_MS:       # also refuses nan and inf
+                    self.fail(f"bad arg {key!r}: must be between 0 and {MAX_DELAY_MS} "
+                              f"milliseconds, got {value!r}", path + ("args", key), label)
 
     # -- backward / expect ------------------------------------------------------------------
     def backward(self, spec, defined, leaves) -> BackwardSpec:
         path = ("backward",)
         where = "backward"
         if not isinstance(spec, dict):
-            self.fail(f"backward must be a mapping, not a {_kind(spec)}", path, where)
+            self.fail(f"backward must be a mapping, not {_kind(spec)}", path, where)
         self.check_keys(spec, BACKWARD_KEYS, path, where, "backward")
         roots = spec.get("roots")
         if roots is None:
@@ -424,15 +503,21 @@ class _Loader:
         for k, r in enumerate(roots):
             if r not in defined:
                 self.fail(f"root {r!r} is not defined", path + ("roots", k), where)
-        grad_roots = spec.get("grad_roots", {}) or {}
+        grad_roots = spec.get("grad_roots", {})
+        if grad_roots is None:
+            grad_roots = {}
         if not isinstance(grad_roots, dict):
             self.fail("grad_roots must be a mapping from root name to gradient", path + ("grad_roots",), where)
         root_grads = {}
+        root_set = set(roots)
         for r, g in grad_roots.items():
-            if r not in roots:
+            if r not in root_set:
                 self.fail(f"grad_roots names {r!r}, which is not a root", path + ("grad_roots", r), where)
             if _is_number(g):
-                root_grads[r] = float(g)
+                try:
+                    root_grads[r] = float(g)
+                except OverflowError:
+                    self.fail(f"grad_roots.{r} is too large for a float", path + ("grad_roots", r), where)
             else:
                 root_grads[r] = self.leaf(r, g, path + ("grad_roots", r), for_grad_root=True)
         inputs = spec.get("inputs")
@@ -458,10 +543,16 @@ class _Loader:
         path = ("expect",)
         where = "expect"
         if not isinstance(spec, dict):
-            self.fail(f"expect must be a mapping, not a {_kind(spec)}", path, where)
+            self.fail(f"expect must be a mapping, not {_kind(spec)}", path, where)
         self.check_keys(spec, EXPECT_KEYS, path, where, "expect")
         grads = {}
-        for n, g in (spec.get("grads") or {}).items():
+        expected = spec.get("grads")
+        if expected is None:
+            expected = {}
+        if not isinstance(expected, dict):
+            self.fail(f"grads must be a mapping from tensor name to gradient, not {_kind(expected)}",
+                      path + ("grads",), where)
+        for n, g in expected.items():
             if n not in defined:
                 self.fail(f"expected gradient for {n!r}, which is not defined", path + ("grads", n), where)
             grads[n] = self.leaf(n, g, path + ("grads", n), for_grad_root=True)
@@ -481,10 +572,141 @@ class _Loader:
                           atol=spec.get("atol", 0.0), order=order, error=error)
 
 
+# -- the forward of an op, checked -----------------------------------------------------------
+class _CheckedOp:
+    """An op as the loader hands it to the Graph: before running, it checks its inputs'
+    shapes (broadcasting, matmul's inner dimensions) and the size of its output against
+    the memory budget; any failure of the op becomes a one-line GraphError naming the
+    op and its inputs' shapes. Other attributes are the op's."""
+
+    def __init__(self, op, label, file, line, input_names, max_bytes):
+        self.op = op
+        self.label = label
+        self.file = file
+        self.line = line
+        self.input_names = input_names
+        self.max_bytes = max_bytes
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __repr__(self):
+        return repr(self.op)
+
+    def fail(self, message):
+        raise GraphError(message, self.file, self.line, self.label)
+
+    def describe(self, inputs):
+        return ", ".join(f"{n} {list(getattr(t, 'shape', ()))} {getattr(t, 'dtype', '?')}"
+                         for n, t in zip(self.input_names, inputs))
+
+    def __call__(self, *inputs, **args):
+        out_shape, itemsize = self.precheck(inputs, args)
+        if out_shape is not None:
+            nbytes = _nbytes(out_shape, itemsize)
+            if nbytes > self.max_bytes:
+                self.fail(f"the result of shape {list(out_shape)} needs {nbytes} bytes, over the "
+                          f"memory budget of {self.max_bytes} bytes (--max-tensor-bytes) "
+                          f"(inputs: {self.describe(inputs)})")
+        try:
+            return self.op(*inputs, **args)
+        except GraphError:
+            raise
+        except MemoryError:
+            self.fail(f"out of memory (inputs: {self.describe(inputs)})")
+        except _KNOWN_ERRORS as exc:
+            if type(exc).__name__ == "DeviceMismatch":
+                self.fail(_first_line(exc))
+            self.fail(f"{_first_line(exc)} (inputs: {self.describe(inputs)})")
+        except Exception as exc:  # noqa: BLE001 - never a traceback for a graph file
+            self.fail(f"{type(exc).__name__}: {_first_line(exc)} (inputs: {self.describe(inputs)})")
+
+    def precheck(self, inputs, args):
+        """(output shape, item size) where it is known before running, else (None, 0)."""
+        shapes = [tuple(getattr(t, "shape", ())) for t in inputs]
+        dtypes = [getattr(t, "dtype", None) for t in inputs]
+        try:
+            itemsize = max(np.dtype(d).itemsize for d in dtypes if d is not None)
+        except (ValueError, TypeError):
+            itemsize = 8
+        name = self.op.name
+        for shape in shapes:
+            nbytes = _nbytes(shape, itemsize)
+            if nbytes > self.max_bytes:
+                return shape, itemsize        # e.g. a huge `expand` view: refused here
+        if name in BROADCASTING_OPS:
+            try:
+                return np.broadcast_shapes(*shapes), itemsize
+            except ValueError:
+                self.fail("input shapes cannot be broadcast together: "
+                          + ", ".join(f"{n} {list(s)}" for n, s in zip(self.input_names, shapes)))
+        if name == "matmul":
+            (a, b), (na, nb) = shapes, self.input_names
+            both = f"{na} {list(a)} @ {nb} {list(b)}"
+            if not a or not b:
+                self.fail(f"matmul needs inputs of at least 1 dimension, got {both}")
+            ka, kb = a[-1], (b[-2] if len(b) >= 2 else b[0])
+            if ka != kb:
+                self.fail(f"matmul shapes do not match: {both} (inner dimensions {ka} and {kb} "
+                          "differ)")
+            try:
+                batch = np.broadcast_shapes(a[:-2], b[:-2])
+            except ValueError:
+                self.fail(f"matmul batch dimensions cannot be broadcast together: {both}")
+            return batch + a[-2:-1] + b[-1:] if len(b) >= 2 else batch + a[-2:-1], itemsize
+        if name == "expand":
+            return tuple(args.get("shape", ())), itemsize
+        if name == "split" and shapes:
+            axis, ndim = args.get("axis", 0), len(shapes[0])
+            if not -ndim <= axis < ndim:
+                self.fail(f"axis {axis} is out of bounds for {self.input_names[0]} of shape "
+                          f"{list(shapes[0])}")
+        return None, itemsize
+
+
+# numpy 2 moved AxisError to numpy.exceptions; code written for numpy 1 (an
+# `except (..., np.AxisError)` clause, as in Graph.forward) raises AttributeError
+# when such a clause is evaluated. Restore the old name.
+if not hasattr(np, "AxisError") and hasattr(np, "exceptions"):
+    np.AxisError = np.exceptions.AxisError
+
+
+def _known_errors():
+    errors = [ValueError, TypeError, IndexError, ArithmeticError, KeyError]
+    axis_error = getattr(np, "AxisError", None) or getattr(np.exceptions, "AxisError", None)
+    if axis_error is not None:
+        errors.append(axis_error)
+    return tuple(errors)
+
+
+_KNOWN_ERRORS = _known_errors()
+
+
 # -- helpers ------------------------------------------------------------------------------
+def _nbytes(shape, itemsize):
+    n = 1
+    for s in shape:
+        n *= max(int(s), 0)
+    return n * itemsize
+
+
+def _first_line(exc):
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
 def _kind(value):
-    return {dict: "mapping", list: "list", str: "string", type(None): "null"}.get(type(value),
-                                                                                  type(value).__name__)
+    """'a mapping', 'a list', 'a string', 'null', 'an int', ... for messages."""
+    if value is None:
+        return "null"
+    kind = {dict: "mapping", list: "list", str: "string", bool: "boolean",
+            float: "number", int: "int"}.get(type(value), type(value).__name__)
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({_short(value)})" if not isinstance(
+        value, (dict, list)) else f"a {kind}"
+
+
+def _short(value, limit=40):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _is_int(v):

@@ -115,6 +115,7 @@ class Engine:
         self._thread_pool = _ThreadPoolShared()
         self._thread_count_cv = threading.Condition()
         self._non_reentrant_thread_count = 0
+        self._device_graph_tasks = 0    # backwards in flight that use device queues
         self._threads_pid = None       # pid that owns this engine's threads
         self.stopped = False
 
@@ -126,7 +127,7 @@ class Engine:
         ``outputs`` (edges) selects grad() semantics: the gradients flowing
         into them are captured and returned instead of accumulated.
         """
-        if self.stopped:
+        if self.stopped and TLS.worker_device == NO_DEVICE:
             raise RuntimeError("this engine was stopped; create a new Engine")
         inputs = list(inputs)
         validate_outputs(root_edges, inputs, None)
@@ -161,8 +162,19 @@ class Engine:
         buffer = self._new_buffer(graph_task, graph_root)
         if skip_dummy_node:
             self._buffer_add(graph_task, buffer, root_edges[0][1], inputs[0], (-1, 0))
-        self.execute_with_graph_task(graph_task, graph_root, buffer)
-        graph_task.wait()
+        if graph_task.uses_devices:
+            with self._thread_count_cv:
+                self._device_graph_tasks += 1
+            try:
+                self.execute_with_graph_task(graph_task, graph_root, buffer)
+                graph_task.wait()
+            finally:
+                with self._thread_count_cv:
+                    self._device_graph_tasks -= 1
+                    self._thread_count_cv.notify_all()
+        else:
+            self.execute_with_graph_task(graph_task, graph_root, buffer)
+            graph_task.wait()
         if graph_task.error is not None:
             raise graph_task.error
         return graph_task.captured_vars
@@ -487,11 +499,15 @@ class Engine:
     def stop(self):
         """Stop the device threads and the reentrant pool (``Engine::stop``).
 
-        Note [Engine shutdown]: if every device queue is empty, push a
-        shutdown task to each (it outranks all other tasks) and wait for the
-        device threads up to GRADCLI_SHUTDOWN_WAIT_LIMIT seconds (default
-        10). If work is still queued, or the wait runs out, leave the threads:
-        they are daemon threads and never hold up the process's exit.
+        Note [Engine shutdown]: a shutdown task outranks every other task, so
+        pushing one while a backward still has device work would strand that
+        work (the device thread would exit first). So wait, up to
+        GRADCLI_SHUTDOWN_WAIT_LIMIT seconds (default 10), until no backward
+        using the devices is in flight and every device queue is empty; then
+        push a shutdown task to each queue and wait for the device threads
+        within the same limit. If the limit runs out first, leave the threads
+        and log a warning: they are daemon threads, never hold up the
+        process's exit, and any backward still running completes.
         """
         if self.stopped:
             return
@@ -500,28 +516,36 @@ class Engine:
             wait_limit = float(os.environ.get("GRADCLI_SHUTDOWN_WAIT_LIMIT", "10"))
         except ValueError:
             wait_limit = 10.0
+        deadline = time.monotonic() + max(wait_limit, 0.0)
         forked = self._threads_pid is not None and self._threads_pid != os.getpid()
-        no_backward = all(q.empty() for q in self.device_ready_queues)
-        if forked:
-            pass
-        elif no_backward and wait_limit > 0:
-            for queue in self.device_ready_queues:
-                queue.push_shutdown()
-            with self._thread_count_cv:
-                if not self._thread_count_cv.wait_for(
-                        lambda: self._non_reentrant_thread_count == 0, timeout=wait_limit):
-                    log.warning("gradcli engine: %d device thread(s) still busy after %.1fs; "
-                                "leaving them", self._non_reentrant_thread_count, wait_limit)
-        elif self.device_threads:
-            log.warning("gradcli engine: work still queued on device threads at stop(); "
-                        "leaving them")
+        if self.device_threads and not forked:
+            cv = self._thread_count_cv
+            def idle():
+                return self._device_graph_tasks == 0 and all(
+                    q.empty() for q in self.device_ready_queues)
+
+            with cv:   # poll: a queue draining does not notify
+                while not idle() and time.monotonic() < deadline:
+                    cv.wait(min(0.01, max(0.0, deadline - time.monotonic())))
+            if wait_limit <= 0:
+                pass    # as PyTorch: a zero limit leaves the threads at once
+            elif idle():
+                for queue in self.device_ready_queues:
+                    queue.push_shutdown()
+                with cv:
+                    if not cv.wait_for(lambda: self._non_reentrant_thread_count == 0,
+                                       timeout=max(0.0, deadline - time.monotonic())):
+                        log.warning("gradcli engine: %d device thread(s) still busy after %.1fs; "
+                                    "leaving them", self._non_reentrant_thread_count, wait_limit)
+            else:
+                log.warning("gradcli engine: a backward was still using the device threads "
+                            "after %.1fs at stop(); leaving them", wait_limit)
         pool = self._thread_pool
         with pool.cv:
             for _ in pool.threads:
                 pool.graphtasks_queue.append(None)
             pool.cv.notify_all()
         if not forked and wait_limit > 0:
-            deadline = time.monotonic() + wait_limit
             for thread in pool.threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
 

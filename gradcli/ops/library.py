@@ -680,9 +680,11 @@ defvjp(cast, lambda g, ans, x, dtype: cast(g, dtype=x.dtype.name))
 @primitive("to", "ToCopyBackward0", saves=False, args={"device": Arg(check=A.string)})
 def to(x, device):
     """copy to another device; the gradient goes back to the source device"""
-    from ..devices import device as parse_device, to_device
+    from ..devices import check_available, device as parse_device, to_device
 
-    return to_device(x, parse_device(device))
+    target = parse_device(device)
+    check_available(target)         # a clear error now, not an IndexError mid-backward
+    return to_device(x, target)
 
 
 def _to_vjp(g, ans, x, device):

@@ -1,0 +1,421 @@
+"""Numerical gradient checking of a loaded graph, as ``torch.autograd.gradcheck``.
+
+The graph's forward is re-run as a pure function of its differentiable
+inputs (the leaves that require grad, or ``backward.inputs``) in float64:
+floating leaves of lower precision are promoted and ``cast`` ops to a lower
+floating precision cast to float64 instead, so the check tests the gradient
+formulas and not rounding. Outputs are the backward's roots.
+
+- Full mode: for every output ``i`` (root) and input ``j`` the Jacobian
+  ``J_ij`` is built twice: numerically, by central differences
+  ``(f(x + eps e_l) - f(x - eps e_l)) / 2 eps`` per input element ``l``, and
+  analytically, one backward through the engine per output element (a row
+  ``e_k^T J``). They must agree elementwise: ``|a - n| <= atol + rtol |n|``.
+- Fast mode (``fast=True``): per output a random unit vector ``v``, per input
+  a random unit vector ``u``; ``v^T J u`` is compared: numerically as the
+  directional difference ``v . (f(x + eps u) - f(x - eps u)) / 2 eps``,
+  analytically as ``(v^T J) . u`` from one backward per output.
+
+Non-differentiable points: where an element disagrees, the one-sided
+differences ``(f(x+eps) - f(x)) / eps`` and ``(f(x) - f(x-eps)) / eps`` are
+compared as well. When they disagree with each other (a kink: relu at 0, a
+max with ties, |x| at 0) and the analytical value lies between them (a
+subgradient, which is what PyTorch returns there), the element is reported as
+a non-differentiable point, not as a failure.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .errors import GraphError
+from .graph import Graph
+
+LOWER_FLOATS = ("float16", "float32")
+
+
+@dataclasses.dataclass
+class Mismatch:
+    """The check of one (output, input) pair of the Jacobian.
+
+    ``status``: ``ok``, ``mismatch`` (a failure), ``nondiff`` (disagreement at
+    non-differentiable points only) or ``error`` (the check could not run).
+    ``numerical``/``analytical`` are the Jacobian blocks ``[out_numel, in_numel]``
+    in full mode and scalars ``v^T J u`` in fast mode.
+    """
+    output: int
+    input: int
+    output_name: str
+    input_name: str
+    status: str
+    message: str = ""
+    numerical: object = None
+    analytical: object = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    worst_index: dict | None = None     # {"output": [...], "input": [...]} (full mode)
+    nondiff_points: int = 0
+    fast: bool = False
+
+    @property
+    def ok(self):
+        return self.status in ("ok", "nondiff")
+
+    def to_json(self):
+        return {"output": self.output, "input": self.input, "output_name": self.output_name,
+                "input_name": self.input_name, "status": self.status, "message": self.message,
+                "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
+                "worst_index": self.worst_index, "nondiff_points": self.nondiff_points,
+                "fast": self.fast}
+
+
+# -- float64 copy of a graph -----------------------------------------------------------
+def _promote_leaf(leaf):
+    if leaf.dtype.kind != "f" or leaf.dtype == np.float64:
+        return leaf
+    make = leaf.make
+    return dataclasses.replace(leaf, dtype=np.dtype(np.float64),
+                               make=lambda shape=None: np.asarray(make(shape), dtype=np.float64))
+
+
+def _promote_op(spec):
+    if spec.op.name == "cast" and spec.args.get("dtype") in LOWER_FLOATS:
+        return dataclasses.replace(spec, args=dict(spec.args, dtype="float64"))
+    return spec
+
+
+def promoted(graph: Graph) -> Graph:
+    """A copy of ``graph`` computing in float64 (lower-precision floats promoted)."""
+    leaves = {name: _promote_leaf(leaf) for name, leaf in graph.leaves.items()}
+    ops = [_promote_op(spec) for spec in graph.ops]
+    return Graph(graph.name, graph.file, leaves, ops, graph.backward_spec, graph.expect,
+                 graph.base_dir)
+
+
+def differentiable_inputs(graph: Graph) -> list:
+    """The names gradcheck perturbs: ``backward.inputs``, else leaves requiring grad."""
+    if graph.backward_spec.inputs:
+        return list(graph.backward_spec.inputs)
+    return [name for name, leaf in graph.leaves.items() if leaf.requires_grad]
+
+
+# -- the forward as a pure function ------------------------------------------------------
+class _Function:
+    """``f(overrides) -> [root arrays]``: the graph's ops replayed on NumPy arrays."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.roots = list(graph.backward_spec.roots)
+        self.leaves = {}
+        for name, leaf in graph.leaves.items():
+            self.leaves[name] = np.asarray(leaf.make(leaf.shape))
+
+    def values(self, overrides=None):
+        overrides = overrides or {}
+        vals = dict(self.leaves)
+        vals.update({k: v for k, v in overrides.items() if k in vals})
+        with np.errstate(all="ignore"):
+            for spec in self.graph.ops:
+                args = [vals[n] for n in spec.inputs]
+                if spec.op.name == "to":       # a device move is the identity here
+                    outs = [args[0]]
+                else:
+                    out = spec.op.fn(*args, **spec.args)
+                    outs = list(out) if spec.op.multi_output else [out]
+                for name, o in zip(spec.outputs, outs):
+                    vals[name] = overrides[name] if name in overrides else _to_numpy(o)
+        return vals
+
+    def __call__(self, overrides=None):
+        vals = self.values(overrides)
+        return [np.asarray(vals[r], dtype=np.float64) for r in self.roots]
+
+
+def _to_numpy(a):
+    if hasattr(a, "get") and not isinstance(a, np.ndarray):
+        a = a.get()
+    return np.asarray(a)
+
+
+# -- analytical side ---------------------------------------------------------------------
+class _Analytical:
+    """Vector-Jacobian products ``v^T J`` through the engine, on the float64 graph."""
+
+    def __init__(self, graph: Graph, inputs):
+        from .devices import on_device, to_device
+
+        self._on_device = lambda a, dev: on_device(to_device(a, dev), dev)
+        values = graph.forward()
+        graph.root_grads()                     # checks the roots (raises GraphError)
+        for name in inputs:
+            if name not in values:
+                graph.fail(f"input {name!r} is not defined", graph.backward_spec.line, "backward")
+            if not values[name].requires_grad:
+                graph.fail(f"input {name!r} does not require grad", graph.backward_spec.line,
+                           "backward")
+        self.roots = [values[r] for r in graph.backward_spec.roots]
+        self.inputs = [values[n] for n in inputs]
+
+    def vjp(self, i, v):
+        """``v^T J_i`` for root ``i``: one array per input (zeros where unused)."""
+        from .autograd import grad, set_multithreading_enabled
+
+        root = self.roots[i]
+        v = self._on_device(np.asarray(v, dtype=root.dtype).reshape(root.shape), root.device)
+        with set_multithreading_enabled(False):
+            result = grad([root], self.inputs, [v], retain_graph=True, allow_unused=True)
+        out = []
+        for t, g in zip(self.inputs, result):
+            out.append(np.zeros(t.shape, np.float64) if g is None
+                       else np.asarray(_to_numpy(g), dtype=np.float64))
+        return out
+
+
+# -- comparison --------------------------------------------------------------------------
+def _errors(analytical, numerical):
+    a = np.asarray(analytical, dtype=np.float64)
+    n = np.asarray(numerical, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        diff = np.abs(a - n)
+        rel = np.where(diff == 0, 0.0, diff / np.abs(n))
+    return diff, rel
+
+
+def _finite_max(x):
+    """The largest element; NaN when any element is NaN."""
+    if x.size == 0:
+        return 0.0
+    return float("nan") if np.isnan(x).any() else float(np.max(x))
+
+
+def _is_kink(a, fwd, bwd, atol, rtol):
+    """One-sided differences disagree and ``a`` lies between them (a subgradient)."""
+    lo, hi = np.minimum(fwd, bwd), np.maximum(fwd, bwd)
+    scale = np.maximum(np.abs(lo), np.abs(hi))
+    split = np.abs(fwd - bwd) > atol + rtol * scale
+    tol = atol + rtol * scale
+    inside = (a >= lo - tol) & (a <= hi + tol)
+    return split & inside
+
+
+def _is_jump(fwd, bwd, atol, rtol):
+    """One-sided differences that differ by a jump, not by curvature times eps."""
+    split = np.abs(fwd - bwd)
+    return (split > 100 * (atol + rtol * np.maximum(np.abs(fwd), np.abs(bwd))))  \
+        & (split > 0.5 * np.maximum(np.abs(fwd), np.abs(bwd)))
+
+
+def _fmt(x):
+    return np.array2string(np.asarray(x), precision=6, threshold=60, edgeitems=3,
+                           max_line_width=120, floatmode="maxprec")
+
+
+def _idx(shape, flat):
+    return [int(i) for i in np.unravel_index(int(flat), shape)] if shape else []
+
+
+def _index_str(name, index):
+    return f"{name}[{', '.join(str(i) for i in index)}]" if index else name
+
+
+# -- gradcheck ---------------------------------------------------------------------------
+def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0,
+                    inputs=None) -> list:
+    """Check every (output, input) pair; returns one ``Mismatch`` per pair, passing or not.
+
+    Raises ``GraphError`` for an invalid graph (roots or inputs that cannot
+    be differentiated).
+    """
+    g64 = promoted(graph)
+    inputs = list(inputs) if inputs is not None else differentiable_inputs(g64)
+    if not inputs:
+        raise GraphError("nothing to check: no tensor requires grad", graph.file,
+                         graph.backward_spec.line, "backward")
+    analytical = _Analytical(g64, inputs)
+    f = _Function(g64)
+    base_vals = f.values()
+    f0 = f()
+    x0 = {}
+    for name in inputs:
+        x = np.asarray(base_vals[name])
+        x0[name] = x.astype(np.float64) if x.dtype.kind == "f" else x
+    roots = f.roots
+    if fast:
+        return _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed)
+    return _full(f, f0, x0, analytical, roots, inputs, eps, atol, rtol)
+
+
+def gradcheck(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> list:
+    """The pairs that do not simply pass: failures, non-differentiable points and errors."""
+    return [m for m in check_jacobians(graph, eps, atol, rtol, fast, seed) if m.status != "ok"]
+
+
+def _full(f, f0, x0, analytical, roots, inputs, eps, atol, rtol):
+    # Numerical: one column per input element, for every output at once.
+    num, fwd, bwd = {}, {}, {}
+    for j, name in enumerate(inputs):
+        x = x0[name]
+        n_in = x.size
+        cols = [[np.empty((r.size, n_in)) for r in f0] for _ in range(3)]
+        for col in range(n_in):
+            xp = x.copy()
+            xp.flat[col] += eps
+            fp = f({name: xp})
+            xm = x.copy()
+            xm.flat[col] -= eps
+            fm = f({name: xm})
+            for i, (p, m, c) in enumerate(zip(fp, fm, f0)):
+                cols[0][i][:, col] = ((p - m) / (2 * eps)).ravel()
+                cols[1][i][:, col] = ((p - c) / eps).ravel()
+                cols[2][i][:, col] = ((c - m) / eps).ravel()
+        for i in range(len(roots)):
+            num[i, j], fwd[i, j], bwd[i, j] = cols[0][i], cols[1][i], cols[2][i]
+
+    # Analytical: one backward per output element gives a row of every J_ij.
+    ana = {}
+    errors = {}
+    for i, r in enumerate(f0):
+        rows = [np.empty((r.size, x0[name].size)) for name in inputs]
+        try:
+            for k in range(r.size):
+                v = np.zeros(r.size)
+                v[k] = 1.0
+                for j, g in enumerate(analytical.vjp(i, v)):
+                    rows[j][k, :] = g.ravel()
+        except Exception as exc:  # noqa: BLE001 - reported as the check's error
+            errors[i] = exc
+        for j in range(len(inputs)):
+            ana[i, j] = rows[j]
+
+    results = []
+    for i, root in enumerate(roots):
+        out_shape = f0[i].shape
+        for j, name in enumerate(inputs):
+            in_shape = x0[name].shape
+            base = Mismatch(i, j, root, name, "ok")
+            if i in errors:
+                base.status = "error"
+                base.message = (f"Jacobian check for output {i} with respect to input {j} could "
+                                f"not run: the backward raised {type(errors[i]).__name__}: "
+                                f"{errors[i]}")
+                results.append(base)
+                continue
+            a, n = ana[i, j], num[i, j]
+            diff, rel = _errors(a, n)
+            tol = atol + rtol * np.abs(n)
+            bad = ~(diff <= tol)
+            base.numerical, base.analytical = n, a
+            base.max_abs_err = _finite_max(diff)
+            base.max_rel_err = _finite_max(rel)
+            if diff.size:
+                excess = np.where(np.isnan(diff), np.inf, diff - tol)
+                if bad.any():
+                    excess = np.where(bad, excess, -np.inf)
+                worst = int(np.argmax(excess))
+                k, col = divmod(worst, a.shape[1])
+                base.worst_index = {"output": _idx(out_shape, k), "input": _idx(in_shape, col)}
+            # Kinks: among failing elements, any subgradient between one-sided
+            # differences that disagree; among passing ones (max ties, where the
+            # central difference happens to agree), only clear jumps.
+            kink = _is_kink(a, fwd[i, j], bwd[i, j], atol, rtol)
+            kink &= bad | _is_jump(fwd[i, j], bwd[i, j], atol, rtol)
+            if not bad.any() and not kink.any():
+                results.append(base)
+                continue
+            flagged = bad | kink
+            k, col = divmod(int(np.argmax(np.where(flagged, excess, -np.inf))), a.shape[1])
+            where = (f"d {_index_str(root, _idx(out_shape, k))} / "
+                     f"d {_index_str(name, _idx(in_shape, col))}")
+            one_sided = (f"one-sided differences {fwd[i, j][k, col]:.6g} (forward) and "
+                         f"{bwd[i, j][k, col]:.6g} (backward)")
+            if kink[bad].all():
+                base.status = "nondiff"
+                base.nondiff_points = int(kink.sum())
+                base.message = (f"non-differentiable point for output {i} with respect to input "
+                                f"{j} ({root!r} w.r.t. {name!r}): {int(kink.sum())} element(s), "
+                                f"e.g. {where}: {one_sided} disagree; central difference "
+                                f"{n[k, col]:.6g}, analytical {a[k, col]:.6g} (a subgradient); "
+                                f"not a failure")
+            else:
+                real = bad & ~kink
+                k, col = divmod(int(np.argmax(np.where(real, excess, -np.inf))), a.shape[1])
+                base.worst_index = {"output": _idx(out_shape, k), "input": _idx(in_shape, col)}
+                where = (f"d {_index_str(root, _idx(out_shape, k))} / "
+                         f"d {_index_str(name, _idx(in_shape, col))}")
+                base.status = "mismatch"
+                base.nondiff_points = int(kink.sum())
+                base.message = (
+                    f"Jacobian mismatch for output {i} with respect to input {j},\n"
+                    f"output {root!r} {list(out_shape)}, input {name!r} {list(in_shape)}; "
+                    f"{int(real.sum())} of {a.size} element(s) differ (|a - n| > atol + rtol |n|, "
+                    f"atol={atol:g}, rtol={rtol:g}); worst {where}: numerical "
+                    f"{n[k, col]:.6g}, analytical {a[k, col]:.6g}\n"
+                    f"numerical:{_fmt(n)}\nanalytical:{_fmt(a)}\n"
+                    f"(Jacobian rows are output elements, columns input elements)")
+            results.append(base)
+    return results
+
+
+def _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed):
+    rng = np.random.default_rng(seed)
+    us = {}
+    for name in inputs:
+        u = rng.standard_normal(x0[name].shape)
+        norm = np.linalg.norm(u.ravel())
+        us[name] = u / norm if norm else u
+    vs = []
+    for r in f0:
+        v = rng.standard_normal(r.shape)
+        norm = np.linalg.norm(v.ravel())
+        vs.append(v / norm if norm else v)
+
+    results = []
+    num = {}
+    for j, name in enumerate(inputs):
+        x, u = x0[name], us[name]
+        fp, fm = f({name: x + eps * u}), f({name: x - eps * u})
+        for i, v in enumerate(vs):
+            num[i, j] = (float(np.sum(v * (fp[i] - fm[i]))) / (2 * eps),
+                         float(np.sum(v * (fp[i] - f0[i]))) / eps,
+                         float(np.sum(v * (f0[i] - fm[i]))) / eps)
+    for i, root in enumerate(roots):
+        try:
+            gs = analytical.vjp(i, vs[i])
+            err = None
+        except Exception as exc:  # noqa: BLE001 - reported as the check's error
+            gs, err = None, exc
+        for j, name in enumerate(inputs):
+            m = Mismatch(i, j, root, name, "ok", fast=True)
+            if err is not None:
+                m.status = "error"
+                m.message = (f"Jacobian check for output {i} with respect to input {j} could not "
+                             f"run: the backward raised {type(err).__name__}: {err}")
+                results.append(m)
+                continue
+            a = float(np.sum(gs[j] * us[name]))
+            n, fw, bw = num[i, j]
+            diff, rel = _errors(a, n)
+            m.numerical, m.analytical = n, a
+            m.max_abs_err, m.max_rel_err = float(diff), float(rel)
+            passed = bool(diff <= atol + rtol * abs(n))
+            kink = bool(_is_kink(np.float64(a), np.float64(fw), np.float64(bw), atol, rtol))
+            if passed and not (kink and bool(_is_jump(np.float64(fw), np.float64(bw), atol, rtol))):
+                results.append(m)
+                continue
+            if kink:
+                m.status = "nondiff"
+                m.nondiff_points = 1
+                m.message = (f"non-differentiable point for output {i} with respect to input "
+                             f"{j} ({root!r} w.r.t. {name!r}) along a random direction: one-sided "
+                             f"differences {fw:.6g} and {bw:.6g} disagree; central difference "
+                             f"{n:.6g}, analytical {a:.6g} (a subgradient); not a failure")
+            else:
+                m.status = "mismatch"
+                m.message = (
+                    f"Jacobian mismatch for output {i} with respect to input {j},\n"
+                    f"numerical:{n:.10g}\nanalytical:{a:.10g}\n"
+                    f"(output {root!r}, input {name!r}; fast mode compares v^T J u for random "
+                    f"unit vectors v and u; run without --fast to see the full Jacobian)")
+            results.append(m)
+    return results

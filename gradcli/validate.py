@@ -1,0 +1,627 @@
+"""``gradcli validate``: check graph files against their ``expect`` section.
+
+Per file: load it (format check), run it, then run the checks:
+
+- ``backward``: the backward ran (or, with ``expect.error``, ``error``: it
+  failed with a message containing that text);
+- ``grads[NAME]``: each ``expect.grads`` entry, ``|actual - expected| <=
+  atol + rtol |expected|`` with ``expect.rtol``/``expect.atol``;
+- ``order``: ``expect.order`` equals the node names of a single-threaded run;
+- ``check-order`` (``--check-order``): that run's order equals the predicted
+  execution order;
+- ``repeat`` (``--repeat N``): N backwards on one retained graph give N times
+  the gradient of one;
+- ``numeric[ROOT/INPUT]`` (``--numeric``, ``--fast`` or ``expect.numeric``):
+  the Jacobians against finite differences (``gradcli.gradcheck``).
+
+Exit codes: 0 every check holds, 1 a check failed, 2 invalid input.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+from .errors import BackwardError, GraphError
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_INVALID = 0, 1, 2
+PASS, FAIL, NONDIFF, SKIPPED = "pass", "fail", "nondiff", "skipped"
+
+
+@dataclasses.dataclass
+class Check:
+    """One check of one file; ``status`` is pass, fail, nondiff or skipped."""
+    name: str
+    kind: str
+    status: str
+    message: str = ""
+    tensor: str | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    worst_index: object = None
+    time_s: float = 0.0
+
+    @property
+    def ok(self):
+        return self.status != FAIL
+
+    def to_json(self):
+        return {"name": self.name, "kind": self.kind, "status": self.status,
+                "tensor": self.tensor, "max_abs_err": _json_float(self.max_abs_err),
+                "max_rel_err": _json_float(self.max_rel_err), "worst_index": self.worst_index,
+                "message": self.message, "time_s": self.time_s}
+
+
+@dataclasses.dataclass
+class FileReport:
+    path: str
+    graph: str | None = None
+    checks: list = dataclasses.field(default_factory=list)
+    invalid: str | None = None       # the GraphError message when the input is invalid
+
+    @property
+    def status(self):
+        if self.invalid is not None:
+            return "invalid"
+        return FAIL if any(c.status == FAIL for c in self.checks) else PASS
+
+    @property
+    def exit_code(self):
+        return {"invalid": EXIT_INVALID, FAIL: EXIT_CHECK_FAILED}.get(self.status, EXIT_OK)
+
+    def counts(self):
+        counts = {"checks": len(self.checks), PASS: 0, FAIL: 0, NONDIFF: 0, SKIPPED: 0}
+        for c in self.checks:
+            counts[c.status] += 1
+        return counts
+
+    def to_json(self):
+        return {"file": self.path, "graph": self.graph, "status": self.status,
+                "error": self.invalid, "checks": [c.to_json() for c in self.checks],
+                "summary": self.counts()}
+
+
+@dataclasses.dataclass
+class Options:
+    numeric: bool = False
+    fast: bool = False
+    eps: float = 1e-6
+    atol: float = 1e-5
+    rtol: float = 1e-3
+    check_order: bool = False
+    repeat: int = 1
+    detect_anomaly: bool = False
+    check_inf: bool = False
+    multithreading: bool = True
+    seed: int = 0
+
+
+def _json_float(x):
+    if x is None:
+        return None
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def exit_code(reports):
+    return max((r.exit_code for r in reports), default=EXIT_OK)
+
+
+# -- errors of the backward, with where their node came from -------------------------------
+def _line_of(node):
+    src = getattr(node, "source", None)
+    if isinstance(src, tuple):
+        src = src[-1]
+    return src
+
+
+def node_origin(graph, node):
+    """`` (node created by op ops[3] 'mylog' at graph.yaml:14)`` or ``""``."""
+    if node is None:
+        return ""
+    op_id, line = getattr(node, "op_id", None), _line_of(node)
+    spec = None
+    for s in graph.ops:
+        if s.id == op_id and (line is None or s.line == line):
+            spec = s
+            break
+    if spec is not None:
+        default = f"ops[{spec.index}]"
+        label = default if spec.id == default else f"{default} {spec.id!r}"
+        at = f" at {graph.file}:{spec.line}" if spec.line else ""
+        return f" (node created by op {label}{at})"
+    leaf = graph.leaves.get(op_id) if op_id else None
+    if leaf is not None:
+        at = f" at {graph.file}:{leaf.line}" if leaf.line else ""
+        return f" (node accumulates into tensor {op_id!r}{at})"
+    return ""
+
+
+def describe_backward_error(graph, exc: BackwardError) -> str:
+    """``graph.yaml:14: Function 'LogBackward0' returned nan values in its 0th output.
+    (node created by op ops[3] 'mylog' at graph.yaml:14)``."""
+    from .autograd.engine import AnomalyError
+
+    node, cause = exc.node, exc.cause
+    msg = str(cause).strip().replace("\n", " ") or type(cause).__name__
+    line = _line_of(node) if node is not None else None
+    loc = f"{graph.file}:{line}: " if line else f"{graph.file}: "
+    if node is None:
+        return f"{loc}backward failed: {msg}"
+    if not isinstance(cause, AnomalyError):
+        msg = f"backward failed in {node.name}: {msg}"
+    return f"{loc}{msg}{node_origin(graph, node)}"
+
+
+# -- the checks ------------------------------------------------------------------------------
+def _compare(actual, expected, rtol, atol):
+    """(ok, max abs err, max rel err, worst index) with numpy.allclose's rule."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        diff = np.abs(a - e)
+        rel = np.where(diff == 0, 0.0, diff / np.abs(e))
+        tol = atol + rtol * np.abs(e)
+    both_nan = np.isnan(a) & np.isnan(e)
+    bad = ~((diff <= tol) | both_nan)
+    if not diff.size:
+        return True, 0.0, 0.0, []
+    excess = np.where(np.isnan(diff) & ~both_nan, np.inf, np.where(both_nan, -np.inf, diff - tol))
+    worst = [int(i) for i in np.unravel_index(int(np.argmax(excess)), diff.shape)]
+    clean = np.where(both_nan, 0.0, diff)
+    clean_rel = np.where(both_nan, 0.0, rel)
+    return (not bad.any(), float(np.max(clean)) if not np.isnan(clean).any() else float("nan"),
+            float(np.max(clean_rel)) if not np.isnan(clean_rel).any() else float("nan"), worst)
+
+
+def _check_grads(graph, result, expect):
+    from .graph import _host
+
+    checks = []
+    for name, spec in expect.grads.items():
+        check = Check(f"grads[{name}]", "grads", PASS, tensor=name)
+        checks.append(check)
+        if name not in result.grads:
+            check.status = FAIL
+            check.message = (f"no gradient for {name!r}: it is not a leaf that requires grad, a "
+                             "retain_grad output or a backward input")
+            continue
+        actual = _host(result.grads[name])
+        if actual is None:
+            check.status = FAIL
+            check.message = f"the gradient of {name!r} is None (no root depends on it)"
+            continue
+        expected = _host(spec.array(actual.shape))
+        if expected.shape != actual.shape:
+            check.status = FAIL
+            check.message = (f"expected a gradient of shape {list(expected.shape)}, got "
+                             f"{list(actual.shape)}")
+            continue
+        ok, max_abs, max_rel, worst = _compare(actual, expected, expect.rtol, expect.atol)
+        check.max_abs_err, check.max_rel_err, check.worst_index = max_abs, max_rel, worst
+        idx = f"{name}[{', '.join(map(str, worst))}]" if worst else name
+        if ok:
+            check.message = f"matches (rtol={expect.rtol:g}, atol={expect.atol:g})"
+        else:
+            a = actual[tuple(worst)] if worst else actual
+            e = expected[tuple(worst)] if worst else expected
+            check.status = FAIL
+            check.message = (f"gradient of {name!r} differs from expect.grads: max abs error "
+                             f"{max_abs:.6g}, max rel error {max_rel:.6g} (rtol={expect.rtol:g}, "
+                             f"atol={expect.atol:g}); worst element {idx}: got {float(a):.10g}, "
+                             f"expected {float(e):.10g}")
+    return checks
+
+
+def _first_difference(got, want):
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return k
+    return min(len(got), len(want))
+
+
+def _check_orders(graph, opts, expect, anomaly):
+    """expect.order and --check-order, on one single-threaded run."""
+    want_expect = expect.order is not None
+    if not (want_expect or opts.check_order):
+        return []
+    checks = []
+    start = time.perf_counter()
+    try:
+        graph.forward()
+        predicted = graph.predicted_order() if opts.check_order else None
+        _, order, _ = graph.backward(None, None, None, False, False, anomaly)
+        error = None
+    except BackwardError as exc:
+        error = describe_backward_error(graph, exc)
+    elapsed = time.perf_counter() - start
+    if want_expect:
+        check = Check("order", "order", PASS, time_s=elapsed)
+        if error:
+            check.status, check.message = FAIL, f"the single-threaded backward failed: {error}"
+        else:
+            got = [r.node for r in order]
+            if got == list(expect.order):
+                check.message = f"{len(got)} nodes ran in the expected order"
+            else:
+                k = _first_difference(got, expect.order)
+                g = got[k] if k < len(got) else "(end)"
+                w = expect.order[k] if k < len(expect.order) else "(end)"
+                check.status = FAIL
+                check.message = (f"run order differs from expect.order at position {k}: got {g}, "
+                                 f"expected {w}; ran {got}")
+                check.worst_index = [k]
+        checks.append(check)
+    if opts.check_order:
+        from .autograd.node import GraphRoot
+
+        check = Check("check-order", "check-order", PASS, time_s=elapsed)
+        if error:
+            check.status, check.message = FAIL, f"the single-threaded backward failed: {error}"
+        else:
+            want = [(n.name, n.op_id, n.sequence_nr) for n in predicted
+                    if not isinstance(n, GraphRoot)]
+            got = [(r.node, r.op, r.sequence_nr) for r in order]
+            if got == want:
+                check.message = f"{len(got)} nodes ran in the predicted execution order"
+            else:
+                k = _first_difference(got, want)
+                fmt = lambda t: f"{t[0]} ({t[1]}, seq {t[2]})" if t != "(end)" else t  # noqa: E731
+                g = got[k] if k < len(got) else "(end)"
+                w = want[k] if k < len(want) else "(end)"
+                check.status = FAIL
+                check.message = (f"run order differs from the predicted order at position {k}: "
+                                 f"ran {fmt(g)}, predicted {fmt(w)}")
+                check.worst_index = [k]
+        checks.append(check)
+    return checks
+
+
+def _check_repeat(graph, opts, anomaly):
+    from .graph import _host
+
+    n = opts.repeat
+    check = Check("repeat", "repeat", PASS)
+    start = time.perf_counter()
+    try:
+        graph.forward()
+        first, _, _ = graph.backward(None, True, None, opts.multithreading, False, anomaly)
+        first = {k: None if g is None else np.array(_host(g), copy=True) for k, g in first.items()}
+        total = {k: None if g is None else g.copy() for k, g in first.items()}
+        accumulates = not graph.backward_spec.inputs
+        for _ in range(n - 1):
+            grads, _, _ = graph.backward(None, True, None, opts.multithreading, False, anomaly)
+            for k, g in grads.items():
+                g = None if g is None else np.asarray(_host(g))
+                if accumulates:
+                    total[k] = None if g is None else np.array(g, copy=True)
+                elif g is not None:
+                    total[k] = g.copy() if total[k] is None else total[k] + g
+    except BackwardError as exc:
+        check.status = FAIL
+        check.message = f"repeated backward failed: {describe_backward_error(graph, exc)}"
+        check.time_s = time.perf_counter() - start
+        return check
+    check.time_s = time.perf_counter() - start
+    bad, worst_rel = [], -1.0
+    for name, g1 in first.items():
+        gn = total.get(name)
+        if g1 is None:
+            continue
+        if gn is None:
+            bad.append(f"{name}: no gradient after {n} backwards")
+            continue
+        expected = g1.astype(np.float64) * n
+        rtol = max(4 * n * float(np.finfo(g1.dtype).eps), 1e-12)
+        atol = rtol * float(np.max(np.abs(expected))) if expected.size else 0.0
+        ok, max_abs, max_rel, worst = _compare(gn, expected, rtol, atol)
+        rel_key = math.inf if math.isnan(max_rel) else max_rel
+        if (not ok and check.status != FAIL) or (ok == (check.status != FAIL) and rel_key > worst_rel):
+            check.tensor, check.max_abs_err, check.max_rel_err = name, max_abs, max_rel
+            check.worst_index, worst_rel = worst, rel_key
+        if not ok:
+            check.status = FAIL
+            bad.append(f"{name}: after {n} backwards the gradient is not {n} times that of one "
+                       f"(max abs error {max_abs:.6g}, max rel error {max_rel:.6g}, worst "
+                       f"element {worst})")
+    if bad:
+        check.status = FAIL
+        check.message = "; ".join(bad)
+    else:
+        mode = "accumulated in .grad" if not graph.backward_spec.inputs else "summed over grad() calls"
+        check.message = f"{n} backwards with retain_graph give {n} times the gradient ({mode})"
+    return check
+
+
+def _check_numeric(graph, opts):
+    from .gradcheck import check_jacobians
+
+    start = time.perf_counter()
+    pairs = check_jacobians(graph, eps=opts.eps, atol=opts.atol, rtol=opts.rtol, fast=opts.fast,
+                            seed=opts.seed)
+    elapsed = (time.perf_counter() - start) / max(len(pairs), 1)
+    checks = []
+    for m in pairs:
+        status = {"ok": PASS, "nondiff": NONDIFF}.get(m.status, FAIL)
+        worst = m.worst_index
+        message = m.message or (
+            f"{'v^T J u' if m.fast else 'Jacobian'} of {m.output_name!r} w.r.t. {m.input_name!r} "
+            f"matches finite differences (eps={opts.eps:g}, atol={opts.atol:g}, "
+            f"rtol={opts.rtol:g}{', fast' if m.fast else ''})")
+        checks.append(Check(f"numeric[{m.output_name}/{m.input_name}]", "numeric", status,
+                            message=message, tensor=m.input_name, max_abs_err=m.max_abs_err,
+                            max_rel_err=m.max_rel_err, worst_index=worst, time_s=elapsed))
+    return checks
+
+
+def _wants_anomaly(expected_error, opts):
+    if opts.detect_anomaly:
+        return (True, opts.check_inf)
+    text = expected_error or ""
+    if "returned nan values" in text or "returned inf values" in text:
+        # The expected message only exists in anomaly mode: it is implied.
+        return (True, opts.check_inf or "returned inf values" in text)
+    return None
+
+
+def validate_graph(graph, path, opts: Options) -> FileReport:
+    """Run every check on a loaded graph. GraphError propagates (invalid input)."""
+    report = FileReport(path, graph.name)
+    expect = graph.expect
+    if expect is None:
+        from .graph import ExpectSpec
+
+        expect = ExpectSpec(grads={})
+    numeric = opts.numeric or opts.fast or expect.numeric
+    anomaly = (True, opts.check_inf) if opts.detect_anomaly else None
+
+    if expect.error is not None:
+        anomaly = _wants_anomaly(expect.error, opts)
+        check = Check("error", "error", PASS)
+        start = time.perf_counter()
+        try:
+            graph.run(None, None, None, opts.multithreading, False, anomaly)
+            check.status = FAIL
+            check.message = (f"the backward succeeded, but expect.error says it fails with "
+                             f"{expect.error!r}")
+        except BackwardError as exc:
+            described = describe_backward_error(graph, exc)
+            if expect.error in str(exc.cause) or expect.error in described or expect.error in str(exc):
+                check.message = f"failed as expected: {described}"
+            else:
+                check.status = FAIL
+                check.message = (f"the backward failed, but not with {expect.error!r}: "
+                                 f"{described}")
+        check.time_s = time.perf_counter() - start
+        report.checks.append(check)
+        skipped = ([f"grads[{n}]" for n in expect.grads] + (["order"] if expect.order else [])
+                   + (["check-order"] if opts.check_order else [])
+                   + (["repeat"] if opts.repeat > 1 else []) + (["numeric"] if numeric else []))
+        for name in skipped:
+            report.checks.append(Check(name, name.split("[")[0], SKIPPED,
+                                       "skipped: the backward is expected to fail (expect.error)"))
+        return report
+
+    check = Check("backward", "backward", PASS)
+    report.checks.append(check)
+    try:
+        result = graph.run(None, None, None, opts.multithreading, False, anomaly)
+    except BackwardError as exc:
+        check.status = FAIL
+        check.message = describe_backward_error(graph, exc)
+        for name in ([f"grads[{n}]" for n in expect.grads] + (["order"] if expect.order else [])
+                     + (["check-order"] if opts.check_order else [])
+                     + (["repeat"] if opts.repeat > 1 else [])):
+            report.checks.append(Check(name, name.split("[")[0], SKIPPED,
+                                       "skipped: the backward failed"))
+        result = None
+    if result is not None:
+        check.time_s = result.forward_s + result.backward_s
+        check.message = (f"{len(result.order)} nodes ran; {len(result.grads)} gradient(s)"
+                         + (" (anomaly detection on)" if anomaly else ""))
+        report.checks.extend(_check_grads(graph, result, expect))
+        report.checks.extend(_check_orders(graph, opts, expect, anomaly))
+        if opts.repeat > 1:
+            report.checks.append(_check_repeat(graph, opts, anomaly))
+    if numeric:
+        report.checks.extend(_check_numeric(graph, opts))
+    return report
+
+
+def validate_file(path, opts: Options, load_options=None) -> FileReport:
+    """Load ``path`` and validate it; an invalid file gives a report with ``invalid`` set."""
+    from . import loader
+
+    load_options = load_options or {}
+    try:
+        graph = loader.load(path, device_map=load_options.get("device_map"),
+                            allow_code=load_options.get("allow_code", False),
+                            allow_outside_paths=load_options.get("allow_outside_paths", False),
+                            max_tensor_bytes=load_options.get("max_tensor_bytes"))
+        return validate_graph(graph, path, opts)
+    except GraphError as exc:
+        report = FileReport(path)
+        report.invalid = str(exc)
+        return report
+
+
+# -- output ----------------------------------------------------------------------------------
+def _num(x):
+    if x is None:
+        return "-"
+    return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)
+
+
+def _index(worst):
+    if worst is None:
+        return "-"
+    if isinstance(worst, dict):
+        return f"out {worst.get('output')} in {worst.get('input')}"
+    return str(list(worst))
+
+
+def _summary_line(report):
+    if report.invalid is not None:
+        return f"{report.path}: INVALID: {report.invalid}"
+    c = report.counts()
+    verdict = "PASS" if report.status == PASS else "FAIL"
+    extra = f", {c[NONDIFF]} non-differentiable" if c[NONDIFF] else ""
+    extra += f", {c[SKIPPED]} skipped" if c[SKIPPED] else ""
+    return (f"{report.path}: {verdict}: {c['checks']} check{'s' if c['checks'] != 1 else ''}, "
+            f"{c[PASS]} passed, "
+            f"{c[FAIL]} failed{extra}")
+
+
+def print_table(reports, console=None):
+    from rich.markup import escape
+    from rich.table import Table
+
+    if console is None:
+        from rich.console import Console
+
+        console = Console(highlight=False, soft_wrap=False,
+                          width=None if sys.stdout.isatty() else 160)
+    styles = {PASS: "green", FAIL: "bold red", NONDIFF: "yellow", SKIPPED: "dim"}
+    for report in reports:
+        if report.invalid is not None:
+            console.print(escape(_summary_line(report)), style="bold red")
+            continue
+        table = Table(title=f"{report.graph} ({report.path}): validate", title_justify="left")
+        for col in ("check", "status"):
+            table.add_column(col)
+        for col in ("max abs err", "max rel err"):
+            table.add_column(col, justify="right")
+        table.add_column("worst index")
+        table.add_column("detail", overflow="fold")
+        for c in report.checks:
+            detail = c.message.splitlines()[0] if c.message else ""
+            table.add_row(escape(c.name), f"[{styles[c.status]}]{c.status}[/]",
+                          _num(c.max_abs_err), _num(c.max_rel_err), _index(c.worst_index),
+                          escape(detail))
+        console.print(table)
+        for c in report.checks:
+            if c.status == FAIL:       # in full, unwrapped: paths and values stay whole
+                console.print(escape(f"{c.name}: {c.message}"), soft_wrap=True)
+        console.print(escape(_summary_line(report)),
+                      style="green" if report.status == PASS else "bold red")
+    if len(reports) > 1:
+        n_fail = sum(r.status == FAIL for r in reports)
+        n_inv = sum(r.status == "invalid" for r in reports)
+        console.print(f"{len(reports)} files: {len(reports) - n_fail - n_inv} passed, "
+                      f"{n_fail} failed, {n_inv} invalid")
+
+
+def to_json(reports):
+    return {"status": {EXIT_OK: PASS, EXIT_CHECK_FAILED: FAIL}.get(exit_code(reports), "invalid"),
+            "exit_code": exit_code(reports), "files": [r.to_json() for r in reports]}
+
+
+def junit_xml(reports) -> str:
+    """JUnit XML: one testsuite per file, one testcase per check."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name="gradcli validate")
+    totals = dict(tests=0, failures=0, errors=0, skipped=0)
+    for report in reports:
+        suite = ET.SubElement(root, "testsuite", name=report.graph or report.path, file=report.path)
+        counts = dict(tests=0, failures=0, errors=0, skipped=0)
+        if report.invalid is not None:
+            case = ET.SubElement(suite, "testcase", classname=report.path, name="load", time="0")
+            err = ET.SubElement(case, "error", message=report.invalid, type="GraphError")
+            err.text = report.invalid
+            counts["tests"] += 1
+            counts["errors"] += 1
+        for c in report.checks:
+            case = ET.SubElement(suite, "testcase", classname=report.graph or report.path,
+                                 name=c.name, time=f"{c.time_s:.6f}")
+            counts["tests"] += 1
+            if c.status == FAIL:
+                first = c.message.splitlines()[0] if c.message else "check failed"
+                failure = ET.SubElement(case, "failure", message=first, type=c.kind)
+                failure.text = c.message
+                counts["failures"] += 1
+            elif c.status == SKIPPED:
+                ET.SubElement(case, "skipped", message=c.message)
+                counts["skipped"] += 1
+            elif c.message:
+                out = ET.SubElement(case, "system-out")
+                out.text = f"{c.status}: {c.message}"
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+# -- the command -------------------------------------------------------------------------------
+def add_validate_command(main):
+    """Register ``gradcli validate`` on the click group ``main``."""
+    import click
+
+    from .cli import load_options
+
+    @main.command("validate")
+    @click.argument("graphs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+                  show_default=True, help="Output format.")
+    @click.option("--junit", "junit_file", type=click.Path(dir_okay=False), metavar="FILE.xml",
+                  help="Also write a JUnit XML report (one testcase per check).")
+    @click.option("--numeric", is_flag=True,
+                  help="Also check the Jacobians against central finite differences in float64.")
+    @click.option("--fast", is_flag=True,
+                  help="Numeric check on random projections v^T J u (cheap for large graphs); "
+                       "implies --numeric.")
+    @click.option("--eps", type=click.FloatRange(min=0, min_open=True), default=1e-6,
+                  show_default=True, help="Finite-difference step.")
+    @click.option("--atol", type=click.FloatRange(min=0), default=1e-5, show_default=True,
+                  help="Absolute tolerance of the numeric check.")
+    @click.option("--rtol", type=click.FloatRange(min=0), default=1e-3, show_default=True,
+                  help="Relative tolerance of the numeric check.")
+    @click.option("--check-order", is_flag=True,
+                  help="Check that a single-threaded run follows the predicted execution order.")
+    @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+                  help="Check that N backwards with retain_graph give N times the gradient.")
+    @click.option("--no-multithreading", is_flag=True,
+                  help="Run every node on the calling thread (no device threads).")
+    @click.option("--detect-anomaly", is_flag=True, help="Fail on the first node that returns NaN.")
+    @click.option("--check-inf", is_flag=True, help="With --detect-anomaly, also fail on Inf.")
+    @load_options
+    def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_order, repeat,
+                 no_multithreading, detect_anomaly, check_inf, **load_opts):
+        """Check GRAPHS against the format, run them and compare with their `expect`.
+
+        Exit status: 0 when every check holds, 1 when a check fails, 2 for invalid input.
+        """
+        opts = Options(numeric=numeric or fast, fast=fast, eps=eps, atol=atol, rtol=rtol,
+                       check_order=check_order, repeat=repeat, detect_anomaly=detect_anomaly,
+                       check_inf=check_inf, multithreading=not no_multithreading)
+        reports = []
+        for path in graphs:
+            report = validate_file(path, opts, load_opts)
+            if report.invalid is not None:
+                click.echo(f"gradcli: error: {report.invalid}", err=True)
+            reports.append(report)
+        if fmt == "json":
+            click.echo(json.dumps(to_json(reports)))
+        else:
+            print_table(reports)
+        if junit_file:
+            try:
+                with open(junit_file, "w", encoding="utf-8") as fh:
+                    fh.write(junit_xml(reports))
+            except OSError as exc:
+                click.echo(f"gradcli: error: --junit {junit_file}: {exc.strerror or exc}", err=True)
+                sys.exit(EXIT_INVALID)
+        sys.exit(exit_code(reports))
+
+    return validate

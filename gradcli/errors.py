@@ -21,7 +21,12 @@ class GraphError(GradcliError):
         if self.file:
             loc = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
         where = f"{self.where}: " if self.where else ""
-        return f"{loc}{where}{self.message}"
+        return _one_line(f"{loc}{where}{self.message}")
+
+
+def _one_line(text):
+    """Messages reach users as one line, whatever a cause's text held."""
+    return " ".join(str(text).splitlines()) if ("\n" in text or "\r" in text) else text
 
 
 class BackwardError(GradcliError):

@@ -150,7 +150,9 @@ class Graph:
                     out = spec.op(*inputs, **spec.args)
                 except DeviceMismatch as exc:
                     self.fail(str(exc), spec.line, spec.label)
-                except (ValueError, TypeError, IndexError, np.AxisError) as exc:
+                except GraphError:
+                    raise
+                except (ValueError, TypeError, IndexError) as exc:  # AxisError is both
                     shapes = ", ".join(f"{n} {list(t.shape)} {t.dtype}" for n, t in zip(spec.inputs, inputs))
                     self.fail(f"{_first_line(exc)} (inputs: {shapes})", spec.line, spec.label)
                 except FloatingPointError as exc:

@@ -664,19 +664,9 @@ class _CheckedOp:
         return None, itemsize
 
 
-# numpy 2 moved AxisError to numpy.exceptions; code written for numpy 1 (an
-# `except (..., np.AxisError)` clause, as in Graph.forward) raises AttributeError
-# when such a clause is evaluated. Restore the old name.
-if not hasattr(np, "AxisError") and hasattr(np, "exceptions"):
-    np.AxisError = np.exceptions.AxisError
-
-
 def _known_errors():
-    errors = [ValueError, TypeError, IndexError, ArithmeticError, KeyError]
-    axis_error = getattr(np, "AxisError", None) or getattr(np.exceptions, "AxisError", None)
-    if axis_error is not None:
-        errors.append(axis_error)
-    return tuple(errors)
+    # numpy's AxisError subclasses ValueError and IndexError, so it is covered.
+    return (ValueError, TypeError, IndexError, ArithmeticError, KeyError)
 
 
 _KNOWN_ERRORS = _known_errors()

@@ -272,7 +272,7 @@ def test_unknown_option_exits_2():
 def test_failing_backward_exits_3():
     line = assert_one_line_error(cli("run", GRAPHS / "fail.yaml"), 3, "fail.yaml",
                                  "FailBackward0", "boom", "this op always fails in backward")
-    assert "(op boom)" in line
+    assert "node created by op ops[1] 'boom'" in line
     assert "fail.yaml:18:" in line  # the line of the `fail` op
 
 

@@ -203,7 +203,7 @@ class AccumulateGrad(Node):
         var = self.variable
         if _RACY:
             old = var.grad
-            time.sleep(0)       # planted fault: lets another thread's update be lost
+            time.sleep(0.001)   # planted fault: lets another thread's update be lost
             var.grad = new_grad if old is None else old + new_grad
             return []
         with self.lock:

@@ -35,7 +35,7 @@ def boolean(v):
 def shape(v):
     if isinstance(v, (list, tuple)) and all(is_int(a) and a >= -1 for a in v):
         return tuple(int(a) for a in v)
-    raise ValueError(f"shape must be a list of non-negative ints, got {v!r}")
+    raise ValueError(f"shape must be a list of non-negative ints (or -1), got {v!r}")
 
 
 def axes_or_none(v):

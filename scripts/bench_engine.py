@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -86,25 +87,23 @@ def numpy_blas_info():
 
 
 def torch_blas_info():
-    show = torch.__config__.show()
-    for part in show.replace(",", "\n").splitlines():
-        part = part.strip()
-        if part.startswith("BLAS_INFO="):
-            return part.split("=", 1)[1]
-    return "?"
+    m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return m.group(1) if m else "?"
 
 
 # -- timing helpers ----------------------------------------------------------------
-def time_backward(build, run_backward, repeat, warmup=1, retain=False):
+def time_backward(build, run_backward, repeat, warm=None, retain=False):
     """Median seconds of ``run_backward(state)`` over ``repeat`` measurements.
 
     ``build()`` makes the graph (untimed). Without ``retain`` the graph is
     rebuilt before every measurement; with it, built once and the backward
-    runs with retain_graph=True each time.
+    runs with retain_graph=True each time. One untimed warm-up backward runs
+    first, through ``warm(state)`` when given (it returns the node count).
     """
     times = []
-    state = build() if retain else None
-    for i in range(warmup + repeat):
+    state = build()
+    nodes = (warm or run_backward)(state)
+    for _ in range(repeat):
         if not retain:
             state = None
             state = build()
@@ -112,11 +111,10 @@ def time_backward(build, run_backward, repeat, warmup=1, retain=False):
         t0 = time.perf_counter()
         run_backward(state)
         t1 = time.perf_counter()
-        if i >= warmup:
-            times.append(t1 - t0)
+        times.append(t1 - t0)
     state = None
     gc.collect()
-    return statistics.median(times), times
+    return statistics.median(times), times, nodes
 
 
 # -- graphs: gradcli -----------------------------------------------------------------
@@ -170,15 +168,17 @@ def gc_backward(retain):
     return run
 
 
-def gc_count_nodes(build):
-    """Nodes the engine executes for one backward (counted with a trace)."""
-    _, out, grad = build()
-    trace = []
-    if grad is None:
-        backward(out, trace=trace)
-    else:
-        backward([out], [grad], trace=trace)
-    return len(trace)
+def gc_count_nodes(retain):
+    """A backward that returns the number of nodes the engine executed (traced)."""
+    def run(state):
+        _, out, grad = state
+        trace = []
+        if grad is None:
+            backward(out, retain_graph=retain, trace=trace)
+        else:
+            backward([out], [grad], retain_graph=retain, trace=trace)
+        return len(trace)
+    return run
 
 
 # -- graphs: torch -------------------------------------------------------------------
@@ -228,16 +228,21 @@ def th_backward(retain):
     return run
 
 
-def th_count_nodes(build):
-    _, out, _ = build()
-    seen, stack = set(), [out.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        stack.extend(f for f, _ in fn.next_functions)
-    return len(seen)
+def th_count_nodes(retain):
+    """A backward that first counts the nodes of the graph (all of them run)."""
+    run_backward = th_backward(retain)
+
+    def run(state):
+        seen, stack = set(), [state[1].grad_fn]
+        while stack:
+            fn = stack.pop()
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            stack.extend(f for f, _ in fn.next_functions)
+        run_backward(state)
+        return len(seen)
+    return run
 
 
 # -- BLAS floor of the MLP backward ----------------------------------------------------
@@ -282,7 +287,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: few repeats (< 15 s)")
     ap.add_argument("--repeat", type=int, default=None,
-                    help="timed backwards per benchmark (default 11, 3 with --quick)")
+                    help="timed backwards per benchmark (default 15, 3 with --quick)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
     ap.add_argument("--retain-graph", action="store_true",
                     help="build each graph once and time backward(retain_graph=True) "
@@ -296,7 +301,7 @@ def main(argv=None):
                     help="leave gradcli's engine multithreading on (default: off; CPU-only "
                          "graphs never use device threads either way)")
     args = ap.parse_args(argv)
-    repeat = args.repeat or (3 if args.quick else 11)
+    repeat = args.repeat or (3 if args.quick else 15)
     use_torch = torch is not None and not args.no_torch
     which = args.only or ["chain", "fanin", "mlp"]
 
@@ -338,16 +343,16 @@ def main(argv=None):
         for name in which:
             gc_build, th_build, unit = benches[name]
             row = {"bench": name, "unit": unit}
-            row["nodes"] = gc_count_nodes(gc_build)
             with set_multithreading_enabled(args.multithreading):
-                med, ts = time_backward(gc_build, gc_backward(args.retain_graph), repeat,
-                                        retain=args.retain_graph)
+                med, ts, row["nodes"] = time_backward(
+                    gc_build, gc_backward(args.retain_graph), repeat,
+                    warm=gc_count_nodes(args.retain_graph), retain=args.retain_graph)
             row["gradcli_s"] = med
             row["gradcli_all_s"] = ts
             if use_torch:
-                row["torch_nodes"] = th_count_nodes(th_build)
-                tmed, tts = time_backward(th_build, th_backward(args.retain_graph), repeat,
-                                          retain=args.retain_graph)
+                tmed, tts, row["torch_nodes"] = time_backward(
+                    th_build, th_backward(args.retain_graph), repeat,
+                    warm=th_count_nodes(args.retain_graph), retain=args.retain_graph)
                 row["torch_s"] = tmed
                 row["torch_all_s"] = tts
             results.append(row)

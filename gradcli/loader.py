@@ -30,7 +30,7 @@ OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "de
            "function"}
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
 EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
-LATER_OPS = {"checkpoint": "issue #4", "reenter": "issue #4", "custom": "issue #5"}
+LATER_OPS = {"checkpoint": "issue #4", "custom": "issue #5"}
 MAX_DELAY_MS = 60_000       # a `delay` op may sleep at most this long per backward call
 # Ops whose inputs broadcast against each other (NumPy rules) into the output.
 BROADCASTING_OPS = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "where", "mse_loss"}

@@ -16,7 +16,7 @@ import re
 from .errors import GraphError
 
 MAX_NODES = 1_000_000       # scalars + containers after alias expansion
-MAX_DEPTH = 64              # nesting of mappings/sequences
+MAX_DEPTH = 1000            # nesting of mappings/sequences (100 nested checkpoints use ~400)
 MAX_FILE_BYTES = 64 * 2**20
 LINE_PATH_DEPTH = 6         # lines are remembered for paths up to this long
 

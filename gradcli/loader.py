@@ -30,7 +30,7 @@ OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "de
            "function"}
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
 EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
-LATER_OPS = {"checkpoint": "issue #4", "custom": "issue #5"}
+LATER_OPS = {"custom": "issue #5"}
 MAX_DELAY_MS = 60_000       # a `delay` op may sleep at most this long per backward call
 # Ops whose inputs broadcast against each other (NumPy rules) into the output.
 BROADCASTING_OPS = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "where", "mse_loss"}
@@ -355,11 +355,11 @@ class _Loader:
                       f"of {self.options.max_tensor_bytes} bytes (--max-tensor-bytes)", path, where)
 
     # -- ops ------------------------------------------------------------------------------
-    def op(self, i, entry, defined) -> OpSpec:
+    def op(self, i, entry, defined, base=("ops",), prefix="ops") -> OpSpec:
         from .ops import OPS  # noqa: PLC0415 - the op library loads on first use
 
-        path = ("ops", i)
-        where = f"ops[{i}]"
+        path = base + (i,)
+        where = f"{prefix}[{i}]"
         if not isinstance(entry, dict):
             self.fail(f"an op must be a mapping, not {_kind(entry)}", path, where)
         op_id = entry.get("id", where)
@@ -380,6 +380,8 @@ class _Loader:
         if name in LATER_OPS:
             self.fail(f"op {name!r} is not supported by this version of gradcli yet "
                       f"({LATER_OPS[name]})", path + ("op",), label)
+        if name == "checkpoint":
+            return self.checkpoint(i, entry, defined, path, where, op_id, label)
         op = OPS.get(name)
         if op is None or op.name.startswith("slice_backward"):
             hint = difflib.get_close_matches(name, sorted(OPS), n=1)
@@ -403,7 +405,10 @@ class _Loader:
                       path + ("inputs",), label)
         for k, n in enumerate(inputs):
             if n not in defined:
-                self.fail(f"input {n!r} is not defined above this op", path + ("inputs", k), label)
+                scope = (" (a checkpoint body sees only the checkpoint's inputs: pass it in)"
+                         if ".body[" in where else "")
+                self.fail(f"input {n!r} is not defined above this op{scope}",
+                          path + ("inputs", k), label)
 
         args = entry.get("args", {})
         if args is None:
@@ -472,6 +477,60 @@ class _Loader:
                                 self.options.max_tensor_bytes)
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
                       outputs=list(outputs), args=checked, retain_grad=retain,
+                      line=self.doc.line(*path))
+
+    def checkpoint(self, i, entry, defined, path, where, op_id, label) -> OpSpec:
+        """``{op: checkpoint, inputs, outputs, body}``: the body is a scope of its own.
+
+        It reads the checkpoint's inputs by their names and nothing else,
+        must define every name in ``outputs``, and its other names stay inside
+        it (they may repeat outer names).
+        """
+        from .ops.reentrant import CheckpointOp  # noqa: PLC0415
+
+        self.check_keys(entry, OP_KEYS - {"function", "device"}, path, label, "a checkpoint op")
+        for key in ("args",):
+            if entry.get(key):
+                self.fail(f"checkpoint takes no {key}", path + (key,), label)
+        inputs = entry.get("inputs")
+        if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs) or not inputs:
+            self.fail("inputs must be a non-empty list of tensor names", path + ("inputs",), label)
+        for k, n in enumerate(inputs):
+            if n not in defined:
+                self.fail(f"input {n!r} is not defined above this op", path + ("inputs", k), label)
+            if inputs.index(n) != k:
+                self.fail(f"input {n!r} is listed twice", path + ("inputs", k), label)
+        outputs = entry.get("outputs")
+        if "output" in entry:
+            self.fail("a checkpoint names its results with outputs: [...]", path + ("output",), label)
+        if not isinstance(outputs, list) or not outputs:
+            self.fail("outputs must be a non-empty list of names", path + ("outputs",), label)
+        body = entry.get("body")
+        if not isinstance(body, list) or not body:
+            self.fail("body must be a non-empty list of ops", path + ("body",), label)
+        scope = {n: defined[n] for n in inputs}
+        body_specs = [self.op(k, op_entry, scope, path + ("body",), f"{where}.body")
+                      for k, op_entry in enumerate(body)]
+        seen = set()
+        for k, out in enumerate(outputs):
+            self.check_name(out, path + ("outputs", k), label)
+            if out not in scope or out in inputs:
+                self.fail(f"output {out!r} is not defined by the body (a checkpoint's outputs "
+                          "are names its body defines)", path + ("outputs", k), label)
+            if out in defined:
+                self.fail(f"output {out!r} is already defined above (names are defined once)",
+                          path + ("outputs", k), label)
+            if out in seen:
+                self.fail(f"output {out!r} is named twice", path + ("outputs", k), label)
+            seen.add(out)
+        retain = entry.get("retain_grad", False)
+        if not isinstance(retain, bool):
+            self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
+        for out in outputs:
+            defined[out] = None
+        return OpSpec(index=i, id=op_id, label=label,
+                      op=CheckpointOp(body_specs, list(inputs), list(outputs)),
+                      inputs=list(inputs), outputs=list(outputs), args={}, retain_grad=retain,
                       line=self.doc.line(*path))
 
     def check_op_args(self, name, args, path, label):

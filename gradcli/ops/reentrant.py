@@ -73,6 +73,14 @@ class CheckpointOp:
         self.input_names = input_names
         self.output_names = output_names
 
+    def fn(self, *arrays, **args):
+        """The body on raw arrays, no recording (as every op's ``fn``)."""
+        scope = dict(zip(self.input_names, arrays))
+        for spec in self.body:
+            out = spec.op.fn(*[scope[n] for n in spec.inputs], **spec.args)
+            scope.update(zip(spec.outputs, out if spec.op.multi_output else [out]))
+        return [scope[n] for n in self.output_names]
+
     def __call__(self, *inputs, **args):
         from ..autograd import no_grad
 

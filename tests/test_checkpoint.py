@@ -1,0 +1,139 @@
+"""`checkpoint` in graph files: scoping rules, errors, nesting, reentrant backward."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradcli.errors import BackwardError, GraphError
+from gradcli.loader import loads
+
+HEAD = """version: 1
+tensors:
+  x: {value: [1.0, 2.0], requires_grad: true}
+  w: {value: [3.0, -1.0], requires_grad: true}
+ops:
+"""
+TAIL = """backward:
+  roots: [loss]
+"""
+
+
+def graph(ops):
+    return loads(HEAD + ops + TAIL, name="ckpt")
+
+
+def test_checkpoint_gradient_equals_plain_graph():
+    g = graph("""  - op: checkpoint
+    id: block
+    inputs: [x, w]
+    outputs: [y]
+    body:
+      - {op: mul, inputs: [x, w], output: h}
+      - {op: exp, inputs: [h], output: y}
+  - {op: sum, inputs: [y], output: loss}
+""")
+    result = g.run()
+    x, w = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    np.testing.assert_allclose(result.grads["x"], np.exp(x * w) * w)
+    np.testing.assert_allclose(result.grads["w"], np.exp(x * w) * x)
+    names = [r.node for r in result.order]
+    assert names[1] == "CheckpointFunctionBackward"
+    # The body's nodes ran in a nested graph task, one level deeper.
+    assert {r.depth for r in result.order if r.node in ("MulBackward0", "ExpBackward0")} == {1}
+    assert {r.op for r in result.order if r.depth == 1} >= {"ops[0].body[0]", "ops[0].body[1]"}
+
+
+def test_body_names_stay_inside_and_may_repeat_outer_names():
+    g = graph("""  - {op: mul, inputs: [x, x], output: h}
+  - op: checkpoint
+    inputs: [h]
+    outputs: [out]
+    body:
+      - {op: mul, inputs: [h, h], output: x}     # `x` is the body's own name
+      - {op: clone, inputs: [x], output: out}
+  - {op: sum, inputs: [out], output: loss}
+""")
+    result = g.run()
+    np.testing.assert_allclose(result.grads["x"], 4 * np.array([1.0, 2.0]) ** 3)
+
+
+@pytest.mark.parametrize("ops, message", [
+    ("""  - op: checkpoint
+    inputs: [x]
+    outputs: [y]
+    body:
+      - {op: mul, inputs: [x, w], output: y}
+  - {op: sum, inputs: [y], output: loss}
+""", "input 'w' is not defined above this op (a checkpoint body sees only the checkpoint's inputs"),
+    ("""  - op: checkpoint
+    inputs: [x]
+    outputs: [y]
+    body:
+      - {op: exp, inputs: [x], output: z}
+  - {op: sum, inputs: [y], output: loss}
+""", "output 'y' is not defined by the body"),
+    ("""  - op: checkpoint
+    inputs: [x]
+    outputs: [y]
+  - {op: sum, inputs: [y], output: loss}
+""", "body must be a non-empty list of ops"),
+    ("""  - op: checkpoint
+    inputs: [x]
+    output: y
+    body:
+      - {op: exp, inputs: [x], output: y}
+  - {op: sum, inputs: [y], output: loss}
+""", "a checkpoint names its results with outputs"),
+    ("""  - op: checkpoint
+    inputs: [x]
+    outputs: [y]
+    body:
+      - {op: exp, inputs: [x], output: y, bogus: 1}
+  - {op: sum, inputs: [y], output: loss}
+""", "ops[0].body[0] (exp): unknown key 'bogus'"),
+])
+def test_checkpoint_errors_are_one_line_and_name_the_body_op(ops, message):
+    with pytest.raises(GraphError) as info:
+        graph(ops).run()
+    text = str(info.value)
+    assert message in text and "\n" not in text
+
+
+def test_body_op_line_numbers_point_into_the_body():
+    with pytest.raises(GraphError) as info:
+        graph("""  - op: checkpoint
+    inputs: [x]
+    outputs: [y]
+    body:
+      - {op: exp, inputs: [x], output: z}
+      - {op: matmul, inputs: [z, z2], output: y}
+  - {op: sum, inputs: [y], output: loss}
+""").run()
+    assert info.value.line == 11 and "ops[0].body[1]" in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_failure_inside_a_checkpoint_body_reaches_the_caller():
+    g = graph("""  - op: checkpoint
+    inputs: [x]
+    outputs: [y]
+    body:
+      - {op: exp, inputs: [x], output: e}
+      - {op: fail, inputs: [e], output: y, id: inner, args: {message: boom inside}}
+  - {op: sum, inputs: [y], output: loss}
+""")
+    with pytest.raises(BackwardError) as info:
+        g.run()
+    assert info.value.node.name == "FailBackward0" and info.value.node.op_id == "inner"
+    assert "boom inside" in str(info.value)
+
+
+@pytest.mark.timeout(120)
+def test_hundred_nested_checkpoints_in_a_file():
+    import gradcli
+
+    g = gradcli.load("graphs/nested_checkpoints.yaml")
+    result = g.run()
+    for name, expected in g.expect.grads.items():
+        np.testing.assert_allclose(result.grads[name], expected.array(), rtol=1e-12)
+    assert max(r.depth for r in result.order) == 100

@@ -359,10 +359,6 @@ def scenario_chaos(ctx, result):
         _wait_gone(engine, result)
 
 
-def _fork_child_uses_engine(conn_w):
-    pass
-
-
 def scenario_fork(ctx, result):
     import multiprocessing as mp
 
@@ -390,7 +386,7 @@ def scenario_fork(ctx, result):
         os.write(w, msg)
         os._exit(0)
     os.close(w)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done:

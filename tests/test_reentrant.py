@@ -215,3 +215,29 @@ def test_stress_given_graph_files():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["scenarios"][0]["scenario"] == "graphs" and doc["scenarios"][0]["iterations"] == 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("scenario, fault, failure", [
+    ("reentrant", "no_reentrant_pool", "RecursionError"),
+    ("errors", "swallow_errors", "did not reach the caller"),
+    ("shutdown", "no_shutdown_tasks", "still alive after stop()"),
+    ("fork", "no_fork_check", "forked child hung"),
+])
+def test_each_stress_scenario_catches_its_planted_fault(scenario, fault, failure):
+    """Prove each scenario's checks can fail: an engine switch breaks on purpose
+    what the scenario tests (see FAULTS in gradcli/autograd/engine.py)."""
+    proc = _gradcli("stress", "--scenario", scenario, "--iterations", "1", "--format", "json",
+                    env={"GRADCLI_FAULT": fault})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert not doc["ok"]
+    assert any(failure in f for f in doc["scenarios"][0]["failures"]), doc
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("scenario", ["reentrant", "errors", "fork"])
+def test_each_stress_scenario_passes_without_faults(scenario):
+    proc = _gradcli("stress", "--scenario", scenario, "--iterations", "1", "--format", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["ok"]

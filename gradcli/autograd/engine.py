@@ -28,9 +28,14 @@ from .state import STATE
 log = logging.getLogger("gradcli.engine")
 
 # Planted faults, for proving that `gradcli stress` and the tests catch real
-# bugs: GRADCLI_FAULT=lost_wakeup drops the wake-up task a device thread sends
-# to a graph task's owner (Note [Wake-up tasks]); racy_accumulate makes
-# AccumulateGrad read-modify-write without its lock. Never set in normal use.
+# bugs (GRADCLI_FAULT=a,b; never set in normal use):
+#   lost_wakeup       drop the wake-up task a device thread sends to a graph
+#                     task's owner (Note [Wake-up tasks])
+#   racy_accumulate   AccumulateGrad read-modify-writes without its lock
+#   no_reentrant_pool nest every reentrant backward on the caller's stack
+#   swallow_errors    a node's exception is dropped instead of recorded
+#   no_shutdown_tasks stop() never pushes shutdown tasks
+#   no_fork_check     an engine's threads are trusted after fork()
 FAULTS = frozenset(filter(None, os.environ.get("GRADCLI_FAULT", "").split(",")))
 
 
@@ -233,7 +238,7 @@ class Engine:
             graph_task.outstanding_tasks += 1
             queue.push(node_task(graph_task, graph_root, input_buffer))
             graph_task.lock.release()
-            if tls.current_depth >= self.max_recursion_depth:
+            if tls.current_depth >= self.max_recursion_depth and "no_reentrant_pool" not in FAULTS:
                 self.add_thread_pool_task(graph_task)
             else:
                 tls.total_depth += 1
@@ -291,6 +296,8 @@ class Engine:
                     self.ready_queue_by_index(local_task, owner).push(wakeup_task(local_task))
 
     def thread_on_exception(self, graph_task, fn, exc):
+        if "swallow_errors" in FAULTS:
+            return
         if getattr(exc, "gradcli_node", None) is None:
             try:
                 exc.gradcli_node = fn        # the innermost node that failed
@@ -409,7 +416,8 @@ class Engine:
 
     # -- device threads -------------------------------------------------------------
     def initialize_device_threads_pool(self, graph_task):
-        if self._threads_pid is not None and self._threads_pid != os.getpid():
+        if (self._threads_pid is not None and self._threads_pid != os.getpid()
+                and "no_fork_check" not in FAULTS):
             raise RuntimeError(FORK_ERROR)
         if graph_task.uses_devices and graph_task.multithreading and not self._device_threads_started:
             with self._start_lock:
@@ -527,7 +535,7 @@ class Engine:
             with cv:   # poll: a queue draining does not notify
                 while not idle() and time.monotonic() < deadline:
                     cv.wait(min(0.01, max(0.0, deadline - time.monotonic())))
-            if wait_limit <= 0:
+            if wait_limit <= 0 or "no_shutdown_tasks" in FAULTS:
                 pass    # as PyTorch: a zero limit leaves the threads at once
             elif idle():
                 for queue in self.device_ready_queues:

@@ -186,8 +186,7 @@ class Engine:
 
     def compute_dependencies(self, root, graph_task, min_topo_nr):
         """Count, for each node, the edges that will bring it a gradient."""
-        dependencies = graph_task.dependencies
-        seen = graph_task.nodes_in_graph
+        dependencies = graph_task.dependencies   # doubles as the set of nodes seen
         stack = [root]
         uses_devices = False
         while stack:
@@ -199,10 +198,12 @@ class Engine:
             for edge in fn.next_edges:
                 if edge is not None:
                     nxt = edge[0]
-                    dependencies[nxt] = dependencies.get(nxt, 0) + 1
-                    if nxt not in seen:
-                        seen.add(nxt)
+                    count = dependencies.get(nxt)
+                    if count is None:
+                        dependencies[nxt] = 1
                         stack.append(nxt)
+                    else:
+                        dependencies[nxt] = count + 1
         graph_task.uses_devices = uses_devices or root.device is not CPU
 
     def execute_with_graph_task(self, graph_task, graph_root, input_buffer):
@@ -274,15 +275,22 @@ class Engine:
                 tls.current_graph_task = local_task
                 state.grad_enabled = local_task.create_graph
                 try:
-                    self.evaluate_function(local_task, fn, task[6])
+                    done = self.evaluate_function(local_task, fn, task[6])
                 except Exception as exc:  # noqa: BLE001 - travels to the caller
                     self.thread_on_exception(local_task, fn, exc)
+                    done = None
                 tls.current_graph_task = prev
+            else:
+                done = None
             del task
-            with local_task.lock:
-                local_task.outstanding_tasks -= 1
-                done = local_task.outstanding_tasks == 0 or (
-                    local_task.exit_on_error and local_task.has_error)
+            if done is None:
+                # The task ended without dispatching (skipped, no outputs, an
+                # error): count it off here. Otherwise evaluate_function did, under
+                # the lock it already held (one lock per node on the hot path).
+                with local_task.lock:
+                    local_task.outstanding_tasks -= 1
+                    done = local_task.outstanding_tasks == 0 or (
+                        local_task.exit_on_error and local_task.has_error)
             if done:
                 local_task.mark_as_completed_and_run_post_processing()
                 # Note [Wake-up tasks]: the owner of the graph task may be
@@ -306,6 +314,11 @@ class Engine:
         graph_task.set_exception(exc, fn)
 
     def evaluate_function(self, graph_task, fn, inputs):
+        """Run ``fn`` and hand its outputs to the nodes they feed.
+
+        Returns whether the graph task is complete when it counted this task
+        off itself (after dispatching), or None when the caller must.
+        """
         exec_info = graph_task.exec_info
         if graph_task.deterministic:
             inputs = inputs.variables()
@@ -390,6 +403,9 @@ class Engine:
                 queue = cpu_queue if (dev is CPU or not mt) else self.device_ready_queues[dev.index]
                 graph_task.outstanding_tasks += 1
                 queue.push(node_task(graph_task, nxt, buffer))
+            graph_task.outstanding_tasks -= 1      # this node's own task is done
+            return graph_task.outstanding_tasks == 0 or (
+                graph_task.exit_on_error and graph_task.has_error)
 
     # -- queues -----------------------------------------------------------------
     def ready_queue(self, graph_task, device):
@@ -627,6 +643,9 @@ def validate_outputs(edges, grads, fn_name):
         if edge is None or grad is None:
             continue
         meta = edge[0].input_metadata[edge[1]]
+        if (type(grad) is np.ndarray and meta.device is CPU and grad.shape == meta.shape
+                and grad.dtype is meta.dtype):
+            continue                 # the common case: nothing to check or fix
         shape = getattr(grad, "shape", None)
         if shape is None:
             raise RuntimeError(_format(fn_name, f"invalid gradient at index {i} - expected an "

@@ -32,7 +32,7 @@ class GraphTask:
     __slots__ = ("id", "keep_graph", "create_graph", "reentrant_depth", "cpu_ready_queue",
                  "graph_roots", "exit_on_error", "multithreading", "anomaly", "deterministic",
                  "outstanding_tasks", "has_error", "future_completed", "error", "error_node",
-                 "lock", "dependencies", "not_ready", "nodes_in_graph", "exec_info",
+                 "lock", "dependencies", "not_ready", "exec_info",
                  "captured_vars", "owner", "final_callbacks", "final_callbacks_lock",
                  "uses_devices", "trace", "_done")
 
@@ -60,7 +60,6 @@ class GraphTask:
         self.lock = threading.Lock()
         self.dependencies = {}                # Node -> count of edges still to come
         self.not_ready = {}                   # Node -> InputBuffer
-        self.nodes_in_graph = set()
         self.exec_info = {}                   # Node -> ExecInfo (Note [Exec info])
         self.captured_vars = []
         self.owner = None                     # worker_device of the thread that created it

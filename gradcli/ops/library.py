@@ -27,6 +27,8 @@ def _normalize_axes(axis, ndim):
 # -- helpers built from ops (work on arrays and, later, on Tensors) -------------------
 def unbroadcast(g, shape):
     """Sum a gradient of a broadcast result back to an operand's ``shape``."""
+    if g.shape == shape:
+        return g
     shape = tuple(shape)
     if g.shape == shape:
         return g

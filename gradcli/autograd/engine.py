@@ -23,6 +23,7 @@ from .graph_task import GraphTask
 from .input_buffer import DeterministicInputBuffer, InputBuffer
 from .node import GraphRoot
 from .ready_queue import RUN, SHUTDOWN, ReadyQueue, node_task, wakeup_task
+from . import streams
 from .state import STATE
 
 log = logging.getLogger("gradcli.engine")
@@ -189,12 +190,15 @@ class Engine:
         dependencies = graph_task.dependencies   # doubles as the set of nodes seen
         stack = [root]
         uses_devices = False
+        stream_devices = set()
         while stack:
             fn = stack.pop()
             if fn.topological_nr < min_topo_nr:
                 continue
             if fn.device is not CPU:
                 uses_devices = True
+                if fn.stream is not None:
+                    stream_devices.add(fn.stream.device_id)
             for edge in fn.next_edges:
                 if edge is not None:
                     nxt = edge[0]
@@ -205,6 +209,9 @@ class Engine:
                     else:
                         dependencies[nxt] = count + 1
         graph_task.uses_devices = uses_devices or root.device is not CPU
+        if stream_devices:
+            # Remember the caller's current streams: leaves are synced to them.
+            graph_task.caller_streams = streams.stash_current_streams(stream_devices)
 
     def execute_with_graph_task(self, graph_task, graph_root, input_buffer):
         self.initialize_device_threads_pool(graph_task)
@@ -275,7 +282,11 @@ class Engine:
                 tls.current_graph_task = local_task
                 state.grad_enabled = local_task.create_graph
                 try:
-                    done = self.evaluate_function(local_task, fn, task[6])
+                    if fn.stream is None:
+                        done = self.evaluate_function(local_task, fn, task[6])
+                    else:      # run on the stream the forward ran on
+                        with fn.stream:
+                            done = self.evaluate_function(local_task, fn, task[6])
                 except Exception as exc:  # noqa: BLE001 - travels to the caller
                     self.thread_on_exception(local_task, fn, exc)
                     done = None
@@ -332,6 +343,8 @@ class Engine:
                 with graph_task.lock:
                     for input_idx, output_idx in info.captures:
                         graph_task.captured_vars[output_idx] = inputs[input_idx]
+                    if fn.stream is not None:
+                        graph_task.leaf_streams.add(fn.stream)
             if not info.needed:
                 return
 
@@ -350,6 +363,9 @@ class Engine:
         if not graph_task.keep_graph:
             fn.release_variables()
         if not outputs:
+            if fn.stream is not None:        # a leaf: the caller syncs with it at the end
+                with graph_task.lock:
+                    graph_task.leaf_streams.add(fn.stream)
             return
         if graph_task.anomaly[0]:
             check_anomaly(fn, outputs, graph_task.anomaly[1])
@@ -358,6 +374,7 @@ class Engine:
         cpu_queue = graph_task.cpu_ready_queue
         deterministic = graph_task.deterministic
         next_edges = fn.next_edges
+        stream = fn.stream
         with graph_task.lock:
             dependencies = graph_task.dependencies
             not_ready = graph_task.not_ready
@@ -376,6 +393,10 @@ class Engine:
                     dependencies[nxt] = count - 1
                     is_ready = False
 
+                if stream is not None or nxt.stream is not None:
+                    # Accumulate on the consumer's stream once the producer's
+                    # work is done (Note [Streaming backwards]).
+                    streams.sync(stream, nxt.stream)
                 buffer = not_ready.get(nxt)
                 if buffer is None:
                     if exec_info:
@@ -469,6 +490,10 @@ class Engine:
         tls.worker_device = index
         tls.local_ready_queue = queue
         tls.engine = self
+        if index < device_count("cuda"):      # set_device: CuPy work here goes to GPU `index`
+            from ..devices import cupy_module
+
+            cupy_module().cuda.Device(index).use()
         try:
             self.thread_main(None)
         finally:

@@ -34,7 +34,7 @@ class GraphTask:
                  "outstanding_tasks", "has_error", "future_completed", "error", "error_node",
                  "lock", "dependencies", "not_ready", "exec_info",
                  "captured_vars", "owner", "final_callbacks", "final_callbacks_lock",
-                 "uses_devices", "trace", "_done")
+                 "uses_devices", "trace", "leaf_streams", "caller_streams", "_done")
 
     def __init__(self, keep_graph, create_graph, reentrant_depth, cpu_ready_queue, graph_roots,
                  multithreading=True, anomaly=(False, False), deterministic=False,
@@ -67,6 +67,8 @@ class GraphTask:
         self.final_callbacks_lock = threading.Lock()
         self.uses_devices = False             # some node runs on an accelerator queue
         self.trace = trace                    # list of run records, or None
+        self.leaf_streams = set()             # streams leaves ran on (Note [Streaming backwards])
+        self.caller_streams = None            # device id -> caller's current stream
         self._done = threading.Event()
 
     def completed(self) -> bool:
@@ -98,6 +100,10 @@ class GraphTask:
 
         if self.not_ready:
             raise RuntimeError("could not compute gradients for some functions")
+        if self.leaf_streams and self.caller_streams:
+            from . import streams  # noqa: PLC0415
+
+            streams.sync_leaf_streams(self.caller_streams, self.leaf_streams)
         # Final callbacks may queue more callbacks (from this or another
         # thread): index the list afresh each time round, unlocked while a
         # callback runs.

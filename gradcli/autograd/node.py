@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from ..devices import CPU, device_of
+from .streams import stream_of
 from .state import next_sequence_nr
 
 UINT64_MAX = 2**64 - 1
@@ -33,16 +34,19 @@ ERR_BACKWARD_TWICE = (
 class InputMetadata:
     """Shape, dtype and device of one input of a node (a forward output)."""
 
-    __slots__ = ("shape", "dtype", "device")
+    __slots__ = ("shape", "dtype", "device", "stream")
 
-    def __init__(self, shape, dtype, device):
+    def __init__(self, shape, dtype, device, stream=None):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.device = device
+        self.stream = stream          # CUDA: the stream the forward ran on
 
     @classmethod
     def of(cls, array):
-        return cls(array.shape, array.dtype, device_of(array))
+        device = device_of(array)
+        stream = stream_of(array) if device.type == "cuda" else None
+        return cls(array.shape, array.dtype, device, stream)
 
     def is_expandable_to_shape(self, grad_shape) -> bool:
         """True when this metadata's shape broadcasts to ``grad_shape``."""
@@ -85,7 +89,7 @@ class Node:
     """A function of the backward graph (``torch::autograd::Node``)."""
 
     __slots__ = ("name", "next_edges", "sequence_nr", "topological_nr", "input_metadata",
-                 "device", "op_id", "source", "tensor_pre_hooks", "retains_grad_hooks",
+                 "device", "stream", "op_id", "source", "tensor_pre_hooks", "retains_grad_hooks",
                  "pre_hooks", "post_hooks", "__weakref__")
 
     def __init__(self, name, next_edges, input_metadata, sequence_nr=None):
@@ -103,12 +107,13 @@ class Node:
                 topo = edge[0].topological_nr
         self.topological_nr = topo + 1
         self.input_metadata = input_metadata
-        dev = CPU
+        dev, stream = CPU, None
         for meta in input_metadata:
             if meta.device is not CPU:
-                dev = meta.device
+                dev, stream = meta.device, meta.stream
                 break
         self.device = dev            # the ready queue this node runs on
+        self.stream = stream         # the CUDA stream it runs on (Note [Streaming backwards])
         self.op_id = None            # the graph file's op id (ops[i] or its `id`)
         self.source = None           # (file, line) of the op that recorded it
         self.tensor_pre_hooks = None  # [(input_nr, fn)]

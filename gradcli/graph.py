@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .devices import CPU, on_device, to_device
+from .devices import on_device, to_device
 from .errors import BackwardError, GraphError
 
 

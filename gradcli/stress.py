@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import statistics
 import subprocess
 import sys
 import threading
@@ -108,46 +107,58 @@ def _chain(x, n, ops, rng, device=None, fail_at=None, jitter_ms=0):
     return ops.sum_(y)
 
 
-# -- scenarios -------------------------------------------------------------------------
-def scenario_reentrant(ctx, result):
-    from . import ops
-    from .autograd import Engine, backward
-    from .ops.reentrant import CheckpointOp
-    from .graph import OpSpec
+def _iterate(ctx, result, iteration):
+    """Run ``iteration(engine, i)`` on a fresh Engine until --iterations or the
+    deadline, then stop the engine and count the threads it left behind."""
+    from .autograd import Engine
 
     engine = Engine()
     try:
-        depths = [5000, 200, 1000]
         i = 0
         while i < ctx.iterations and ctx.time_left() > 0:
-            depth = depths[i % len(depths)]
-            # Deep reentrant backward through the pool.
-            x = _T(np.ones(4), True)
-            y = ops.sum_(ops.mul(ops.OPS["reenter"](x, depth=depth), np.full(4, 3.0)))
-            _timed(result, backward, y, engine=engine)
-            _check(result, _close(x.grad, np.full(4, 3.0)), f"reenter depth {depth}: grad {x.grad}")
-            # Reentrant backward from a device thread.
-            x = _T(np.ones(4), True)
-            xs = ops.to(x, device="sim:0")
-            y = ops.sum_(ops.to(ops.OPS["reenter"](ops.mul(xs, np.float64(2.0)), depth=150), device="cpu"))
-            _timed(result, backward, y, engine=engine)
-            _check(result, _close(x.grad, np.full(4, 2.0)), f"reenter on sim:0: grad {x.grad}")
-            # 100 nested checkpoints.
-            op = None
-            body = [OpSpec(0, "sq", "sq", ops.OPS["mul"], ["a", "a"], ["b"], {})]
-            for level in range(100):
-                inner = body
-                op = CheckpointOp(inner, ["a"], ["b"])
-                body = [OpSpec(0, f"ckpt{level}", f"ckpt{level}", op, ["a"], ["b"], {})]
-            x = _T(np.array([0.5, -1.0]), True)
-            (out,) = op(x)
-            _timed(result, backward, ops.sum_(out), engine=engine)
-            _check(result, _close(x.grad, 2 * np.array([0.5, -1.0])), f"nested checkpoints: grad {x.grad}")
+            iteration(engine, i)
             result.iterations += 1
             i += 1
     finally:
         engine.stop()
         _wait_gone(engine, result)
+
+
+# -- scenarios -------------------------------------------------------------------------
+def scenario_reentrant(ctx, result):
+    from . import ops
+    from .autograd import backward
+    from .ops.reentrant import CheckpointOp
+    from .graph import OpSpec
+
+    depths = [5000, 200, 1000]
+
+    def iteration(engine, i):
+        depth = depths[i % len(depths)]
+        # Deep reentrant backward through the pool.
+        x = _T(np.ones(4), True)
+        y = ops.sum_(ops.mul(ops.OPS["reenter"](x, depth=depth), np.full(4, 3.0)))
+        _timed(result, backward, y, engine=engine)
+        _check(result, _close(x.grad, np.full(4, 3.0)), f"reenter depth {depth}: grad {x.grad}")
+        # Reentrant backward from a device thread.
+        x = _T(np.ones(4), True)
+        xs = ops.to(x, device="sim:0")
+        y = ops.sum_(ops.to(ops.OPS["reenter"](ops.mul(xs, np.float64(2.0)), depth=150), device="cpu"))
+        _timed(result, backward, y, engine=engine)
+        _check(result, _close(x.grad, np.full(4, 2.0)), f"reenter on sim:0: grad {x.grad}")
+        # 100 nested checkpoints.
+        op = None
+        body = [OpSpec(0, "sq", "sq", ops.OPS["mul"], ["a", "a"], ["b"], {})]
+        for level in range(100):
+            inner = body
+            op = CheckpointOp(inner, ["a"], ["b"])
+            body = [OpSpec(0, f"ckpt{level}", f"ckpt{level}", op, ["a"], ["b"], {})]
+        x = _T(np.array([0.5, -1.0]), True)
+        (out,) = op(x)
+        _timed(result, backward, ops.sum_(out), engine=engine)
+        _check(result, _close(x.grad, 2 * np.array([0.5, -1.0])), f"nested checkpoints: grad {x.grad}")
+
+    _iterate(ctx, result, iteration)
 
 
 def _run_threads(n, target):
@@ -169,83 +180,71 @@ def _run_threads(n, target):
 
 def scenario_concurrent(ctx, result):
     from . import ops
-    from .autograd import Engine, backward
+    from .autograd import backward
 
-    engine = Engine()
-    try:
-        i = 0
-        while i < ctx.iterations and ctx.time_left() > 0:
-            device = None if i % 2 == 0 else f"sim:{i % 2}"
-            # Separate graphs, one per thread.
-            expected = 1.5 ** 20
+    def iteration(engine, i):
+        device = None if i % 2 == 0 else f"sim:{i % 2}"
+        # Separate graphs, one per thread.
+        expected = 1.5 ** 20
 
-            def separate(k):
-                x = _T(np.full(8, 1.0 + k), True)
-                y = _chain(x, 20, ops, ctx.rng, device=device)
-                _timed(result, backward, y, engine=engine)
-                if not _close(x.grad, np.full(8, expected)):
-                    raise AssertionError(f"separate graph grad {x.grad[:2]} != {expected}")
-
-            result.failures.extend(_run_threads(ctx.threads, separate))
-            # One graph shared by all threads, with retain_graph: exactly N accumulations.
-            x = _T(np.full(8, 0.5), True)
+        def separate(k):
+            x = _T(np.full(8, 1.0 + k), True)
             y = _chain(x, 20, ops, ctx.rng, device=device)
-            result.failures.extend(_run_threads(
-                ctx.threads, lambda k: _timed(result, backward, y, retain_graph=True, engine=engine)))
-            _check(result, _close(x.grad, np.full(8, expected * ctx.threads)),
-                   f"shared graph on {device or 'cpu'}: grad {x.grad[0]} != {expected * ctx.threads}")
-            # Shared graph without retain_graph: one wins, the others get the
-            # "backward through the graph a second time" error; nothing hangs.
-            x = _T(np.full(8, 0.5), True)
-            y = ops.sum_(ops.mul(ops.exp(x), x))
-            outcomes = []
+            _timed(result, backward, y, engine=engine)
+            if not _close(x.grad, np.full(8, expected)):
+                raise AssertionError(f"separate graph grad {x.grad[:2]} != {expected}")
 
-            def racer(k):
-                try:
-                    backward(y, engine=engine)
-                    outcomes.append("ok")
-                except RuntimeError as exc:
-                    outcomes.append("twice" if "second time" in str(exc) else f"other: {exc}")
+        result.failures.extend(_run_threads(ctx.threads, separate))
+        # One graph shared by all threads, with retain_graph: exactly N accumulations.
+        x = _T(np.full(8, 0.5), True)
+        y = _chain(x, 20, ops, ctx.rng, device=device)
+        result.failures.extend(_run_threads(
+            ctx.threads, lambda k: _timed(result, backward, y, retain_graph=True, engine=engine)))
+        _check(result, _close(x.grad, np.full(8, expected * ctx.threads)),
+               f"shared graph on {device or 'cpu'}: grad {x.grad[0]} != {expected * ctx.threads}")
+        # Shared graph without retain_graph: one wins, the others get the
+        # "backward through the graph a second time" error; nothing hangs.
+        x = _T(np.full(8, 0.5), True)
+        y = ops.sum_(ops.mul(ops.exp(x), x))
+        outcomes = []
 
-            _run_threads(ctx.threads, racer)
-            _check(result, outcomes.count("ok") >= 1 and all(o in ("ok", "twice") for o in outcomes),
-                   f"racing backwards on one graph: {outcomes}")
-            result.iterations += 1
-            i += 1
-    finally:
-        engine.stop()
-        _wait_gone(engine, result)
+        def racer(k):
+            try:
+                backward(y, engine=engine)
+                outcomes.append("ok")
+            except RuntimeError as exc:
+                outcomes.append("twice" if "second time" in str(exc) else f"other: {exc}")
+
+        _run_threads(ctx.threads, racer)
+        _check(result, outcomes.count("ok") >= 1 and all(o in ("ok", "twice") for o in outcomes),
+               f"racing backwards on one graph: {outcomes}")
+
+    _iterate(ctx, result, iteration)
 
 
 def scenario_errors(ctx, result):
     from . import ops
-    from .autograd import Engine, backward
+    from .autograd import backward
     from .ops import BackwardFailure
 
-    engine = Engine()
-    try:
-        i = 0
-        while i < ctx.iterations and ctx.time_left() > 0:
-            device = None if i % 2 == 0 else "sim:0"
-            fail_at = ctx.rng.randrange(30)
-            x = _T(np.ones(8), True)
-            y = _chain(x, 30, ops, ctx.rng, device=device, fail_at=fail_at)
-            try:
-                _timed(result, backward, y, engine=engine)
-                result.failures.append(f"planted failure at step {fail_at} did not reach the caller")
-            except BackwardFailure as exc:
-                _check(result, f"step {fail_at}" in str(exc), f"wrong error: {exc}")
-                _check(result, getattr(exc, "gradcli_node", None) is not None
-                       and exc.gradcli_node.name == "FailBackward0", "error does not name its node")
-            # The engine stays usable.
-            x = _T(np.ones(8), True)
-            _timed(result, backward, _chain(x, 30, ops, ctx.rng, device=device), engine=engine)
-            _check(result, _close(x.grad, np.full(8, 1.5 ** 30)), "engine unusable after an error")
-            result.iterations += 1
-            i += 1
-    finally:
-        engine.stop()
-        _wait_gone(engine, result)
+    def iteration(engine, i):
+        device = None if i % 2 == 0 else "sim:0"
+        fail_at = ctx.rng.randrange(30)
+        x = _T(np.ones(8), True)
+        y = _chain(x, 30, ops, ctx.rng, device=device, fail_at=fail_at)
+        try:
+            _timed(result, backward, y, engine=engine)
+            result.failures.append(f"planted failure at step {fail_at} did not reach the caller")
+        except BackwardFailure as exc:
+            _check(result, f"step {fail_at}" in str(exc), f"wrong error: {exc}")
+            _check(result, getattr(exc, "gradcli_node", None) is not None
+                   and exc.gradcli_node.name == "FailBackward0", "error does not name its node")
+        # The engine stays usable.
+        x = _T(np.ones(8), True)
+        _timed(result, backward, _chain(x, 30, ops, ctx.rng, device=device), engine=engine)
+        _check(result, _close(x.grad, np.full(8, 1.5 ** 30)), "engine unusable after an error")
+
+    _iterate(ctx, result, iteration)
 
 
 def scenario_shutdown(ctx, result):
@@ -308,55 +307,49 @@ def _swallow(fn, *args, **kwargs):
 
 def scenario_chaos(ctx, result):
     from . import ops
-    from .autograd import Engine, backward, set_multithreading_enabled
+    from .autograd import backward, set_multithreading_enabled
 
-    engine = Engine()
-    try:
-        i = 0
-        while i < ctx.iterations and ctx.time_left() > 0:
-            seed = ctx.rng.randrange(2**31)
+    def iteration(engine, i):
+        seed = ctx.rng.randrange(2**31)
 
-            def build():
-                rng = random.Random(seed)
-                x = _T(np.linspace(0.1, 1.0, 16), True)
-                branches = []
-                for b in range(4):
-                    dev = f"sim:{b % 2}"
-                    y = ops.to(x, device=dev)
-                    for _ in range(6):
-                        y = ops.delay(ops.add(ops.mul(y, np.float64(1.0 + 0.1 * b)), np.float64(0.01)),
-                                      ms=0, jitter_ms=2, seed=rng.randrange(2**31))
-                    branches.append(ops.to(y, device="cpu"))
-                total = branches[0]
-                for br in branches[1:]:
-                    total = ops.add(total, br)
-                return x, ops.sum_(ops.mul(total, total))
+        def build():
+            rng = random.Random(seed)
+            x = _T(np.linspace(0.1, 1.0, 16), True)
+            branches = []
+            for b in range(4):
+                dev = f"sim:{b % 2}"
+                y = ops.to(x, device=dev)
+                for _ in range(6):
+                    y = ops.delay(ops.add(ops.mul(y, np.float64(1.0 + 0.1 * b)), np.float64(0.01)),
+                                  ms=0, jitter_ms=2, seed=rng.randrange(2**31))
+                branches.append(ops.to(y, device="cpu"))
+            total = branches[0]
+            for br in branches[1:]:
+                total = ops.add(total, br)
+            return x, ops.sum_(ops.mul(total, total))
 
-            x_ref, y_ref = build()
-            with set_multithreading_enabled(False):
-                backward(y_ref, engine=engine, deterministic=ctx.deterministic)
-            x, y = build()
-            _timed(result, backward, y, engine=engine, deterministic=ctx.deterministic)
-            _check(result, _close(x.grad, x_ref.grad, ctx.deterministic),
-                   f"chaos run differs from the single-threaded reference "
-                   f"(max diff {float(np.max(np.abs(x.grad - x_ref.grad))):.3g})")
-            # A graph living wholly on a device: every node runs on its device
-            # thread, which must wake the caller when the graph task completes.
-            from .devices import to_device, on_device
+        x_ref, y_ref = build()
+        with set_multithreading_enabled(False):
+            backward(y_ref, engine=engine, deterministic=ctx.deterministic)
+        x, y = build()
+        _timed(result, backward, y, engine=engine, deterministic=ctx.deterministic)
+        _check(result, _close(x.grad, x_ref.grad, ctx.deterministic),
+               f"chaos run differs from the single-threaded reference "
+               f"(max diff {float(np.max(np.abs(x.grad - x_ref.grad))):.3g})")
+        # A graph living wholly on a device: every node runs on its device
+        # thread, which must wake the caller when the graph task completes.
+        from .devices import to_device, on_device
 
-            dev = f"sim:{i % 2}"
-            from .devices import device as parse_device
+        dev = f"sim:{i % 2}"
+        from .devices import device as parse_device
 
-            xs = _T(np.ones(4), True)
-            xs.data = on_device(to_device(xs.data, parse_device(dev)), parse_device(dev))
-            ys = ops.sum_(ops.mul(ops.delay(xs, ms=0, jitter_ms=2, seed=seed), xs))
-            _timed(result, backward, ys, engine=engine)
-            _check(result, _close(np.asarray(xs.grad), np.full(4, 2.0)), f"all-{dev} graph: grad {xs.grad}")
-            result.iterations += 1
-            i += 1
-    finally:
-        engine.stop()
-        _wait_gone(engine, result)
+        xs = _T(np.ones(4), True)
+        xs.data = on_device(to_device(xs.data, parse_device(dev)), parse_device(dev))
+        ys = ops.sum_(ops.mul(ops.delay(xs, ms=0, jitter_ms=2, seed=seed), xs))
+        _timed(result, backward, ys, engine=engine)
+        _check(result, _close(np.asarray(xs.grad), np.full(4, 2.0)), f"all-{dev} graph: grad {xs.grad}")
+
+    _iterate(ctx, result, iteration)
 
 
 def scenario_fork(ctx, result):

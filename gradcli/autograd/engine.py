@@ -22,7 +22,7 @@ from ..devices import CPU, CPU_DEVICE, NO_DEVICE, device_count, device_of, to_de
 from .graph_task import GraphTask
 from .input_buffer import DeterministicInputBuffer, InputBuffer
 from .node import GraphRoot
-from .ready_queue import RUN, SHUTDOWN, ReadyQueue, node_task, wakeup_task
+from .ready_queue import SHUTDOWN, ReadyQueue, node_task, wakeup_task
 from . import streams
 from .state import STATE
 

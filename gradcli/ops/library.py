@@ -545,9 +545,8 @@ def _swap_last(x):
     return transpose(x, axes=tuple(axes))
 
 
-def _matmul_vjp_a(g, ans, a, b):
-    if a.ndim == 1 and b.ndim == 1:
-        return mul(g, b)
+def _matmul_operands(g, a, b):
+    """a, b and g with 1-D operands promoted to matrices, as numpy.matmul does."""
     A2 = reshape(a, shape=(1,) + a.shape) if a.ndim == 1 else a
     B2 = reshape(b, shape=b.shape + (1,)) if b.ndim == 1 else b
     G = g
@@ -555,6 +554,13 @@ def _matmul_vjp_a(g, ans, a, b):
         G = unsqueeze(G, axis=-2 if b.ndim > 1 else 0)
     if b.ndim == 1:
         G = unsqueeze(G, axis=-1)
+    return A2, B2, G
+
+
+def _matmul_vjp_a(g, ans, a, b):
+    if a.ndim == 1 and b.ndim == 1:
+        return mul(g, b)
+    A2, B2, G = _matmul_operands(g, a, b)
     ga = unbroadcast(matmul(G, _swap_last(B2)), A2.shape)
     return reshape(ga, shape=a.shape) if a.ndim == 1 else ga
 
@@ -562,13 +568,7 @@ def _matmul_vjp_a(g, ans, a, b):
 def _matmul_vjp_b(g, ans, a, b):
     if a.ndim == 1 and b.ndim == 1:
         return mul(g, a)
-    A2 = reshape(a, shape=(1,) + a.shape) if a.ndim == 1 else a
-    B2 = reshape(b, shape=b.shape + (1,)) if b.ndim == 1 else b
-    G = g
-    if a.ndim == 1:
-        G = unsqueeze(G, axis=-2 if b.ndim > 1 else 0)
-    if b.ndim == 1:
-        G = unsqueeze(G, axis=-1)
+    A2, B2, G = _matmul_operands(g, a, b)
     gb = unbroadcast(matmul(_swap_last(A2), G), B2.shape)
     return reshape(gb, shape=b.shape) if b.ndim == 1 else gb
 

@@ -167,7 +167,8 @@ def _print_grads(result, path):
     import numpy as np
     from rich.table import Table
 
-    from .graph import _device_str, _host
+    from .devices import to_host
+    from .graph import _device_str
 
     table = Table(title=f"{result.graph} ({path}): gradients", title_justify="left")
     for col in ("tensor", "shape", "dtype", "device"):
@@ -178,7 +179,7 @@ def _print_grads(result, path):
         if g is None:
             table.add_row(name, "-", "-", "-", "none", "-", "-")
             continue
-        arr = _host(g)
+        arr = to_host(g)
         if arr.size:
             stats = (f"{float(np.linalg.norm(arr.astype(np.float64).ravel())):.6g}",
                      f"{float(arr.min()):.6g}", f"{float(arr.max()):.6g}")

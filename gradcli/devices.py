@@ -168,6 +168,16 @@ def to_device(array, dev: Device):
         return cp.asarray(array)
 
 
+def to_host(array):
+    """The array as NumPy on the host: no copy for NumPy and sim arrays, a
+    transfer for CuPy ones; None stays None."""
+    if array is None:
+        return None
+    if hasattr(array, "get") and not isinstance(array, np.ndarray):
+        return array.get()
+    return np.asarray(array)
+
+
 def on_device(array, dev: Device):
     """Tag a freshly computed array with ``dev`` without copying (sim only)."""
     if dev.type != "sim":

@@ -29,6 +29,7 @@ import dataclasses
 
 import numpy as np
 
+from .devices import to_device, to_host
 from .errors import GraphError
 from .graph import Graph
 
@@ -124,7 +125,7 @@ class _Function:
                     out = spec.op.fn(*args, **spec.args)
                     outs = list(out) if spec.op.multi_output else [out]
                 for name, o in zip(spec.outputs, outs):
-                    vals[name] = overrides[name] if name in overrides else _to_numpy(o)
+                    vals[name] = overrides[name] if name in overrides else to_host(o)
         return vals
 
     def __call__(self, overrides=None):
@@ -132,20 +133,11 @@ class _Function:
         return [np.asarray(vals[r], dtype=np.float64) for r in self.roots]
 
 
-def _to_numpy(a):
-    if hasattr(a, "get") and not isinstance(a, np.ndarray):
-        a = a.get()
-    return np.asarray(a)
-
-
 # -- analytical side ---------------------------------------------------------------------
 class _Analytical:
     """Vector-Jacobian products ``v^T J`` through the engine, on the float64 graph."""
 
     def __init__(self, graph: Graph, inputs):
-        from .devices import on_device, to_device
-
-        self._on_device = lambda a, dev: on_device(to_device(a, dev), dev)
         values = graph.forward()
         graph.root_grads()                     # checks the roots (raises GraphError)
         for name in inputs:
@@ -162,13 +154,13 @@ class _Analytical:
         from .autograd import grad, set_multithreading_enabled
 
         root = self.roots[i]
-        v = self._on_device(np.asarray(v, dtype=root.dtype).reshape(root.shape), root.device)
+        v = to_device(np.asarray(v, dtype=root.dtype).reshape(root.shape), root.device)
         with set_multithreading_enabled(False):
             result = grad([root], self.inputs, [v], retain_graph=True, allow_unused=True)
         out = []
         for t, g in zip(self.inputs, result):
             out.append(np.zeros(t.shape, np.float64) if g is None
-                       else np.asarray(_to_numpy(g), dtype=np.float64))
+                       else np.asarray(to_host(g), dtype=np.float64))
         return out
 
 

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .devices import on_device, to_device
+from .devices import to_device, to_host
 from .errors import BackwardError, GraphError
 
 
@@ -22,7 +22,7 @@ class LeafSpec:
 
     def array(self, shape=None):
         data = self.make(self.shape if self.shape is not None else shape)
-        return on_device(to_device(data, self.device), self.device)
+        return to_device(data, self.device)
 
 
 @dataclasses.dataclass
@@ -92,7 +92,7 @@ class Result:
             if g is None:               # an unused input (allow_unused)
                 grads[name] = None
                 continue
-            arr = _host(g)
+            arr = to_host(g)
             entry = {"shape": list(arr.shape), "dtype": str(arr.dtype), "device": _device_str(g)}
             if with_data:
                 entry["data"] = arr.tolist()
@@ -101,15 +101,7 @@ class Result:
                 "timing": {"forward_s": self.forward_s, "backward_s": self.backward_s}}
 
     def save_npz(self, path):
-        np.savez(path, **{name: _host(g) for name, g in self.grads.items() if g is not None})
-
-
-def _host(array):
-    if array is None:
-        return None
-    if hasattr(array, "get") and not isinstance(array, np.ndarray):
-        return array.get()
-    return np.asarray(array)
+        np.savez(path, **{name: to_host(g) for name, g in self.grads.items() if g is not None})
 
 
 def _device_str(array):
@@ -199,7 +191,7 @@ class Graph:
                     self.fail(f"grad_roots.{name} has shape {list(g.shape)} but the root has shape "
                               f"{list(t.shape)}", g.line if hasattr(g, "line") else spec.line, "backward")
             roots.append(t)
-            grads.append(on_device(to_device(g, t.device), t.device))
+            grads.append(to_device(g, t.device))
         return roots, grads
 
     def check_inputs_reachable(self, roots, inputs):

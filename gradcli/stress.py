@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from .devices import to_host
+
 SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork")
 
 
@@ -338,13 +340,12 @@ def scenario_chaos(ctx, result):
                f"(max diff {float(np.max(np.abs(x.grad - x_ref.grad))):.3g})")
         # A graph living wholly on a device: every node runs on its device
         # thread, which must wake the caller when the graph task completes.
-        from .devices import to_device, on_device
+        from .devices import device as parse_device, to_device
 
         dev = f"sim:{i % 2}"
-        from .devices import device as parse_device
 
         xs = _T(np.ones(4), True)
-        xs.data = on_device(to_device(xs.data, parse_device(dev)), parse_device(dev))
+        xs.data = to_device(xs.data, parse_device(dev))
         ys = ops.sum_(ops.mul(ops.delay(xs, ms=0, jitter_ms=2, seed=seed), xs))
         _timed(result, backward, ys, engine=engine)
         _check(result, _close(np.asarray(xs.grad), np.full(4, 2.0)), f"all-{dev} graph: grad {xs.grad}")
@@ -439,7 +440,7 @@ def scenario_graphs(ctx, result):
                     if ref is None:
                         raise AssertionError("expected the backward to fail as in the reference")
                     for name, g in ref.grads.items():
-                        if g is not None and not _close(_host(res.grads[name]), _host(g), ctx.deterministic):
+                        if g is not None and not _close(to_host(res.grads[name]), to_host(g), ctx.deterministic):
                             raise AssertionError(f"{path}: gradient of {name} differs from the reference")
 
                 result.failures.extend(_run_threads(ctx.threads, one))
@@ -448,12 +449,6 @@ def scenario_graphs(ctx, result):
     finally:
         engine.stop()
         _wait_gone(engine, result)
-
-
-def _host(a):
-    from .graph import _host as host
-
-    return host(a)
 
 
 def _wait_gone(engine, result, label="engine"):

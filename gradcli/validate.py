@@ -183,7 +183,7 @@ def _compare(actual, expected, rtol, atol):
 
 
 def _check_grads(graph, result, expect):
-    from .graph import _host
+    from .devices import to_host as _host
 
     checks = []
     for name, spec in expect.grads.items():
@@ -286,7 +286,7 @@ def _check_orders(graph, opts, expect, anomaly):
 
 
 def _check_repeat(graph, opts, anomaly):
-    from .graph import _host
+    from .devices import to_host as _host
 
     n = opts.repeat
     check = Check("repeat", "repeat", PASS)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from gradcli import loader
 from gradcli.cli import main
-from gradcli.graph import _host
+from gradcli.devices import to_host as _host
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "graphs"

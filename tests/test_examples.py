@@ -8,7 +8,7 @@ import pytest
 
 from gradcli import loader
 from gradcli.errors import BackwardError
-from gradcli.graph import _host
+from gradcli.devices import to_host as _host
 
 GRAPHS_DIR = pathlib.Path(__file__).resolve().parent.parent / "graphs"
 GRAPH_FILES = sorted(p for p in GRAPHS_DIR.iterdir() if p.suffix in (".yaml", ".yml", ".json"))

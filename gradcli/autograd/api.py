@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..devices import device_of
+from ..devices import device_of, to_device
 from .engine import current_engine
 from .tensor import Tensor
 
@@ -31,7 +31,7 @@ def _make_grads(outputs, grad_outputs):
                 g = xp.ones_like(out.data)
         elif not hasattr(g, "shape"):
             g = np.full(out.shape, g, dtype=out.dtype)
-            g = _match_device(g, out.data)
+            g = to_device(g, device_of(out.data))
         grads.append(g)
     return grads
 
@@ -40,13 +40,6 @@ def _xp(array):
     from ..devices import xp_of
 
     return xp_of(device_of(array))
-
-
-def _match_device(g, like):
-    from ..devices import on_device, to_device
-
-    dev = device_of(like)
-    return on_device(to_device(g, dev), dev)
 
 
 def _root_edges(outputs):

@@ -18,7 +18,8 @@ from time import perf_counter
 
 import numpy as np
 
-from ..devices import CPU, CPU_DEVICE, NO_DEVICE, device_count, device_of, to_device
+from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, device_count, device_of, to_device,
+                       to_host)
 from .graph_task import GraphTask
 from .input_buffer import DeterministicInputBuffer, InputBuffer
 from .node import GraphRoot
@@ -701,7 +702,7 @@ def check_anomaly(fn, outputs, check_inf):
     for i, out in enumerate(outputs):
         if out is None:
             continue
-        data = out.get() if hasattr(out, "get") and not isinstance(out, np.ndarray) else out
+        data = to_host(out)
         if np.isnan(data).any():
             raise AnomalyError(f"Function '{fn.name}' returned nan values in its {i}th output.", fn)
         if check_inf and np.isinf(data).any():

@@ -1,9 +1,7 @@
 """Tensor: an array plus the autograd metadata PyTorch keeps on a Variable."""
 from __future__ import annotations
 
-import numpy as np
-
-from ..devices import device_of
+from ..devices import device_of, to_host
 from .node import AccumulateGrad
 
 
@@ -54,8 +52,7 @@ class Tensor:
         return self.grad_fn is None
 
     def numpy(self):
-        data = self.data
-        return data.get() if hasattr(data, "get") and not isinstance(data, np.ndarray) else np.asarray(data)
+        return to_host(self.data)
 
     def __repr__(self):
         extra = f", grad_fn={self.grad_fn.name}" if self.grad_fn is not None else (

@@ -81,9 +81,7 @@ def _run_graph(graph, *, inputs, retain_graph, repeat, multithreading, determini
     except GraphError as exc:
         _error(str(exc), EXIT_INVALID)
     except BackwardError as exc:
-        from .validate import describe_backward_error
-
-        _error(describe_backward_error(graph, exc), EXIT_BACKWARD)
+        _error(str(exc), EXIT_BACKWARD)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -244,7 +244,7 @@ class Graph:
                                       trace=trace, deterministic=deterministic)
                     named = None
         except Exception as exc:  # noqa: BLE001 - reported with the node and op
-            raise BackwardError(exc, getattr(exc, "gradcli_node", None), self.file) from exc
+            raise BackwardError(exc, getattr(exc, "gradcli_node", None), self) from exc
         elapsed = time.perf_counter() - start
         if named is None:
             named = {}

@@ -115,7 +115,7 @@ class Node:
         self.device = dev            # the ready queue this node runs on
         self.stream = stream         # the CUDA stream it runs on (Note [Streaming backwards])
         self.op_id = None            # the graph file's op id (ops[i] or its `id`)
-        self.source = None           # (file, line) of the op that recorded it
+        self.source = None           # the graph file's line of the op that recorded it
         self.tensor_pre_hooks = None  # [(input_nr, fn)]
         self.retains_grad_hooks = None  # {input_nr: fn}
         self.pre_hooks = None        # [fn(grad_outputs) -> None | tuple]

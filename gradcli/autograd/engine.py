@@ -166,9 +166,10 @@ class Engine:
         if outputs:
             graph_task.init_to_execute(graph_root, outputs, accumulate_grad, min_topo_nr)
 
-        buffer = self._new_buffer(graph_task, graph_root)
+        buffer_type = DeterministicInputBuffer if graph_task.deterministic else InputBuffer
+        buffer = buffer_type([None] * len(graph_root.input_metadata))
         if skip_dummy_node:
-            self._buffer_add(graph_task, buffer, root_edges[0][1], inputs[0], (-1, 0))
+            buffer.add(root_edges[0][1], inputs[0], -1)
         if graph_task.uses_devices:
             with self._thread_count_cv:
                 self._device_graph_tasks += 1
@@ -373,7 +374,8 @@ class Engine:
 
         mt = graph_task.multithreading
         cpu_queue = graph_task.cpu_ready_queue
-        deterministic = graph_task.deterministic
+        buffer_type = DeterministicInputBuffer if graph_task.deterministic else InputBuffer
+        seq = fn.sequence_nr
         next_edges = fn.next_edges
         stream = fn.stream
         with graph_task.lock:
@@ -404,20 +406,13 @@ class Engine:
                         info = exec_info.get(nxt)
                         if info is None or not info.should_execute():
                             continue      # not on a path to an input of grad()
-                    buffer = (DeterministicInputBuffer if deterministic else InputBuffer)(
-                        [None] * len(nxt.input_metadata))
-                    if deterministic:
-                        buffer.add(edge[1], output, (fn.sequence_nr, i))
-                    else:
-                        buffer.add(edge[1], output)
+                    buffer = buffer_type([None] * len(nxt.input_metadata))
+                    buffer.add(edge[1], output, seq, i)
                     if not is_ready:
                         not_ready[nxt] = buffer
                         continue
                 else:
-                    if deterministic:
-                        buffer.add(edge[1], output, (fn.sequence_nr, i))
-                    else:
-                        buffer.add(edge[1], output)
+                    buffer.add(edge[1], output, seq, i)
                     if not is_ready:
                         continue
                     del not_ready[nxt]
@@ -440,17 +435,6 @@ class Engine:
         if device_index == CPU_DEVICE:
             return graph_task.cpu_ready_queue
         return self.device_ready_queues[device_index]
-
-    def _new_buffer(self, graph_task, fn):
-        cls = DeterministicInputBuffer if graph_task.deterministic else InputBuffer
-        return cls([None] * len(fn.input_metadata))
-
-    @staticmethod
-    def _buffer_add(graph_task, buffer, pos, grad, key):
-        if graph_task.deterministic:
-            buffer.add(pos, grad, key)
-        else:
-            buffer.add(pos, grad)
 
     # -- device threads -------------------------------------------------------------
     def initialize_device_threads_pool(self, graph_task):

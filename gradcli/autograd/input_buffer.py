@@ -11,7 +11,9 @@ class InputBuffer(list):
 
     __slots__ = ()
 
-    def add(self, pos, grad):
+    def add(self, pos, grad, producer_nr=0, index=0):
+        """Sum ``grad`` into slot ``pos`` (the producer is only used by the
+        deterministic buffer)."""
         if grad is None:
             return
         old = self[pos]
@@ -30,14 +32,15 @@ class DeterministicInputBuffer(list):
 
     __slots__ = ()
 
-    def add(self, pos, grad, key=(0, 0)):
+    def add(self, pos, grad, producer_nr=0, index=0):
         if grad is None:
             return
+        entry = ((producer_nr, index), grad)
         slot = self[pos]
         if slot is None:
-            self[pos] = [(key, grad)]
+            self[pos] = [entry]
         else:
-            slot.append((key, grad))
+            slot.append(entry)
 
     def variables(self):
         out = []

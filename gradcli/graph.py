@@ -1,6 +1,7 @@
 """Graph: a loaded graph file, its forward pass and its backward pass."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -230,7 +231,7 @@ class Graph:
                     self.fail(f"input {name!r} is not defined", spec.line, "backward")
             self.check_inputs_reachable(roots, inputs)
         trace = []
-        anomaly_ctx = detect_anomaly(*anomaly) if anomaly else _nullcontext()
+        anomaly_ctx = detect_anomaly(*anomaly) if anomaly else contextlib.nullcontext()
         start = time.perf_counter()
         try:
             with set_multithreading_enabled(multithreading), anomaly_ctx:
@@ -301,14 +302,6 @@ class Graph:
                              min(e[0].topological_nr for e in outputs))
         return [fn for fn in predicted_execution_order(root_nodes, task.exec_info)
                 if task.exec_info[fn].needed]
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _first_line(exc):

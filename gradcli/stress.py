@@ -89,10 +89,6 @@ def _close(a, b, deterministic=False):
     return np.array_equal(a, b) if deterministic else np.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-def _engine_threads(engine):
-    return [t for t in engine.live_threads()]
-
-
 def _chain(x, n, ops, rng, device=None, fail_at=None, jitter_ms=0):
     """y = (x * 1.5 + 0.25) repeated, with optional failure and delay nodes."""
     y = x

@@ -170,19 +170,18 @@ class Engine:
         buffer = buffer_type([None] * len(graph_root.input_metadata))
         if skip_dummy_node:
             buffer.add(root_edges[0][1], inputs[0], -1)
-        if graph_task.uses_devices:
+        uses_devices = graph_task.uses_devices
+        if uses_devices:       # stop() waits for backwards that use the device threads
             with self._thread_count_cv:
                 self._device_graph_tasks += 1
-            try:
-                self.execute_with_graph_task(graph_task, graph_root, buffer)
-                graph_task.wait()
-            finally:
+        try:
+            self.execute_with_graph_task(graph_task, graph_root, buffer)
+            graph_task.wait()
+        finally:
+            if uses_devices:
                 with self._thread_count_cv:
                     self._device_graph_tasks -= 1
                     self._thread_count_cv.notify_all()
-        else:
-            self.execute_with_graph_task(graph_task, graph_root, buffer)
-            graph_task.wait()
         if graph_task.error is not None:
             raise graph_task.error
         return graph_task.captured_vars

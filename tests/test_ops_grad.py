@@ -61,8 +61,9 @@ def _numeric_vjp(op, arrays, args, vs, i, eps):
     return g
 
 
-def check_vjp(op_name, arrays, args=None, wrt=None, seed=0, eps=EPS, atol=ATOL, rtol=RTOL):
-    """Compare the engine's VJP of ``op_name`` with finite differences."""
+def _record(op_name, arrays, args, wrt):
+    """Run ``op_name`` on Tensors of ``arrays`` (those in ``wrt`` require grad,
+    all floating ones by default): (op, checked args, arrays, wrt, tensors, outputs)."""
     op = OPS[op_name]
     args = _checked_args(op, args)
     arrays = [np.asarray(a) for a in arrays]
@@ -70,8 +71,12 @@ def check_vjp(op_name, arrays, args=None, wrt=None, seed=0, eps=EPS, atol=ATOL, 
         wrt = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
     tensors = [Tensor(np.array(a, copy=True), requires_grad=i in wrt)
                for i, a in enumerate(arrays)]
-    out = op(*tensors, **args)
-    outs = _as_list(out, op)
+    return op, args, arrays, wrt, tensors, _as_list(op(*tensors, **args), op)
+
+
+def check_vjp(op_name, arrays, args=None, wrt=None, seed=0, eps=EPS, atol=ATOL, rtol=RTOL):
+    """Compare the engine's VJP of ``op_name`` with finite differences."""
+    op, args, arrays, wrt, tensors, outs = _record(op_name, arrays, args, wrt)
     rng = np.random.default_rng(seed + 12345)
     vs = [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
 
@@ -97,14 +102,7 @@ def check_vjp(op_name, arrays, args=None, wrt=None, seed=0, eps=EPS, atol=ATOL, 
 def check_raw_vjp_shapes(op_name, arrays, args=None, wrt=None, seed=0):
     """The node's own VJPs (before the engine's sum_to/cast fix-ups) return
     gradients with exactly each input's shape and dtype."""
-    op = OPS[op_name]
-    args = _checked_args(op, args)
-    arrays = [np.asarray(a) for a in arrays]
-    if wrt is None:
-        wrt = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
-    tensors = [Tensor(np.array(a, copy=True), requires_grad=i in wrt)
-               for i, a in enumerate(arrays)]
-    outs = _as_list(op(*tensors, **args), op)
+    op, args, arrays, wrt, tensors, outs = _record(op_name, arrays, args, wrt)
     rng = np.random.default_rng(seed)
     vs = [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
     node = outs[0].grad_fn

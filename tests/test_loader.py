@@ -137,7 +137,10 @@ def test_legitimate_backward_failure_is_a_backward_error():
 def test_delay_within_limit_runs():
     text = SMALL.replace("- {op: sum, inputs: [h]", "- {op: delay, inputs: [h], output: d, args: {ms: 1}}\n"
                          "  - {op: sum, inputs: [d]")
-    loads(text).run()
+    result = loads(text).run()
+    assert "DelayBackward0" in [r.node for r in result.order]
+    # delay passes its gradient through unchanged
+    np.testing.assert_array_equal(result.grads["W"], loads(SMALL).run().grads["W"])
 
 
 def test_loads_arguments():

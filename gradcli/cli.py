@@ -31,7 +31,7 @@ def load_options(fn):
     """Options every subcommand that reads graph files takes."""
     fn = click.option("--device-map", callback=_device_map, default="", metavar="SRC=DST",
                       help="Remap device types, e.g. cuda=sim to run CUDA graphs on simulated devices.")(fn)
-    fn = click.option("--allow-code", is_flag=True, help="Allow `custom` ops to run user code.")(fn)
+    fn = click.option("--allow-code", is_flag=True, help="Allow `custom` ops to run user code (not supported yet: such graphs are refused).")(fn)
     fn = click.option("--allow-outside-paths", is_flag=True,
                       help="Allow `file:` paths outside the graph file's folder.")(fn)
     fn = click.option("--max-tensor-bytes", type=click.IntRange(min=1), default=None,
@@ -272,8 +272,10 @@ def _dot(graph, records):
 @click.option("--iterations", type=click.IntRange(min=1), default=3, show_default=True,
               help="Iterations per scenario (bounded by --duration).")
 @click.option("--duration", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="Hard bound in seconds for all scenarios together.")
-@click.option("--seed", type=int, default=0, show_default=True)
+              help="Time budget in seconds for all scenarios together, checked between "
+                   "iterations (--timeout is the hard limit).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for the random choices (failure points, jitter).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Watchdog: on expiry dump every thread's stack and exit 1 (default: duration + 120 s).")
 @click.option("--deterministic", is_flag=True, help="Chaos results must be bit-identical.")

@@ -110,6 +110,12 @@ def _params(weight, stride, padding, dilation, output_padding):
             expand_param(dilation, d, "dilation"), expand_param(output_padding, d, "output_padding"))
 
 
+def _check_input(op, input, weight, d):
+    if input.ndim != d + 2:
+        raise ValueError(f"{op}: expected {d + 2}-dimensional input for {d + 2}-dimensional "
+                         f"weight {list(weight.shape)}, got input of shape {list(input.shape)}")
+
+
 def convolution(input, weight, bias, stride, padding, dilation, transposed,
                 output_padding, groups):
     """``aten.convolution(Tensor input, Tensor weight, Tensor? bias,
@@ -117,7 +123,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed,
     SymInt[] output_padding, SymInt groups) -> Tensor``.
 
     N-D (1-D, 2-D, 3-D) convolution, cross-correlation as PyTorch. ``input``
-    is ``(N, C_in, *spatial)`` (or unbatched ``(C_in, *spatial)``);
+    is ``(N, C_in, *spatial)`` (unbatched input is refused, as ATen does);
     ``weight`` is ``(C_out, C_in/groups, *kernel)``, or for ``transposed``
     ``(C_in, C_out/groups, *kernel)``; ``bias`` is ``(C_out,)`` or None.
     Size lists of one element are expanded to every spatial dim. Returns an
@@ -126,8 +132,8 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed,
     d, stride, padding, dilation, output_padding = _params(
         weight, stride, padding, dilation, output_padding)
     groups = int(groups)
-    unbatched = input.ndim == d + 1
-    x = input[None] if unbatched else input
+    _check_input("convolution", input, weight, d)
+    x = input
     if transposed:
         out = [(i - 1) * s - 2 * p + dd * (kk - 1) + op + 1 for i, s, p, dd, kk, op in zip(
             x.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding)]
@@ -139,7 +145,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed,
         y = _forward(xp, x, weight, stride, padding, dilation, groups)
     if bias is not None:
         y = y + bias.reshape((1, -1) + (1,) * d)
-    return y[0] if unbatched else y
+    return y
 
 
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
@@ -157,9 +163,8 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     d, stride, padding, dilation, output_padding = _params(
         weight, stride, padding, dilation, output_padding)
     groups = int(groups)
-    unbatched = input.ndim == d + 1
-    x = input[None] if unbatched else input
-    go = grad_output[None] if unbatched else grad_output
+    _check_input("convolution_backward", input, weight, d)
+    x, go = input, grad_output
     k = tuple(weight.shape[2:])
     gi = gw = gb = None
     if output_mask[0]:
@@ -168,8 +173,6 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
                           out=tuple(x.shape[2:]))
         else:
             gi = _grad_input(xp, go, weight, x.shape, stride, padding, dilation, groups)
-        if unbatched:
-            gi = gi[0]
     if output_mask[1]:
         if transposed:
             gw = _grad_weight(xp, go, x, k, stride, padding, dilation, groups)

@@ -1,6 +1,8 @@
 """``nll_loss_forward`` and ``nll_loss_backward`` as array functions.
 
 ``reduction`` is ATen's int: 0 none, 1 mean, 2 sum."""
+import numpy as np
+
 from ._common import array_module
 
 _REDUCTIONS = (0, 1, 2)
@@ -39,17 +41,21 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     ``w[t] = 0`` where ``t == ignore_index``; ``output`` is those (none),
     their sum (sum) or their sum over ``total_weight = sum(w)`` (mean, NaN
     when every target is ignored). ``total_weight`` is a 0-dim array (0 for
-    none). An out-of-range target raises ValueError."""
+    none on a 2-D input; a 1-D input always reduces, so there it is
+    ``w[t]``). An out-of-range target raises ValueError."""
     xp, x2, t, valid, w = _setup("nll_loss_forward", self, target, weight, reduction,
                                  ignore_index)
     picked = xp.take_along_axis(x2, t[:, None], axis=1)[:, 0]
     losses = xp.where(valid, -picked * w, 0).astype(self.dtype, copy=False)
-    if reduction == 0:
-        return losses.reshape(target.shape), xp.zeros((), dtype=self.dtype)
+    if reduction == 0 and self.ndim == 2:
+        return losses, xp.zeros((), dtype=self.dtype)
+    # Note [1-D nll_loss]: as ATen, an unbatched input takes the reducing
+    # path even for reduction none: a 0-dim output and total_weight = w[t].
     total = xp.asarray(w.sum(), dtype=self.dtype)
     out = xp.asarray(losses.sum(), dtype=self.dtype)
     if reduction == 1:
-        out = xp.asarray(out / total, dtype=self.dtype)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = xp.asarray(out / total, dtype=self.dtype)
     return out, total
 
 
@@ -66,7 +72,8 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
                                  ignore_index)
     g = grad_output.reshape(-1) if reduction == 0 else grad_output.reshape(())
     if reduction == 1:
-        g = g / total_weight
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g = g / total_weight
     gi = xp.zeros(x2.shape, dtype=grad_output.dtype)
     vals = (-w * g).astype(grad_output.dtype, copy=False)
     xp.put_along_axis(gi, t[:, None], xp.where(valid, vals, 0)[:, None], axis=1)

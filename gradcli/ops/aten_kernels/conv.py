@@ -72,10 +72,11 @@ def _forward(xp, x, weight, stride, padding, dilation, groups, out=None):
 def _grad_weight(xp, x, grad_output, k, stride, padding, dilation, groups):
     out = tuple(grad_output.shape[2:])
     cols = _cols(xp, x, out, k, stride, padding, dilation, groups)
-    gw = xp.matmul(cols.transpose(0, 2, 1), _grad_rows(grad_output, groups))
+    # (G, O/G, N*L) @ (G, N*L, C/G*K) lands in the weight's own layout: no
+    # transpose of the (large) weight-shaped result.
+    gw = xp.matmul(_grad_rows(grad_output, groups).transpose(0, 2, 1), cols)
     o = grad_output.shape[1]
-    gw = gw.transpose(0, 2, 1).reshape((o, x.shape[1] // groups) + tuple(k))
-    return xp.ascontiguousarray(gw)
+    return gw.reshape((o, x.shape[1] // groups) + tuple(k))
 
 
 def _grad_input(xp, grad_output, weight, in_shape, stride, padding, dilation, groups):

@@ -69,22 +69,29 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
     h, w = self.shape[-2:]
     x3 = self.reshape(-1, h, w)
     xpad = _padded(xp, x3, p, ext, -np.inf)
-    kk = k[0] * k[1]
-    win = windows(xp, xpad, 1, out, k, s, d).reshape(x3.shape[0], out[0], out[1], kk)
+    # Note [max pool as a scan over kernel offsets]: PyTorch's CPU kernel
+    # walks each window in row-major order and takes a value when
+    # ``val > max or isnan(val)`` (ties keep the first, NaN the last). The
+    # same scan runs here over the kernel offsets, each step on every window
+    # at once; padding is -inf so it is never taken.
     ipad = xp.full(ext, -1, dtype=xp.int64)
     ipad[p[0]:p[0] + h, p[1]:p[1] + w] = xp.arange(h * w, dtype=xp.int64).reshape(h, w)
-    iwin = windows(xp, ipad, 0, out, k, s, d).reshape(out[0], out[1], kk)
-    arg = xp.argmax(win, axis=-1)
-    nan = xp.isnan(win)
-    if bool(nan.any()):
-        last = kk - 1 - xp.argmax(nan[..., ::-1], axis=-1)
-        arg = xp.where(nan.any(axis=-1), last, arg)
-    output = xp.take_along_axis(win, arg[..., None], axis=-1)[..., 0]
-    idx = xp.take_along_axis(xp.broadcast_to(iwin, win.shape), arg[..., None], axis=-1)[..., 0]
-    # Every value of the window is -inf and a padding slot came first:
-    # PyTorch reports the window's first in-bounds position.
-    first = xp.take_along_axis(iwin, xp.argmax(iwin >= 0, axis=-1)[..., None], axis=-1)[..., 0]
-    idx = xp.where(idx < 0, first, idx)
+    output = xp.full((x3.shape[0],) + out, -np.inf, dtype=self.dtype)
+    idx = xp.full((x3.shape[0],) + out, -1, dtype=xp.int64)
+    for i, j in itertools.product(range(k[0]), range(k[1])):
+        region = (window_slice(i * d[0], out[0], s[0]), window_slice(j * d[1], out[1], s[1]))
+        val = xpad[(slice(None),) + region]
+        take = (val > output) | xp.isnan(val)
+        output = xp.where(take, val, output)
+        idx = xp.where(take, ipad[region], idx)
+    untaken = idx < 0
+    if bool(untaken.any()):
+        # Every value of the window is -inf: PyTorch reports the window's
+        # first in-bounds position.
+        iwin = windows(xp, ipad, 0, out, k, s, d).reshape(out[0], out[1], k[0] * k[1])
+        first_arg = xp.argmax(iwin >= 0, axis=-1)[..., None]
+        first = xp.take_along_axis(iwin, first_arg, axis=-1)[..., 0]
+        idx = xp.where(untaken, first, idx)
     shape = tuple(self.shape[:-2]) + out
     return output.reshape(shape), idx.reshape(shape)
 
@@ -152,7 +159,10 @@ def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False,
                                             ceil_mode, count_include_pad, divisor_override)
     h, w = self.shape[-2:]
     x3 = self.reshape(-1, h, w)
-    sums = windows(xp, _padded(xp, x3, p, ext, 0), 1, out, k, s, (1, 1)).sum(axis=(-2, -1))
+    xpad = _padded(xp, x3, p, ext, 0)
+    sums = xp.zeros((x3.shape[0],) + out, dtype=self.dtype)
+    for i, j in itertools.product(range(k[0]), range(k[1])):   # kernel offsets
+        sums += xpad[:, window_slice(i, out[0], s[0]), window_slice(j, out[1], s[1])]
     return (sums / div).reshape(tuple(self.shape[:-2]) + out)
 
 

@@ -8,21 +8,30 @@ batch norms in training) it times each kernel's forward and backward
 gradcli's NumPy kernels and in PyTorch's ``torch.ops.aten`` (no autograd:
 the same kernels called directly), the median over ``--repeat`` runs, and
 prints per-shape rows and the totals. Both libraries use their default thread
-counts unless ``--threads N`` is given (``torch.set_num_threads``; BLAS via
-the OPENBLAS/OMP/MKL environment variables, which must be set before start).
+counts unless ``--threads N`` is given: then ``torch.set_num_threads(N)`` and
+numpy's BLAS gets N threads through OPENBLAS/OMP/MKL_NUM_THREADS, set before
+numpy is imported. On a shared, loaded machine ``--threads 1`` gives the
+stable figures (oversubscribed threads make both sides 10x slower and noisy).
 
 The kernel totals bound what the ATen op layer adds on top of them; the
 issue's target is resnet18 forward+backward "well under 2 s" here.
 
-    python scripts/bench_kernels.py [--dtype float32|float64] [--repeat 5]
+    python scripts/bench_kernels.py [--dtype float32|float64] [--repeat 5] [--threads 1]
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
-import numpy as np
+if __name__ == "__main__" and "--threads" in sys.argv[:-1]:
+    _n = sys.argv[sys.argv.index("--threads") + 1]
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = _n
 
-from gradcli.ops import aten_kernels as K
+import numpy as np  # noqa: E402
+
+from gradcli.ops import aten_kernels as K  # noqa: E402
 
 # (name, C_in, C_out, kernel, stride, padding, input H=W, count in resnet18)
 RESNET18_CONVS = [

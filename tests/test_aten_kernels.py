@@ -12,7 +12,7 @@ DTYPES = [np.float64, np.float32]
 
 
 def T(a, grad=False):
-    return torch.tensor(np.asarray(a), requires_grad=grad)
+    return torch.tensor(np.array(a), requires_grad=grad)
 
 
 def close(ours, theirs, dtype):
@@ -108,6 +108,23 @@ def test_convolution_expands_single_element_size_lists():
     x, w = rand(rng, (1, 2, 8, 8), np.float64), rand(rng, (3, 2, 3, 3), np.float64)
     close(K.convolution(x, w, None, [2], [1], [1], False, [0], 1),
           A.convolution(T(x), T(w), None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1), np.float64)
+
+
+def test_kernels_accept_non_contiguous_views():
+    rng = np.random.default_rng(4)
+    x = rand(rng, (9, 3, 2, 8), np.float64).transpose(2, 1, 3, 0)   # (2, 3, 8, 9) view
+    w = rand(rng, (4, 3, 3, 3), np.float64)[:, :, ::-1]
+    args = ([1, 2], [1, 1], [1, 1], False, [0, 0], 1)
+    close(K.convolution(x, w, None, *args), A.convolution(T(x), T(w), None, *args), np.float64)
+    go = rand(rng, (2, 4, 8, 5), np.float64)
+    ref = A.convolution_backward(T(go), T(x), T(w), None, *args, [True, True, False])
+    gi, gw, _ = K.convolution_backward(go, x, w, None, *args, [True, True, False])
+    close(gi, ref[0], np.float64)
+    close(gw, ref[1], np.float64)
+    o, i = K.max_pool2d_with_indices(x, [2, 2], [2, 2])
+    to, ti = A.max_pool2d_with_indices(T(x), [2, 2], [2, 2])
+    close(o, to, np.float64)
+    assert np.array_equal(i, ti.numpy())
 
 
 def test_convolution_refuses_unbatched_input_as_aten():

@@ -64,7 +64,7 @@ def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0
     xp = array_module(query, key, value)
     s = _scores(xp, query, key, is_causal, attn_mask, _scale(query, scale))
     m = s.max(axis=-1, keepdims=True)
-    dead = xp.isneginf(m)
+    dead = (m == -xp.inf)
     m = xp.where(dead, 0, m).astype(s.dtype, copy=False)
     e = xp.exp(s - m)
     z = e.sum(axis=-1, keepdims=True)

@@ -76,5 +76,5 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
             g = g / total_weight
     gi = xp.zeros(x2.shape, dtype=grad_output.dtype)
     vals = (-w * g).astype(grad_output.dtype, copy=False)
-    xp.put_along_axis(gi, t[:, None], xp.where(valid, vals, 0)[:, None], axis=1)
+    gi[xp.arange(x2.shape[0]), t] = xp.where(valid, vals, 0)   # one entry per row
     return gi.reshape(self.shape)

@@ -47,7 +47,7 @@ def _safe_softmax(self, dim, dtype=None):
     xp = array_module(self)
     x = _to_dtype(xp, self, dtype)
     m = x.max(axis=dim, keepdims=True)
-    dead = xp.isneginf(m)
+    dead = (m == -xp.inf)
     e = xp.exp(x - xp.where(dead, 0, m).astype(x.dtype, copy=False))
     s = e.sum(axis=dim, keepdims=True)
     return xp.where(dead, 0, e / xp.where(dead, 1, s)).astype(x.dtype, copy=False)

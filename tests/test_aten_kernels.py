@@ -133,6 +133,15 @@ def test_convolution_refuses_unbatched_input_as_aten():
                       [1, 1], False, [0, 0], 1)
 
 
+def test_convolution_refuses_mismatched_channels_and_groups():
+    with pytest.raises(ValueError, match="expects 6"):
+        K.convolution(np.zeros((1, 4, 5, 5)), np.zeros((4, 3, 3, 3)), None, [1, 1], [0, 0],
+                      [1, 1], False, [0, 0], 2)
+    with pytest.raises(ValueError, match="groups=3"):
+        K.convolution(np.zeros((1, 6, 5, 5)), np.zeros((4, 2, 3, 3)), None, [1, 1], [0, 0],
+                      [1, 1], False, [0, 0], 3)
+
+
 def test_convolution_with_an_empty_output_raises():
     with pytest.raises(ValueError, match="empty"):
         K.convolution(np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 3, 3)), None, [1, 1], [0, 0],

@@ -111,10 +111,18 @@ def _params(weight, stride, padding, dilation, output_padding):
             expand_param(dilation, d, "dilation"), expand_param(output_padding, d, "output_padding"))
 
 
-def _check_input(op, input, weight, d):
+def _check_input(op, input, weight, d, transposed, groups):
     if input.ndim != d + 2:
         raise ValueError(f"{op}: expected {d + 2}-dimensional input for {d + 2}-dimensional "
                          f"weight {list(weight.shape)}, got input of shape {list(input.shape)}")
+    if groups < 1 or weight.shape[0] % groups:
+        raise ValueError(f"{op}: groups={groups} must be positive and divide weight's first "
+                         f"dim {weight.shape[0]}")
+    in_ch = weight.shape[0] if transposed else weight.shape[1] * groups
+    if input.shape[1] != in_ch:
+        raise ValueError(f"{op}: input of shape {list(input.shape)} has {input.shape[1]} "
+                         f"channels, weight {list(weight.shape)} with groups={groups} "
+                         f"expects {in_ch}")
 
 
 def convolution(input, weight, bias, stride, padding, dilation, transposed,
@@ -133,7 +141,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed,
     d, stride, padding, dilation, output_padding = _params(
         weight, stride, padding, dilation, output_padding)
     groups = int(groups)
-    _check_input("convolution", input, weight, d)
+    _check_input("convolution", input, weight, d, transposed, groups)
     x = input
     if transposed:
         out = [(i - 1) * s - 2 * p + dd * (kk - 1) + op + 1 for i, s, p, dd, kk, op in zip(
@@ -164,7 +172,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     d, stride, padding, dilation, output_padding = _params(
         weight, stride, padding, dilation, output_padding)
     groups = int(groups)
-    _check_input("convolution_backward", input, weight, d)
+    _check_input("convolution_backward", input, weight, d, transposed, groups)
     x, go = input, grad_output
     k = tuple(weight.shape[2:])
     gi = gw = gb = None

@@ -3,7 +3,13 @@
 Each function takes and returns arrays of one NumPy-like module (NumPy, or
 CuPy: the module is taken from the inputs), keeps float32 as float32, and
 follows the ATen schema named in its docstring (same argument names and
-order; ``bool[3] output_mask`` results are None where the mask is false)."""
+order; ``bool[3] output_mask`` results are None where the mask is false).
+
+Results carry no device tag: for gradcli's ``sim:N`` arrays (a NumPy
+subclass) a result may come back as a plain ``ndarray``, so the caller tags
+it (``gradcli.devices.on_device``). Errors are ``ValueError`` naming the op.
+Only ``native_batch_norm`` (training) writes to an input: it updates
+``running_mean``/``running_var`` in place, as PyTorch."""
 from ._common import array_module
 from .attention import (_scaled_dot_product_flash_attention_for_cpu,
                         _scaled_dot_product_flash_attention_for_cpu_backward)

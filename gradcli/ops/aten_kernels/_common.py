@@ -1,0 +1,76 @@
+"""Helpers shared by the ATen kernels: the array module of an input, window
+views, scatter-add and ``erf`` that work on NumPy and on NumPy-like modules."""
+import math
+
+import numpy as np
+
+
+def array_module(*arrays):
+    """The array module (``numpy``, or ``cupy`` for CuPy arrays) that owns the
+    first non-None array of ``arrays``. NumPy subclasses (gradcli's sim
+    arrays) count as NumPy."""
+    for a in arrays:
+        if a is None or isinstance(a, np.ndarray):
+            continue
+        if type(a).__module__.split(".")[0] == "cupy":
+            import cupy
+
+            return cupy
+    return np
+
+
+def expand_param(value, n, name):
+    """``value`` (an int or a list of 1 or ``n`` ints) as a tuple of ``n``
+    ints, as ATen expands ``stride=[2]`` for a 2-D op."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * n
+    value = tuple(int(v) for v in value)
+    if len(value) == 1:
+        return value * n
+    if len(value) != n:
+        raise ValueError(f"{name} must have {n} elements (or 1), got {list(value)}")
+    return value
+
+
+def windows(xp, x, lead, out_shape, kernel, stride, dilation):
+    """A strided view of ``x`` shaped ``x.shape[:lead] + out_shape + kernel``:
+    element ``[..., o..., k...]`` is ``x[..., o*stride + k*dilation ...]`` (no
+    copy). ``x`` must be large enough on every window axis."""
+    st = x.strides
+    shape = tuple(x.shape[:lead]) + tuple(out_shape) + tuple(kernel)
+    strides = (tuple(st[:lead])
+               + tuple(st[lead + i] * stride[i] for i in range(len(kernel)))
+               + tuple(st[lead + i] * dilation[i] for i in range(len(kernel))))
+    return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+
+
+def window_slice(start, count, step):
+    """The slice that picks ``count`` positions ``start, start+step, ...``."""
+    return slice(start, start + step * (count - 1) + 1, step)
+
+
+def scatter_add(xp, target, index, values):
+    """``target[index] += values`` with repeated indices accumulated, in
+    ``target``'s dtype (no promotion, unlike ``bincount``)."""
+    at = getattr(getattr(xp, "add", None), "at", None)
+    if at is not None:
+        at(target, index, values)
+        return target
+    import cupyx  # CuPy without ufunc.at
+
+    cupyx.scatter_add(target, index, values)
+    return target
+
+
+_erf_host = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(xp, x):
+    """The error function elementwise, in ``x``'s dtype. NumPy has none, so
+    on NumPy this maps ``math.erf`` (C loop, correctly rounded libm values)
+    over a float64 copy; CuPy uses ``cupyx.scipy.special.erf``."""
+    if xp is not np:
+        from cupyx.scipy.special import erf as cupy_erf
+
+        return cupy_erf(x)
+    return _erf_host(np.asarray(x, dtype=np.float64)).astype(x.dtype)

@@ -1,0 +1,226 @@
+"""2-D pooling kernels: ``max_pool2d_with_indices``, ``avg_pool2d``,
+``_adaptive_avg_pool2d`` and their backwards, as array functions.
+
+Inputs are ``(N, C, H, W)`` or unbatched ``(C, H, W)``; every leading dim is
+a batch of planes. Windows are strided views (no copy until the reduction);
+backwards fold with one strided add per kernel offset or scatter-add by the
+saved indices: no loop over pixels."""
+import itertools
+
+import numpy as np
+
+from ._common import array_module, expand_param, scatter_add, window_slice, windows
+
+
+def _pool_out(size, k, s, p, d, ceil_mode):
+    """PyTorch's ``pooling_output_shape`` (with its ceil-mode rule that the
+    last window must start inside the input or its left padding)."""
+    o = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (o - 1) * s >= size + p:
+        o -= 1
+    return o
+
+
+def _pool_params(op, x, kernel_size, stride, padding, dilation, ceil_mode):
+    if x.ndim not in (3, 4):
+        raise ValueError(f"{op}: expected a 3-D or 4-D input, got shape {list(x.shape)}")
+    k = expand_param(kernel_size, 2, "kernel_size")
+    s = k if stride is None or len(stride) == 0 else expand_param(stride, 2, "stride")
+    p = expand_param(padding, 2, "padding")
+    d = expand_param(dilation, 2, "dilation")
+    if min(k) <= 0 or min(s) <= 0 or min(d) <= 0 or min(p) < 0:
+        raise ValueError(f"{op}: kernel_size, stride and dilation must be positive and "
+                         f"padding non-negative, got {list(k)}, {list(s)}, {list(d)}, {list(p)}")
+    if any(pp > kk // 2 for pp, kk in zip(p, k)):
+        raise ValueError(f"{op}: pad should be at most half of effective kernel size, "
+                         f"got padding {list(p)} for kernel_size {list(k)}")
+    hw = x.shape[-2:]
+    out = tuple(_pool_out(i, kk, ss, pp, dd, ceil_mode)
+                for i, kk, ss, pp, dd in zip(hw, k, s, p, d))
+    if min(out) <= 0:
+        raise ValueError(f"{op}: output size {list(out)} is too small for input {list(x.shape)}")
+    # padded extent: left pad p, right pad enough for the last (ceil-mode) window
+    ext = tuple(max(i + 2 * pp, (o - 1) * ss + dd * (kk - 1) + 1)
+                for i, pp, o, ss, dd, kk in zip(hw, p, out, s, d, k))
+    return k, s, p, d, out, ext
+
+
+def _padded(xp, x3, p, ext, fill):
+    b, h, w = x3.shape
+    xpad = xp.full((b,) + ext, fill, dtype=x3.dtype)
+    xpad[:, p[0]:p[0] + h, p[1]:p[1] + w] = x3
+    return xpad
+
+
+def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
+                            ceil_mode=False):
+    """``aten.max_pool2d_with_indices(Tensor self, int[2] kernel_size,
+    int[2] stride=[], int[2] padding=0, int[2] dilation=1,
+    bool ceil_mode=False) -> (Tensor, Tensor)``.
+
+    Returns ``(output, indices)``: the window maxima and, as int64, the
+    position of each maximum in the flattened ``H*W`` input plane. Ties
+    pick the first position in window order and a NaN wins (the last NaN
+    of the window), as PyTorch's CPU kernel; an empty ``stride`` means
+    ``kernel_size``; padding is ``-inf``."""
+    xp = array_module(self)
+    k, s, p, d, out, ext = _pool_params("max_pool2d_with_indices", self, kernel_size,
+                                        stride, padding, dilation, ceil_mode)
+    h, w = self.shape[-2:]
+    x3 = self.reshape(-1, h, w)
+    xpad = _padded(xp, x3, p, ext, -np.inf)
+    # Note [max pool as a scan over kernel offsets]: PyTorch's CPU kernel
+    # walks each window in row-major order and takes a value when
+    # ``val > max or isnan(val)`` (ties keep the first, NaN the last). The
+    # same scan runs here over the kernel offsets, each step on every window
+    # at once; padding is -inf so it is never taken.
+    ipad = xp.full(ext, -1, dtype=xp.int64)
+    ipad[p[0]:p[0] + h, p[1]:p[1] + w] = xp.arange(h * w, dtype=xp.int64).reshape(h, w)
+    output = xp.full((x3.shape[0],) + out, -np.inf, dtype=self.dtype)
+    idx = xp.full((x3.shape[0],) + out, -1, dtype=xp.int64)
+    for i, j in itertools.product(range(k[0]), range(k[1])):
+        region = (window_slice(i * d[0], out[0], s[0]), window_slice(j * d[1], out[1], s[1]))
+        val = xpad[(slice(None),) + region]
+        take = (val > output) | xp.isnan(val)
+        output = xp.where(take, val, output)
+        idx = xp.where(take, ipad[region], idx)
+    untaken = idx < 0
+    if bool(untaken.any()):
+        # Every value of the window is -inf: PyTorch reports the window's
+        # first in-bounds position.
+        iwin = windows(xp, ipad, 0, out, k, s, d).reshape(out[0], out[1], k[0] * k[1])
+        first_arg = xp.argmax(iwin >= 0, axis=-1)[..., None]
+        first = xp.take_along_axis(iwin, first_arg, axis=-1)[..., 0]
+        idx = xp.where(untaken, first, idx)
+    shape = tuple(self.shape[:-2]) + out
+    return output.reshape(shape), idx.reshape(shape)
+
+
+def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+                                     dilation, ceil_mode, indices):
+    """``aten.max_pool2d_with_indices_backward(Tensor grad_output,
+    Tensor self, int[2] kernel_size, int[2] stride, int[2] padding,
+    int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor``.
+
+    Scatter-adds ``grad_output`` into a zero array shaped like ``self`` at
+    ``indices`` (positions in each flattened ``H*W`` plane); overlapping
+    windows accumulate."""
+    xp = array_module(grad_output, self)
+    h, w = self.shape[-2:]
+    planes = 1
+    for v in self.shape[:-2]:
+        planes *= v
+    gi = xp.zeros(planes * h * w, dtype=grad_output.dtype)
+    flat = (indices.reshape(planes, -1)
+            + (xp.arange(planes, dtype=xp.int64) * (h * w))[:, None]).ravel()
+    scatter_add(xp, gi, flat, grad_output.reshape(-1))
+    return gi.reshape(self.shape)
+
+
+def _avg_divisors(xp, size, k, s, p, out, count_include_pad, dtype):
+    """Per-axis divisor factors of PyTorch's CPU avg_pool2d (the 2-D divisor
+    is their product)."""
+    div = np.empty(out, dtype=np.float64)
+    for o in range(out):                     # output positions of one axis
+        start = o * s - p
+        end = min(start + k, size + p)
+        pool = end - start
+        start, end = max(start, 0), min(end, size)
+        div[o] = pool if count_include_pad else end - start
+    return xp.asarray(div.astype(dtype))
+
+
+def _avg_setup(op, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+               divisor_override):
+    xp = array_module(self)
+    k, s, p, d, out, ext = _pool_params(op, self, kernel_size, stride, padding, 1, ceil_mode)
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise ValueError(f"{op}: divisor must be not zero")
+        div = xp.asarray(np.full(out, float(divisor_override)).astype(self.dtype))
+    else:
+        hw = self.shape[-2:]
+        dh = _avg_divisors(xp, hw[0], k[0], s[0], p[0], out[0], count_include_pad, self.dtype)
+        dw = _avg_divisors(xp, hw[1], k[1], s[1], p[1], out[1], count_include_pad, self.dtype)
+        div = dh[:, None] * dw[None, :]
+    return xp, k, s, p, out, ext, div
+
+
+def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """``aten.avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[],
+    int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True,
+    int? divisor_override=None) -> Tensor``.
+
+    Window sums divided by ``divisor_override`` or, as PyTorch, by the
+    window's area clipped to the padded input (``count_include_pad``) or to
+    the input itself."""
+    xp, k, s, p, out, ext, div = _avg_setup("avg_pool2d", self, kernel_size, stride, padding,
+                                            ceil_mode, count_include_pad, divisor_override)
+    h, w = self.shape[-2:]
+    x3 = self.reshape(-1, h, w)
+    xpad = _padded(xp, x3, p, ext, 0)
+    sums = xp.zeros((x3.shape[0],) + out, dtype=self.dtype)
+    for i, j in itertools.product(range(k[0]), range(k[1])):   # kernel offsets
+        sums += xpad[:, window_slice(i, out[0], s[0]), window_slice(j, out[1], s[1])]
+    return (sums / div).reshape(tuple(self.shape[:-2]) + out)
+
+
+def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override):
+    """``aten.avg_pool2d_backward(Tensor grad_output, Tensor self,
+    int[2] kernel_size, int[2] stride, int[2] padding, bool ceil_mode,
+    bool count_include_pad, int? divisor_override) -> Tensor``.
+
+    Each output's gradient divided by its divisor, spread over its window;
+    padding positions are dropped."""
+    xp, k, s, p, out, ext, div = _avg_setup("avg_pool2d_backward", self, kernel_size, stride,
+                                            padding, ceil_mode, count_include_pad,
+                                            divisor_override)
+    h, w = self.shape[-2:]
+    g = (grad_output / div).reshape(-1, out[0], out[1])
+    gpad = xp.zeros((g.shape[0],) + ext, dtype=g.dtype)
+    for i, j in itertools.product(range(k[0]), range(k[1])):
+        gpad[:, window_slice(i, out[0], s[0]), window_slice(j, out[1], s[1])] += g
+    return xp.ascontiguousarray(gpad[:, p[0]:p[0] + h, p[1]:p[1] + w]).reshape(self.shape)
+
+
+def _adaptive_matrix(xp, size, out, dtype):
+    """``(out, size)``: row ``o`` averages PyTorch's adaptive window
+    ``[floor(o*size/out), ceil((o+1)*size/out))``."""
+    m = np.zeros((out, size), dtype=np.float64)
+    for o in range(out):
+        start = (o * size) // out
+        end = -((-(o + 1) * size) // out)
+        m[o, start:end] = 1.0 / (end - start)
+    return xp.asarray(m.astype(dtype))
+
+
+def _adaptive_setup(op, self, output_size):
+    if self.ndim not in (3, 4):
+        raise ValueError(f"{op}: expected a 3-D or 4-D input, got shape {list(self.shape)}")
+    out = expand_param(output_size, 2, "output_size")
+    if min(out) <= 0 or min(self.shape[-2:]) <= 0:
+        raise ValueError(f"{op}: output_size {list(out)} and input {list(self.shape)} "
+                         "must be non-empty")
+    xp = array_module(self)
+    h, w = self.shape[-2:]
+    return (xp, _adaptive_matrix(xp, h, out[0], self.dtype),
+            _adaptive_matrix(xp, w, out[1], self.dtype))
+
+
+def _adaptive_avg_pool2d(self, output_size):
+    """``aten._adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor``.
+
+    Output ``(oh, ow)`` is the mean of rows ``[floor(oh*H/OH),
+    ceil((oh+1)*H/OH))`` and the columns likewise (windows may overlap)."""
+    xp, ph, pw = _adaptive_setup("_adaptive_avg_pool2d", self, output_size)
+    return xp.matmul(xp.matmul(ph, self), pw.T)
+
+
+def _adaptive_avg_pool2d_backward(grad_output, self):
+    """``aten._adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self)
+    -> Tensor``: each output's gradient spread evenly over its window."""
+    xp, ph, pw = _adaptive_setup("_adaptive_avg_pool2d_backward", self,
+                                 grad_output.shape[-2:])
+    return xp.matmul(xp.matmul(ph.T, grad_output), pw)

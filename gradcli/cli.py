@@ -356,3 +356,6 @@ add_validate_command(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+from .cli_ops import ops_command  # noqa: E402 - click only; the registry loads on use
+main.add_command(ops_command)

@@ -501,13 +501,16 @@ class _Loader:
         if any(m.shape is None for m in metas):
             return unknown
         shapes, dtypes = [m.shape for m in metas], [m.dtype for m in metas]
-        inputs = ", ".join(f"{n} {list(s)} {d}" for n, s, d in zip(names, shapes, dtypes))
+
+        def inputs():
+            return ", ".join(f"{n} {list(s)} {d}" for n, s, d in zip(names, shapes, dtypes))
+
         try:
             results = op.infer_outputs(shapes, dtypes, args)
         except ShapeMismatch as exc:
             self.fail(exc.message(names), path, label)
         except _KNOWN_ERRORS as exc:
-            self.fail(f"{_first_line(exc)} (inputs: {inputs})", path, label)
+            self.fail(f"{_first_line(exc)} (inputs: {inputs()})", path, label)
         except Exception as exc:  # noqa: BLE001 - the op library's fault, not the file's
             raise OpBugError(op.name, exc, self.file, self.doc.line(*path), label) from exc
         if results is None:
@@ -521,7 +524,7 @@ class _Loader:
             if nbytes > budget:
                 self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
                           f"memory budget of {budget} bytes (--max-tensor-bytes) "
-                          f"(inputs: {inputs})", path, label)
+                          f"(inputs: {inputs()})", path, label)
         return [_Defined(shape, dtype, False) for shape, dtype in results]
 
     def checkpoint(self, i, entry, defined, path, where, op_id, label) -> OpSpec:
@@ -723,7 +726,7 @@ class _CheckedOp:
         from .ops.core import ShapeMismatch  # noqa: PLC0415
 
         shapes = [tuple(getattr(t, "shape", ())) for t in inputs]
-        dtypes = [getattr(t, "dtype", np.dtype(type(t))) for t in inputs]
+        dtypes = [t.dtype if hasattr(t, "dtype") else np.asarray(t).dtype for t in inputs]
         if self.checked is not None and self.checked == list(zip(shapes, dtypes)):
             return
         try:

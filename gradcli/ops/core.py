@@ -162,11 +162,12 @@ class Op:
         (``ShapeMismatch`` when the message names inputs) when the inputs do not fit."""
         if self.infer is None:
             return None
-        shapes = [tuple(int(s) for s in shape) for shape in shapes]
-        dtypes = [np.dtype(d) for d in dtypes]
+        shapes = [shape if type(shape) is tuple else tuple(shape) for shape in shapes]
+        dtypes = [d if isinstance(d, np.dtype) else np.dtype(d) for d in dtypes]
         with np.errstate(all="ignore"):
             outs = self.infer(shapes, dtypes, **{**self.defaults(), **args})
-        return [(tuple(int(s) for s in shape), np.dtype(dtype)) for shape, dtype in outs]
+        return [(tuple(int(s) for s in shape), dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
+                for shape, dtype in outs]
 
     def __repr__(self):
         return f"<op {self.name}>"

@@ -108,6 +108,17 @@ def test_primitive_calls_of_before_keep_working(scratch_ops):
     np.testing.assert_array_equal(double(np.ones(2)), [2.0, 2.0])
 
 
+@pytest.mark.parametrize("name, how", [("checkpoint", "from its body of ops"),
+                                       ("custom", "from user code")])
+def test_declared_ops_have_no_forward_of_their_own(name, how):
+    op = OPS[name]
+    assert op.fn is None and op.public and op.infer is None and op.multi_output
+    assert op.has_body == (name == "checkpoint") and op.needs_code == (name == "custom")
+    with pytest.raises(TypeError, match=f"op {name!r} has no forward of its own: the loader "
+                                        f"builds it {how}"):
+        op(np.ones(2))
+
+
 def test_rules_across_args():
     with pytest.raises(ValueError, match="clamp needs at least one of the args min and max"):
         OPS["clamp"].check_args({})

@@ -125,6 +125,9 @@ class Op:
         self.supported = supported
 
     def __call__(self, *inputs, **args):
+        if self.fn is None:
+            how = "from its body of ops" if self.has_body else "from user code"
+            raise TypeError(f"op {self.name!r} has no forward of its own: the loader builds it {how}")
         if len(inputs) == 2 and type(inputs[0]) is not Tensor and type(inputs[1]) is not Tensor:
             return self.fn(*inputs, **args)      # backward formulas on raw arrays
         for x in inputs:

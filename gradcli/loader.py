@@ -1,9 +1,13 @@
 """Load a graph file (format version 1, docs/graph-format.md) into a Graph.
 
 ``load`` checks the whole file statically (keys, names, ops, arities, args,
-devices, files) and raises a one-line GraphError naming the file, the line,
-the op and the problem. Running the forward (``Graph.forward``) records the
-autograd graph and reports shape errors the same way.
+devices, files, and every op's output shapes and dtypes against its inputs'
+and the memory budget, from the op's own ``infer``) and raises a one-line
+GraphError naming the file, the line, the op and the problem. Running the
+forward (``Graph.forward``) records the autograd graph and reports what only
+values tell (a class index out of range, ...) the same way; a failure of the
+op library that is not the input's fault is an OpBugError (a bug: exit 3).
+Everything about an op comes from its ``Op`` object: no op is named here.
 """
 from __future__ import annotations
 

@@ -176,15 +176,18 @@ class Op:
         return f"<op {self.name}>"
 
 
-def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output=False, **contract):
-    """Register ``fn(*arrays, **args)`` as the forward of op ``name``.
-
-    ``contract`` (keyword-only, all optional): ``check``, ``outputs``,
-    ``broadcasts``, ``infer``, ``public``, ``moves_device``, ``dtype_arg``,
-    ``has_body``, ``needs_code``, ``supported``, ``doc`` (see ``Op``).
-    """
+def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output=False, *,
+              check=None, outputs=None, broadcasts=False, infer=None, public=True,
+              moves_device=False, dtype_arg=None, has_body=False, needs_code=False,
+              supported=True, doc=None):
+    """Register ``fn(*arrays, **args)`` as the forward of op ``name``, with its contract
+    (the keyword-only arguments; see ``Op``). ``infer`` defaults to the elementwise rule
+    when ``broadcasts`` is true; ``doc`` to the first line of ``fn``'s docstring."""
     def decorate(fn):
-        op = Op(name, fn, node_name, saves, arity, args, multi_output, **contract)
+        op = Op(name, fn, node_name, saves, arity, args, multi_output, check=check,
+                outputs=outputs, broadcasts=broadcasts, infer=infer, public=public,
+                moves_device=moves_device, dtype_arg=dtype_arg, has_body=has_body,
+                needs_code=needs_code, supported=supported, doc=doc)
         OPS[name] = op
         return op
     return decorate

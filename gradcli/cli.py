@@ -41,7 +41,7 @@ def load_options(fn):
 
 def _load(path, opts):
     from . import loader
-    from .errors import GraphError
+    from .errors import GraphError, OpBugError
 
     try:
         return loader.load(path, device_map=opts["device_map"], allow_code=opts["allow_code"],
@@ -49,6 +49,8 @@ def _load(path, opts):
                            max_tensor_bytes=opts["max_tensor_bytes"])
     except GraphError as exc:
         _error(str(exc), EXIT_INVALID)
+    except OpBugError as exc:
+        _error(str(exc), EXIT_BACKWARD)
 
 
 def _run_graph(graph, *, inputs, retain_graph, repeat, multithreading, deterministic=False,
@@ -56,7 +58,7 @@ def _run_graph(graph, *, inputs, retain_graph, repeat, multithreading, determini
     """Run ``graph`` ``repeat`` times; returns the last Result with the median backward time."""
     import statistics
 
-    from .errors import BackwardError, GraphError
+    from .errors import BackwardError, GraphError, OpBugError
 
     try:
         if retain_graph and repeat > 1:
@@ -80,7 +82,7 @@ def _run_graph(graph, *, inputs, retain_graph, repeat, multithreading, determini
         return result
     except GraphError as exc:
         _error(str(exc), EXIT_INVALID)
-    except BackwardError as exc:
+    except (BackwardError, OpBugError) as exc:
         _error(str(exc), EXIT_BACKWARD)
 
 
@@ -354,3 +356,6 @@ add_validate_command(main)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+from .cli_ops import ops_command  # noqa: E402 - click only; the registry loads on use
+main.add_command(ops_command)

@@ -24,6 +24,22 @@ class GraphError(GradcliError):
         return _one_line(f"{loc}{where}{self.message}")
 
 
+class OpBugError(GradcliError):
+    """An op of the library failed in a way that is not the input's fault: a bug in
+    gradcli. One line naming the file, line and op; the CLI exits 3, not 2."""
+
+    def __init__(self, op, cause, file=None, line=None, where=None):
+        self.op = op
+        self.cause = cause
+        self.location = GraphError(f"internal error in op {op!r} (a bug in gradcli, please "
+                                   f"report it): {type(cause).__name__}: {cause}",
+                                   file, line, where)
+        super().__init__(str(self.location))
+
+    def __str__(self):
+        return str(self.location)
+
+
 def _one_line(text):
     """Messages reach users as one line, whatever a cause's text held."""
     return " ".join(str(text).splitlines()) if ("\n" in text or "\r" in text) else text

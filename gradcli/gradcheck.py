@@ -81,8 +81,9 @@ def _promote_leaf(leaf):
 
 
 def _promote_op(spec):
-    if spec.op.name == "cast" and spec.args.get("dtype") in LOWER_FLOATS:
-        return dataclasses.replace(spec, args=dict(spec.args, dtype="float64"))
+    dtype_arg = getattr(spec.op, "dtype_arg", None)     # the arg naming the result's dtype
+    if dtype_arg and spec.args.get(dtype_arg) in LOWER_FLOATS:
+        return dataclasses.replace(spec, args=dict(spec.args, **{dtype_arg: "float64"}))
     return spec
 
 
@@ -119,7 +120,7 @@ class _Function:
         with np.errstate(all="ignore"):
             for spec in self.graph.ops:
                 args = [vals[n] for n in spec.inputs]
-                if spec.op.name == "to":       # a device move is the identity here
+                if getattr(spec.op, "moves_device", False):   # the identity here: all on host
                     outs = [args[0]]
                 else:
                     out = spec.op.fn(*args, **spec.args)

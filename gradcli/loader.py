@@ -1,9 +1,13 @@
 """Load a graph file (format version 1, docs/graph-format.md) into a Graph.
 
 ``load`` checks the whole file statically (keys, names, ops, arities, args,
-devices, files) and raises a one-line GraphError naming the file, the line,
-the op and the problem. Running the forward (``Graph.forward``) records the
-autograd graph and reports shape errors the same way.
+devices, files, and every op's output shapes and dtypes against its inputs'
+and the memory budget, from the op's own ``infer``) and raises a one-line
+GraphError naming the file, the line, the op and the problem. Running the
+forward (``Graph.forward``) records the autograd graph and reports what only
+values tell (a class index out of range, ...) the same way; a failure of the
+op library that is not the input's fault is an OpBugError (a bug: exit 3).
+Everything about an op comes from its ``Op`` object: no op is named here.
 """
 from __future__ import annotations
 
@@ -11,12 +15,13 @@ import difflib
 import os
 import re
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 
 from . import devices as D
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
-from .errors import GraphError
+from .errors import GraphError, OpBugError
 from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
@@ -30,10 +35,6 @@ OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "de
            "function"}
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
 EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
-LATER_OPS = {"custom": "issue #5"}
-MAX_DELAY_MS = 60_000       # a `delay` op may sleep at most this long per backward call
-# Ops whose inputs broadcast against each other (NumPy rules) into the output.
-BROADCASTING_OPS = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "where", "mse_loss"}
 
 
 def default_max_tensor_bytes() -> int:
@@ -146,7 +147,7 @@ class _Loader:
         ops = data["ops"]
         if not isinstance(ops, list):
             self.fail(f"ops must be a list, not {_kind(ops)}", ("ops",))
-        defined = {n: leaves[n].dtype for n in leaves}
+        defined = {n: _Defined(leaf.shape, leaf.dtype, True) for n, leaf in leaves.items()}
         op_specs = [self.op(i, entry, defined) for i, entry in enumerate(ops)]
 
         backward = self.backward(data["backward"], defined, leaves)
@@ -356,6 +357,8 @@ class _Loader:
 
     # -- ops ------------------------------------------------------------------------------
     def op(self, i, entry, defined, base=("ops",), prefix="ops") -> OpSpec:
+        """One op entry. Everything about the op itself comes from its ``Op`` object
+        (Note [Ops carry their contract] in ops/core.py): no op is named here."""
         from .ops import OPS  # noqa: PLC0415 - the op library loads on first use
 
         path = base + (i,)
@@ -372,28 +375,30 @@ class _Loader:
         if not isinstance(name, str):
             self.fail(f"op must be a string, got {name!r}", path + ("op",), label)
         label = f"{label} ({name})"
-        if name == "custom" and not self.options.allow_code:
-            function = entry.get("function")
-            what = f" ({function})" if isinstance(function, str) else ""
-            self.fail(f"op 'custom' runs user code{what}: refused without --allow-code "
-                      "(allow_code=True in the API)", path + ("op",), label)
-        if name in LATER_OPS:
-            self.fail(f"op {name!r} is not supported by this version of gradcli yet "
-                      f"({LATER_OPS[name]})", path + ("op",), label)
-        if name == "checkpoint":
-            return self.checkpoint(i, entry, defined, path, where, op_id, label)
         op = OPS.get(name)
-        if op is None or op.name.startswith("slice_backward"):
-            hint = difflib.get_close_matches(name, sorted(OPS), n=1)
+        if op is None or not op.public:
+            public = sorted(n for n, o in OPS.items() if o.public)
+            hint = difflib.get_close_matches(name, public, n=1)
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown op {name!r}{hint}", path + ("op",), label)
+        if op.needs_code and not self.options.allow_code:
+            function = entry.get("function")
+            what = f" ({function})" if isinstance(function, str) else ""
+            self.fail(f"op {name!r} runs user code{what}: refused without --allow-code "
+                      "(allow_code=True in the API)", path + ("op",), label)
+        if not op.supported:
+            self.fail(f"op {name!r} is not supported by this version of gradcli yet",
+                      path + ("op",), label)
+        if op.has_body:
+            return self.checkpoint(i, entry, defined, path, where, op_id, label)
         self.check_keys(entry, OP_KEYS, path, label, "an op")
-        for key in ("body", "function"):
+        for key, takes in (("body", "has_body"), ("function", "needs_code")):
             if key in entry:
-                self.fail(f"key {key!r} is only valid for op {'checkpoint' if key == 'body' else 'custom'}",
-                          path + (key,), label)
-        if "device" in entry and name != "to":
-            self.fail("key 'device' is only valid for op 'to'", path + ("device",), label)
+                owners = " or ".join(n for n, o in sorted(OPS.items()) if getattr(o, takes) and o.public)
+                self.fail(f"key {key!r} is only valid for op {owners}", path + (key,), label)
+        if "device" in entry and not op.moves_device:
+            owners = " or ".join(repr(n) for n, o in sorted(OPS.items()) if o.moves_device and o.public)
+            self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
 
         inputs = entry.get("inputs")
         if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs):
@@ -416,26 +421,11 @@ class _Loader:
         if not isinstance(args, dict):
             self.fail(f"args must be a mapping, not {_kind(args)}", path + ("args",), label)
         args = dict(args)
-        if name == "to":
+        if op.moves_device:         # the target device is the entry's `device` key
             if "device" not in entry:
-                self.fail("op 'to' needs key 'device' (the target device)", path, label)
+                self.fail(f"op {name!r} needs key 'device' (the target device)", path, label)
             args["device"] = str(self.device(entry["device"], path + ("device",), label))
-        checked = {}
-        for key, value in args.items():
-            spec = op.args.get(key)
-            if spec is None:
-                known = ", ".join(sorted(op.args)) or "none"
-                hint = difflib.get_close_matches(str(key), sorted(op.args), n=1)
-                hint = f"did you mean {hint[0]!r}? " if hint else ""
-                self.fail(f"unknown arg {key!r} ({hint}known: {known})", path + ("args", key), label)
-            try:
-                checked[key] = spec.check(value) if spec.check else value
-            except ValueError as exc:
-                self.fail(f"bad arg {key!r}: {exc}", path + ("args", key), label)
-        for key, spec in op.args.items():
-            if spec.required and key not in checked:
-                self.fail(f"missing required arg {key!r}", path + ("args",), label)
-        self.check_op_args(name, checked, path, label)
+        checked = self.op_args(op, args, path, label)
 
         if op.multi_output:
             outputs = entry.get("outputs")
@@ -457,27 +447,89 @@ class _Loader:
             out_path = path + (("outputs", k) if "outputs" in entry else ("output",))
             self.check_name(out, out_path, label)
             if out in defined:
-                what = "a leaf tensor" if defined[out] is not None else "an output of an op above"
+                what = "a leaf tensor" if defined[out].leaf else "an output of an op above"
                 self.fail(f"output {out!r} is already defined as {what} (names are defined once)",
                           out_path, label)
             if out in seen:
                 self.fail(f"output {out!r} is named twice", out_path, label)
             seen.add(out)
-        if name == "split":
-            n_out = checked.get("sections") if checked.get("indices") is None else len(checked["indices"]) + 1
-            if n_out is not None and n_out != len(outputs):
-                self.fail(f"split makes {n_out} outputs but {len(outputs)} names are given in "
-                          "outputs", path + ("outputs",), label)
+        n_out = op.num_outputs(checked)
+        if n_out is not None and n_out != len(outputs):
+            self.fail(f"{name} makes {n_out} outputs but {len(outputs)} names are given in "
+                      "outputs", path + ("outputs",), label)
         retain = entry.get("retain_grad", False)
         if not isinstance(retain, bool):
             self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
-        for out in outputs:
-            defined[out] = None
+        in_metas = [defined[n] for n in inputs]
+        metas = self.infer(op, in_metas, list(inputs), checked, outputs, path, label)
+        for out, meta in zip(outputs, metas):
+            defined[out] = meta
         checked_op = _CheckedOp(op, label, self.file, self.doc.line(*path), list(inputs),
                                 self.options.max_tensor_bytes)
+        if metas[0].shape is not None:       # inferred: the same inputs need no second check
+            checked_op.checked = [(m.shape, m.dtype) for m in in_metas]
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
                       outputs=list(outputs), args=checked, retain_grad=retain,
                       line=self.doc.line(*path))
+
+    def op_args(self, op, args, path, label):
+        """Each arg through its checker, the required ones present, then the op's rules
+        across args (clamp needs min or max, ...)."""
+        checked = {}
+        for key, value in args.items():
+            spec = op.args.get(key)
+            if spec is None:
+                known = ", ".join(sorted(op.args)) or "none"
+                hint = difflib.get_close_matches(str(key), sorted(op.args), n=1)
+                hint = f"did you mean {hint[0]!r}? " if hint else ""
+                self.fail(f"unknown arg {key!r} ({hint}known: {known})", path + ("args", key), label)
+            try:
+                checked[key] = spec.check(value) if spec.check else value
+            except ValueError as exc:
+                self.fail(f"bad arg {key!r}: {exc}", path + ("args", key), label)
+        for key, spec in op.args.items():
+            if spec.required and key not in checked:
+                self.fail(f"missing required arg {key!r}", path + ("args",), label)
+        try:
+            op.check_args(checked)
+        except ValueError as exc:
+            self.fail(str(exc), path + ("args",), label)
+        return checked
+
+    def infer(self, op, metas, names, args, outputs, path, label):
+        """The outputs' shapes and dtypes from the inputs' (the op's ``infer``): the static
+        shape check and the memory budget of every result, before anything runs."""
+        from .ops.core import ShapeMismatch  # noqa: PLC0415
+
+        unknown = [_Defined(None, None, False)] * len(outputs)
+        if any(m.shape is None for m in metas):
+            return unknown
+        shapes, dtypes = [m.shape for m in metas], [m.dtype for m in metas]
+
+        def inputs():
+            return ", ".join(f"{n} {list(s)} {d}" for n, s, d in zip(names, shapes, dtypes))
+
+        try:
+            results = op.infer_outputs(shapes, dtypes, args)
+        except ShapeMismatch as exc:
+            self.fail(exc.message(names), path, label)
+        except _KNOWN_ERRORS as exc:
+            self.fail(f"{_first_line(exc)} (inputs: {inputs()})", path, label)
+        except Exception as exc:  # noqa: BLE001 - the op library's fault, not the file's
+            raise OpBugError(op.name, exc, self.file, self.doc.line(*path), label) from exc
+        if results is None:
+            return unknown
+        if len(results) != len(outputs):
+            self.fail(f"produces {len(results)} outputs but {len(outputs)} names are given",
+                      path, label)
+        budget = self.options.max_tensor_bytes
+        for shape, dtype in results:
+            nbytes = _nbytes(shape, dtype.itemsize)
+            if nbytes > budget:
+                self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
+                          f"memory budget of {budget} bytes (--max-tensor-bytes) "
+                          f"(inputs: {inputs()})", path, label)
+        return [_Defined(shape, dtype, False) for shape, dtype in results]
 
     def checkpoint(self, i, entry, defined, path, where, op_id, label) -> OpSpec:
         """``{op: checkpoint, inputs, outputs, body}``: the body is a scope of its own.
@@ -527,25 +579,11 @@ class _Loader:
         if not isinstance(retain, bool):
             self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
         for out in outputs:
-            defined[out] = None
+            defined[out] = _Defined(scope[out].shape, scope[out].dtype, False)
         return OpSpec(index=i, id=op_id, label=label,
                       op=CheckpointOp(body_specs, list(inputs), list(outputs)),
                       inputs=list(inputs), outputs=list(outputs), args={}, retain_grad=retain,
                       line=self.doc.line(*path))
-
-    def check_op_args(self, name, args, path, label):
-        """Checks on an op's args together that the per-arg checkers cannot make."""
-        if name == "clamp" and args.get("min") is None and args.get("max") is None:
-            self.fail("clamp needs at least one of the args min and max", path + ("args",), label)
-        if name == "split" and args.get("sections") is None and args.get("indices") is None:
-            self.fail("split needs the arg sections (a positive int) or indices (a list of ints)",
-                      path + ("args",), label)
-        if name == "delay":
-            for key in ("ms", "jitter_ms"):
-                value = args.get(key, 0)
-                if not 0 <= value <= MAX_DELAY_MS:       # also refuses nan and inf
-                    self.fail(f"bad arg {key!r}: must be between 0 and {MAX_DELAY_MS} "
-                              f"milliseconds, got {value!r}", path + ("args", key), label)
 
     # -- backward / expect ------------------------------------------------------------------
     def backward(self, spec, defined, leaves) -> BackwardSpec:
@@ -632,11 +670,19 @@ class _Loader:
 
 
 # -- the forward of an op, checked -----------------------------------------------------------
+class _Defined(NamedTuple):
+    """What the loader knows of a name before anything runs (shape None: not known)."""
+    shape: tuple | None
+    dtype: np.dtype | None
+    leaf: bool
+
+
 class _CheckedOp:
-    """An op as the loader hands it to the Graph: before running, it checks its inputs'
-    shapes (broadcasting, matmul's inner dimensions) and the size of its output against
-    the memory budget; any failure of the op becomes a one-line GraphError naming the
-    op and its inputs' shapes. Other attributes are the op's."""
+    """An op as the loader hands it to the Graph: before running, it checks the size of
+    its outputs (its ``infer`` on the inputs' actual shapes) against the memory budget;
+    a failure of the op on the user's input becomes a one-line GraphError naming the op
+    and its inputs' shapes, any other failure an OpBugError (a bug in gradcli). Other
+    attributes are the op's."""
 
     def __init__(self, op, label, file, line, input_names, max_bytes):
         self.op = op
@@ -645,6 +691,7 @@ class _CheckedOp:
         self.line = line
         self.input_names = input_names
         self.max_bytes = max_bytes
+        self.checked = None      # [(shape, dtype)] of inputs the loader already inferred on
 
     def __getattr__(self, name):
         return getattr(self.op, name)
@@ -660,67 +707,46 @@ class _CheckedOp:
                          for n, t in zip(self.input_names, inputs))
 
     def __call__(self, *inputs, **args):
-        out_shape, itemsize = self.precheck(inputs, args)
-        if out_shape is not None:
-            nbytes = _nbytes(out_shape, itemsize)
-            if nbytes > self.max_bytes:
-                self.fail(f"the result of shape {list(out_shape)} needs {nbytes} bytes, over the "
-                          f"memory budget of {self.max_bytes} bytes (--max-tensor-bytes) "
-                          f"(inputs: {self.describe(inputs)})")
+        from .ops.core import DeviceMismatch  # noqa: PLC0415
+
+        self.precheck(inputs, args)
         try:
             return self.op(*inputs, **args)
         except GraphError:
             raise
         except MemoryError:
             self.fail(f"out of memory (inputs: {self.describe(inputs)})")
+        except DeviceMismatch as exc:
+            self.fail(_first_line(exc))
         except _KNOWN_ERRORS as exc:
-            if type(exc).__name__ == "DeviceMismatch":
-                self.fail(_first_line(exc))
             self.fail(f"{_first_line(exc)} (inputs: {self.describe(inputs)})")
-        except Exception as exc:  # noqa: BLE001 - never a traceback for a graph file
-            self.fail(f"{type(exc).__name__}: {_first_line(exc)} (inputs: {self.describe(inputs)})")
+        except Exception as exc:  # noqa: BLE001 - not the file's fault: a bug, named as one
+            raise OpBugError(self.op.name, exc, self.file, self.line, self.label) from exc
 
     def precheck(self, inputs, args):
-        """(output shape, item size) where it is known before running, else (None, 0)."""
+        """Refuse, before running, inputs that do not fit and results over the memory
+        budget (the op's ``infer`` on the actual shapes and dtypes: a graph run again in
+        another precision, as gradcheck does, is checked again)."""
+        from .ops.core import ShapeMismatch  # noqa: PLC0415
+
         shapes = [tuple(getattr(t, "shape", ())) for t in inputs]
-        dtypes = [getattr(t, "dtype", None) for t in inputs]
+        dtypes = [t.dtype if hasattr(t, "dtype") else np.asarray(t).dtype for t in inputs]
+        if self.checked is not None and self.checked == list(zip(shapes, dtypes)):
+            return
         try:
-            itemsize = max(np.dtype(d).itemsize for d in dtypes if d is not None)
-        except (ValueError, TypeError):
-            itemsize = 8
-        name = self.op.name
-        for shape in shapes:
-            nbytes = _nbytes(shape, itemsize)
+            results = self.op.infer_outputs(shapes, dtypes, args)
+        except ShapeMismatch as exc:
+            self.fail(exc.message(self.input_names))
+        except _KNOWN_ERRORS as exc:
+            self.fail(f"{_first_line(exc)} (inputs: {self.describe(inputs)})")
+        except Exception as exc:  # noqa: BLE001 - the op library's fault
+            raise OpBugError(self.op.name, exc, self.file, self.line, self.label) from exc
+        for shape, dtype in results or ():
+            nbytes = _nbytes(shape, dtype.itemsize)
             if nbytes > self.max_bytes:
-                return shape, itemsize        # e.g. a huge `expand` view: refused here
-        if name in BROADCASTING_OPS:
-            try:
-                return np.broadcast_shapes(*shapes), itemsize
-            except ValueError:
-                self.fail("input shapes cannot be broadcast together: "
-                          + ", ".join(f"{n} {list(s)}" for n, s in zip(self.input_names, shapes)))
-        if name == "matmul":
-            (a, b), (na, nb) = shapes, self.input_names
-            both = f"{na} {list(a)} @ {nb} {list(b)}"
-            if not a or not b:
-                self.fail(f"matmul needs inputs of at least 1 dimension, got {both}")
-            ka, kb = a[-1], (b[-2] if len(b) >= 2 else b[0])
-            if ka != kb:
-                self.fail(f"matmul shapes do not match: {both} (inner dimensions {ka} and {kb} "
-                          "differ)")
-            try:
-                batch = np.broadcast_shapes(a[:-2], b[:-2])
-            except ValueError:
-                self.fail(f"matmul batch dimensions cannot be broadcast together: {both}")
-            return batch + a[-2:-1] + b[-1:] if len(b) >= 2 else batch + a[-2:-1], itemsize
-        if name == "expand":
-            return tuple(args.get("shape", ())), itemsize
-        if name == "split" and shapes:
-            axis, ndim = args.get("axis", 0), len(shapes[0])
-            if not -ndim <= axis < ndim:
-                self.fail(f"axis {axis} is out of bounds for {self.input_names[0]} of shape "
-                          f"{list(shapes[0])}")
-        return None, itemsize
+                self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
+                          f"memory budget of {self.max_bytes} bytes (--max-tensor-bytes) "
+                          f"(inputs: {self.describe(inputs)})")
 
 
 def _known_errors():

@@ -135,18 +135,18 @@ def scenario_reentrant(ctx, result):
         depth = depths[i % len(depths)]
         # Deep reentrant backward through the pool.
         x = _T(np.ones(4), True)
-        y = ops.sum_(ops.mul(ops.OPS["reenter"](x, depth=depth), np.full(4, 3.0)))
+        y = ops.sum_(ops.mul(ops.reenter(x, depth=depth), np.full(4, 3.0)))
         _timed(result, backward, y, engine=engine)
         _check(result, _close(x.grad, np.full(4, 3.0)), f"reenter depth {depth}: grad {x.grad}")
         # Reentrant backward from a device thread.
         x = _T(np.ones(4), True)
         xs = ops.to(x, device="sim:0")
-        y = ops.sum_(ops.to(ops.OPS["reenter"](ops.mul(xs, np.float64(2.0)), depth=150), device="cpu"))
+        y = ops.sum_(ops.to(ops.reenter(ops.mul(xs, np.float64(2.0)), depth=150), device="cpu"))
         _timed(result, backward, y, engine=engine)
         _check(result, _close(x.grad, np.full(4, 2.0)), f"reenter on sim:0: grad {x.grad}")
         # 100 nested checkpoints.
         op = None
-        body = [OpSpec(0, "sq", "sq", ops.OPS["mul"], ["a", "a"], ["b"], {})]
+        body = [OpSpec(0, "sq", "sq", ops.mul, ["a", "a"], ["b"], {})]
         for level in range(100):
             inner = body
             op = CheckpointOp(inner, ["a"], ["b"])

@@ -1,4 +1,9 @@
-"""Gradient checks for every differentiable op in ``gradcli.ops.OPS``.
+"""The op test table and gradient checks for every op in ``gradcli.ops.OPS``.
+
+Adding an op is one place in ``gradcli/ops/`` plus its row here: ``CASES``
+(gradient-checked) or ``FORWARD_CASES`` (ops whose backward is not a
+derivative); ``test_every_public_op_has_a_row`` fails for an op without one.
+Every row also checks the op's ``infer`` against what its forward makes.
 
 Each case runs the op on float64 ``Tensor``s, draws a random upstream
 gradient ``v`` for every output, asks the engine for the vector-Jacobian
@@ -10,6 +15,7 @@ input. Separate tests pin PyTorch's conventions at non-differentiable points
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +28,9 @@ EPS = 1e-6
 ATOL = 1e-5
 RTOL = 1e-3
 
-# Ops that are not differentiable math (engine exercisers, device moves, the
-# slice scatter helper): not gradient-checked here.
-EXCLUDED = {"to", "delay", "fail", "nan", "slice_backward"}
+# Ops declared for the loader to build (no forward of their own): the test
+# module that covers each.
+DECLARED = {"checkpoint": "test_checkpoint.py", "custom": "test_loader.py"}
 
 
 # -- helpers ------------------------------------------------------------------------
@@ -329,10 +335,20 @@ case("layer_norm-axis0", "layer_norm", [R(3, 4)], {"axis": 0})
 case("layer_norm-eps", "layer_norm", [R(3, 4) * 0.1], {"axis": -1, "eps": 0.01})
 
 
-# engine exercisers that are identities in forward (added alongside the engine)
-if "reenter" in OPS:
-    for depth in (0, 1, 3):
-        case(f"reenter-depth{depth}", "reenter", [R(2, 3)], {"depth": depth})
+# engine exercisers that are identities in forward and pass the gradient through
+for depth in (0, 1, 3):
+    case(f"reenter-depth{depth}", "reenter", [R(2, 3)], {"depth": depth})
+case("delay-0ms", "delay", [R(2, 3)], {"ms": 0})
+case("delay-jitter", "delay", [R(3)], {"ms": 1, "jitter_ms": 1, "seed": 4})
+case("to-cpu", "to", [R(2, 3)], {"device": "cpu"})
+# the gradient of slice, itself differentiable (internal: not loadable from files)
+case("slice_backward", "slice_backward", [R(2, 2)], {"shape": [4, 3], "index": "1:3, ::2"})
+
+# Ops whose backward is not a derivative (fails on purpose, returns NaN): forward only.
+FORWARD_CASES = [
+    pytest.param("fail", [R(2, 3)], {"message": "boom"}, id="fail"),
+    pytest.param("nan", [R(2, 3)], None, id="nan"),
+]
 
 
 # -- the checks -----------------------------------------------------------------------
@@ -346,11 +362,75 @@ def test_raw_vjp_shape_and_dtype(op_name, arrays, args, wrt):
     check_raw_vjp_shapes(op_name, arrays, args, wrt)
 
 
-def test_every_differentiable_op_is_covered():
-    covered = {p.values[0] for p in CASES} | {"cast"}
-    wanted = {name for name, op in OPS.items()
-              if op.differentiable and not op.file_only and name not in EXCLUDED}
-    assert wanted <= covered, sorted(wanted - covered)
+def test_every_public_op_has_a_row():
+    rows = {p.values[0] for p in CASES} | {p.values[0] for p in FORWARD_CASES}
+    with_forward = {name for name, op in OPS.items() if op.fn is not None}
+    assert with_forward == rows, ("ops without a row", sorted(with_forward - rows),
+                                  "rows for unknown ops", sorted(rows - with_forward))
+    declared = {name for name, op in OPS.items() if op.fn is None}
+    assert declared == set(DECLARED), sorted(declared ^ set(DECLARED))
+    here = Path(__file__).parent
+    for name, module in DECLARED.items():
+        assert f"op: {name}" in (here / module).read_text(), (name, module)
+
+
+def _infer_matches_forward(op_name, arrays, args):
+    op = OPS[op_name]
+    args = _checked_args(op, args)
+    arrays = [np.asarray(a) for a in arrays]
+    with np.errstate(all="ignore"):
+        outs = _as_list(op.fn(*[a.copy() for a in arrays], **args), op)
+    inferred = op.infer_outputs([a.shape for a in arrays], [a.dtype for a in arrays], args)
+    assert inferred == [(np.shape(o), np.asarray(o).dtype) for o in outs], (op_name, args)
+    n = op.num_outputs(args)
+    assert n is None or n == len(outs)
+
+
+@pytest.mark.parametrize("op_name, arrays, args, wrt", CASES)
+def test_infer_matches_forward(op_name, arrays, args, wrt):
+    _infer_matches_forward(op_name, arrays, args)
+    # float32, and float32 mixed with float64 (dtype promotion)
+    f32 = [np.asarray(a).astype(np.float32) if np.asarray(a).dtype.kind == "f" else a
+           for a in arrays]
+    _infer_matches_forward(op_name, f32, args)
+    first = next((i for i, a in enumerate(arrays) if np.asarray(a).dtype.kind == "f"), None)
+    mixed = [f32[i] if i == first else a for i, a in enumerate(arrays)]
+    _infer_matches_forward(op_name, mixed, args)
+
+
+@pytest.mark.parametrize("op_name, arrays, args", FORWARD_CASES)
+def test_forward_only_ops(op_name, arrays, args):
+    _infer_matches_forward(op_name, arrays, args)
+    op = OPS[op_name]
+    x = Tensor(np.array(arrays[0]), requires_grad=True)
+    out = op(x, **_checked_args(op, args))
+    np.testing.assert_array_equal(out.data, arrays[0])      # identities in forward
+    assert out.grad_fn.name == op.node_name
+    if op_name == "fail":
+        with pytest.raises(Exception, match="boom"):
+            grad(out, x, grad_outputs=[np.ones(out.shape)])
+    else:
+        (g,) = grad(out, x, grad_outputs=[np.ones(out.shape)])
+        assert np.isnan(g).all()
+
+
+@pytest.mark.parametrize("op_name, arrays, args, dtype", [
+    ("sum", [np.arange(6, dtype=np.int32).reshape(2, 3)], {"axis": 0}, np.int64),
+    ("mean", [np.arange(6).reshape(2, 3)], None, np.float64),
+    ("exp", [np.arange(3, dtype=np.int32)], None, np.float64),
+    ("concat", [np.arange(3), np.ones(2, np.float32)], None, np.float64),
+    ("stack", [np.arange(2, dtype=np.int8), np.ones(2, np.float16)], None, np.float16),
+    ("add", [np.ones(2, bool), np.ones((3, 1), bool)], None, np.bool_),
+    ("max", [np.arange(4, dtype=np.int32)], None, np.int32),
+    ("cast", [np.ones(2)], {"dtype": "int32"}, np.int32),
+    ("matmul", [np.ones((2, 3), np.int64), np.ones(3, np.float32)], None, np.float64),
+], ids=lambda p: p if isinstance(p, str) else None)
+def test_infer_dtypes_follow_numpy(op_name, arrays, args, dtype):
+    _infer_matches_forward(op_name, arrays, args)
+    (shape, got), = OPS[op_name].infer_outputs([np.shape(a) for a in arrays],
+                                                [np.asarray(a).dtype for a in arrays],
+                                                _checked_args(OPS[op_name], args))
+    assert got == dtype
 
 
 # -- cast (float -> float) ----------------------------------------------------------

@@ -1,10 +1,10 @@
 """The op library: ``OPS`` maps a graph file's op name to its ``Op``."""
 from ..autograd.tensor import Tensor
 from . import library as _library
-from . import reentrant as _reentrant  # noqa: F401 - registers reenter
-from .core import OPS, Arg, Op, OpBackward, defvjp, primitive
+from .core import OPS, Arg, Op, OpBackward, ShapeMismatch, declare, defvjp, primitive
 from .library import *  # noqa: F401,F403 - the ops as functions: add, mul, matmul, ...
 from .library import BackwardFailure
+from .reentrant import reenter  # noqa: F401 - registers reenter
 
 
 def _binary(op, reverse=False):
@@ -35,4 +35,5 @@ Tensor.__neg__ = lambda self: _library.neg(self)
 Tensor.sum = lambda self, axis=None, keepdims=False: _library.sum_(self, axis=axis, keepdims=keepdims)
 Tensor.mean = lambda self, axis=None, keepdims=False: _library.mean(self, axis=axis, keepdims=keepdims)
 
-__all__ = ["OPS", "Arg", "BackwardFailure", "Op", "OpBackward", "defvjp", "primitive"]
+__all__ = ["OPS", "Arg", "BackwardFailure", "Op", "OpBackward", "ShapeMismatch", "declare",
+           "defvjp", "primitive"]

@@ -1,10 +1,18 @@
-"""The op registry: ``primitive`` defines an op's forward, ``defvjp`` its backward.
+"""The op registry: ``primitive`` defines an op's forward and contract, ``defvjp`` its backward.
 
 Every op is one ``Op`` object. Called on raw arrays it just computes; called
 with a ``Tensor`` among its arguments it records a backward node
 (``OpBackward``) when grad mode is on and an input requires grad. Backward
 formulas are written with these same ops, so they work on raw arrays now
 and would record themselves if handed Tensors (higher-order gradients).
+
+Note [Ops carry their contract]: everything the rest of gradcli asks about
+an op is an attribute of its ``Op`` (its args and their checks, rules across
+args, how many outputs, output shapes and dtypes, whether a graph file may
+name it, whether it moves data between devices, whether it is built from a
+body of ops or from user code). The loader, gradcheck and the CLI ask the op
+object and never match op names, so adding an op is one ``primitive`` in
+``gradcli/ops/`` plus its row in the op test table.
 """
 from __future__ import annotations
 
@@ -35,14 +43,59 @@ class Arg:
         return self.default is _NO_ARG
 
 
+class ShapeMismatch(ValueError):
+    """Raised by an op's ``infer`` when its inputs do not fit together.
+
+    The message names inputs through the fields ``{0}``, ``{1}``, ...:
+    ``message(names)`` fills them in with the caller's names for the inputs
+    (the loader passes the tensor names of the graph file); ``str()`` uses
+    ``input 0``, ``input 1``, ...
+    """
+
+    def __init__(self, template):
+        self.template = template
+        super().__init__(self.message(()))
+
+    def message(self, names):
+        import string  # noqa: PLC0415
+
+        fields = [int(f) for _, f, _, _ in string.Formatter().parse(self.template)
+                  if f is not None and f.isdigit()]
+        names = list(names)[:max(fields, default=-1) + 1]
+        names += [f"input {i}" for i in range(len(names), max(fields, default=-1) + 1)]
+        return self.template.format(*names)
+
+
 class Op:
-    """An operation: forward on raw arrays, one VJP per input, and its node's name."""
+    """An operation: forward on raw arrays, one VJP per input, its node's name and its
+    contract (see Note [Ops carry their contract]).
+
+    Attributes the rest of gradcli reads:
+
+    - ``name``, ``doc`` (one line), ``node_name_for(datas, args)``;
+    - ``arity``: number of inputs, or ``(min, max)`` (``max`` None: unbounded);
+    - ``args``: ``{name: Arg}``; ``check_args(args)`` applies the rules across args;
+    - ``multi_output`` (the forward returns a list) and ``num_outputs(args)``
+      (an int, or None when only the inputs tell);
+    - ``broadcasts``: inputs broadcast against each other (NumPy rules);
+    - ``infer_outputs(shapes, dtypes, args)`` -> ``[(shape, dtype), ...]``,
+      raising ValueError (``ShapeMismatch`` naming inputs) when inputs do not fit;
+    - ``public``: a graph file may name it (False for internal helpers);
+    - ``moves_device``: its output is on another device than its input (``to``);
+    - ``dtype_arg``: the arg that names the output dtype (``cast``), if any;
+    - ``has_body``: built by the loader from a body of ops (``checkpoint``);
+    - ``needs_code``: runs user code, refused without allow_code (``custom``);
+    - ``supported``: False for ops of the format this version cannot run yet.
+    """
 
     __slots__ = ("name", "fn", "vjps", "node_name", "saves", "arity", "args", "multi_output",
-                 "differentiable", "doc", "file_only")
+                 "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
+                 "dtype_arg", "has_body", "needs_code", "supported")
 
-    def __init__(self, name, fn, node_name, saves, arity, args, multi_output, differentiable,
-                 file_only):
+    def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
+                 multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
+                 infer=None, public=True, moves_device=False, dtype_arg=None, has_body=False,
+                 needs_code=False, supported=True):
         self.name = name
         self.fn = fn
         self.vjps = None
@@ -50,12 +103,31 @@ class Op:
         self.saves = saves                # does the backward need input/output values?
         self.arity = arity                # number of inputs, or (min, max)
         self.args = args or {}
-        self.multi_output = multi_output
-        self.differentiable = differentiable
-        self.doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        self.file_only = file_only        # handled by the loader (checkpoint, ...)
+        self.multi_output = multi_output or callable(outputs) or (outputs or 1) != 1
+        if doc is None:
+            doc = (fn.__doc__ or "").strip().splitlines()[0].strip() if fn is not None and fn.__doc__ else ""
+        self.doc = doc
+        self.check = check                # fn(args) raising ValueError: rules across args
+        self.outputs = outputs            # int, fn(args) -> int | None, or None (one, or unknown)
+        self.broadcasts = broadcasts
+        if infer is None and broadcasts:
+            from .shapes import ELEMENTWISE  # noqa: PLC0415 - shapes imports this module
+
+            infer = ELEMENTWISE
+        if hasattr(infer, "bind"):        # a rule that runs the forward (shapes.Infer)
+            infer = infer.bind(fn)
+        self.infer = infer                # fn(shapes, dtypes, **args) -> [(shape, dtype)]
+        self.public = public
+        self.moves_device = moves_device
+        self.dtype_arg = dtype_arg
+        self.has_body = has_body
+        self.needs_code = needs_code
+        self.supported = supported
 
     def __call__(self, *inputs, **args):
+        if self.fn is None:
+            how = "from its body of ops" if self.has_body else "from user code"
+            raise TypeError(f"op {self.name!r} has no forward of its own: the loader builds it {how}")
         if len(inputs) == 2 and type(inputs[0]) is not Tensor and type(inputs[1]) is not Tensor:
             return self.fn(*inputs, **args)      # backward formulas on raw arrays
         for x in inputs:
@@ -67,18 +139,66 @@ class Op:
         name = self.node_name
         return name(datas, args) if callable(name) else name
 
+    # -- the contract -----------------------------------------------------------------
+    def defaults(self):
+        """``{arg: default}`` for the args that have one."""
+        return {k: a.default for k, a in self.args.items() if not a.required}
+
+    def check_args(self, args):
+        """Apply the rules across args (``args`` already checked one by one); raises ValueError."""
+        if self.check is not None:
+            self.check({**self.defaults(), **args})
+
+    def num_outputs(self, args):
+        """How many outputs the op makes with ``args``: an int, or None when the
+        inputs decide (or the op does not say)."""
+        n = self.outputs
+        if callable(n):
+            return n({**self.defaults(), **args})
+        if n is None:
+            return None if self.multi_output else 1
+        return n
+
+    def infer_outputs(self, shapes, dtypes, args):
+        """``[(shape, dtype), ...]`` of the outputs for inputs of these shapes and
+        dtypes, or None when the op cannot tell without running. Raises ValueError
+        (``ShapeMismatch`` when the message names inputs) when the inputs do not fit."""
+        if self.infer is None:
+            return None
+        shapes = [shape if type(shape) is tuple else tuple(shape) for shape in shapes]
+        dtypes = [d if isinstance(d, np.dtype) else np.dtype(d) for d in dtypes]
+        with np.errstate(all="ignore"):
+            outs = self.infer(shapes, dtypes, **{**self.defaults(), **args})
+        return [(tuple(int(s) for s in shape), dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
+                for shape, dtype in outs]
+
     def __repr__(self):
         return f"<op {self.name}>"
 
 
-def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output=False,
-              differentiable=True, file_only=False):
-    """Register ``fn(*arrays, **args)`` as the forward of op ``name``."""
+def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output=False, *,
+              check=None, outputs=None, broadcasts=False, infer=None, public=True,
+              moves_device=False, dtype_arg=None, has_body=False, needs_code=False,
+              supported=True, doc=None):
+    """Register ``fn(*arrays, **args)`` as the forward of op ``name``, with its contract
+    (the keyword-only arguments; see ``Op``). ``infer`` defaults to the elementwise rule
+    when ``broadcasts`` is true; ``doc`` to the first line of ``fn``'s docstring."""
     def decorate(fn):
-        op = Op(name, fn, node_name, saves, arity, args, multi_output, differentiable, file_only)
+        op = Op(name, fn, node_name, saves, arity, args, multi_output, check=check,
+                outputs=outputs, broadcasts=broadcasts, infer=infer, public=public,
+                moves_device=moves_device, dtype_arg=dtype_arg, has_body=has_body,
+                needs_code=needs_code, supported=supported, doc=doc)
         OPS[name] = op
         return op
     return decorate
+
+
+def declare(name, doc, node_name=None, arity=1, args=None, **contract):
+    """Register an op of the graph format that the loader builds from more than
+    its args (a body of ops, user code): it has no forward function of its own."""
+    op = Op(name, None, node_name, False, arity, args, doc=doc, **contract)
+    OPS[name] = op
+    return op
 
 
 def defvjp(op, *vjps):
@@ -153,14 +273,14 @@ def record(op, inputs, args):
     """Run ``op`` on Tensors; record an OpBackward node if a gradient is needed."""
     datas = [x.data if type(x) is Tensor else x for x in inputs]
     on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
-    dev = _common_device(datas) if on_accel and op.name != "to" else CPU
+    dev = _common_device(datas) if on_accel and not op.moves_device else CPU
     out = op.fn(*datas, **args)
     outs = list(out) if op.multi_output else [out]
     for i, o in enumerate(outs):
         if not isinstance(o, np.ndarray) and type(o).__module__ != "cupy":
             o = np.asarray(o)
         outs[i] = on_device(o, dev) if dev is not CPU else o
-    needs_grad = (STATE.grad_enabled and op.differentiable
+    needs_grad = (STATE.grad_enabled
                   and any(type(x) is Tensor and x.requires_grad for x in inputs)
                   and any(o.dtype.kind == "f" for o in outs))
     if not needs_grad:

@@ -12,7 +12,8 @@ import time
 import numpy as np
 
 from . import args as A
-from .core import Arg, defvjp, primitive
+from . import shapes as S
+from .core import Arg, declare, defvjp, primitive
 
 AXIS = {"axis": Arg(None, A.axis_or_none), "keepdims": Arg(False, A.boolean)}
 
@@ -50,7 +51,7 @@ def expand_reduced(g, shape, axis, keepdims):
 
 
 # -- elementwise, binary ---------------------------------------------------------
-@primitive("add", "AddBackward0", saves=False, arity=2)
+@primitive("add", "AddBackward0", saves=False, arity=2, broadcasts=True)
 def add(x, y):
     """x + y"""
     return np.add(x, y)
@@ -60,7 +61,7 @@ defvjp(add, lambda g, ans, x, y: unbroadcast(g, x.shape),
        lambda g, ans, x, y: unbroadcast(g, y.shape))
 
 
-@primitive("sub", "SubBackward0", saves=False, arity=2)
+@primitive("sub", "SubBackward0", saves=False, arity=2, broadcasts=True)
 def sub(x, y):
     """x - y"""
     return np.subtract(x, y)
@@ -70,7 +71,7 @@ defvjp(sub, lambda g, ans, x, y: unbroadcast(g, x.shape),
        lambda g, ans, x, y: unbroadcast(neg(g), y.shape))
 
 
-@primitive("mul", "MulBackward0", arity=2)
+@primitive("mul", "MulBackward0", arity=2, broadcasts=True)
 def mul(x, y):
     """x * y"""
     return np.multiply(x, y)
@@ -80,7 +81,7 @@ defvjp(mul, lambda g, ans, x, y: unbroadcast(mul(g, y), x.shape),
        lambda g, ans, x, y: unbroadcast(mul(g, x), y.shape))
 
 
-@primitive("div", "DivBackward0", arity=2)
+@primitive("div", "DivBackward0", arity=2, broadcasts=True)
 def div(x, y):
     """x / y"""
     return np.divide(x, y)
@@ -90,7 +91,7 @@ defvjp(div, lambda g, ans, x, y: unbroadcast(div(g, y), x.shape),
        lambda g, ans, x, y: unbroadcast(neg(div(mul(g, ans), y)), y.shape))
 
 
-@primitive("pow", "PowBackward1", arity=2)
+@primitive("pow", "PowBackward1", arity=2, broadcasts=True)
 def pow_(x, y):
     """x ** y"""
     return np.power(x, y)
@@ -114,13 +115,13 @@ def _pow_grad_base(g, ans, x, y):
 defvjp(pow_, _pow_grad_base, _pow_grad_exponent)
 
 
-@primitive("maximum", "MaximumBackward0", arity=2)
+@primitive("maximum", "MaximumBackward0", arity=2, broadcasts=True)
 def maximum(x, y):
     """elementwise max; ties split the gradient in half (as PyTorch)"""
     return np.maximum(x, y)
 
 
-@primitive("minimum", "MinimumBackward0", arity=2)
+@primitive("minimum", "MinimumBackward0", arity=2, broadcasts=True)
 def minimum(x, y):
     """elementwise min; ties split the gradient in half (as PyTorch)"""
     return np.minimum(x, y)
@@ -139,7 +140,7 @@ defvjp(minimum, lambda g, ans, x, y: _select_grad(g, x, y, np.greater, x.shape),
        lambda g, ans, x, y: _select_grad(g, y, x, np.greater, y.shape))
 
 
-@primitive("where", "WhereBackward0", arity=3)
+@primitive("where", "WhereBackward0", arity=3, broadcasts=True)
 def where(cond, x, y):
     """cond ? x : y (cond is a bool tensor)"""
     return np.where(cond, x, y)
@@ -151,7 +152,7 @@ defvjp(where, lambda g, ans, c, x, y: None,
 
 
 # -- elementwise, unary ----------------------------------------------------------
-@primitive("neg", "NegBackward0", saves=False)
+@primitive("neg", "NegBackward0", saves=False, infer=S.ELEMENTWISE)
 def neg(x):
     """-x"""
     return np.negative(x)
@@ -160,7 +161,7 @@ def neg(x):
 defvjp(neg, lambda g, ans, x: neg(g))
 
 
-@primitive("exp", "ExpBackward0")
+@primitive("exp", "ExpBackward0", infer=S.ELEMENTWISE)
 def exp(x):
     """e ** x"""
     return np.exp(x)
@@ -169,7 +170,7 @@ def exp(x):
 defvjp(exp, lambda g, ans, x: mul(g, ans))
 
 
-@primitive("log", "LogBackward0")
+@primitive("log", "LogBackward0", infer=S.ELEMENTWISE)
 def log(x):
     """natural logarithm"""
     return np.log(x)
@@ -178,13 +179,13 @@ def log(x):
 defvjp(log, lambda g, ans, x: div(g, x))
 
 
-@primitive("sin", "SinBackward0")
+@primitive("sin", "SinBackward0", infer=S.ELEMENTWISE)
 def sin(x):
     """sine"""
     return np.sin(x)
 
 
-@primitive("cos", "CosBackward0")
+@primitive("cos", "CosBackward0", infer=S.ELEMENTWISE)
 def cos(x):
     """cosine"""
     return np.cos(x)
@@ -194,7 +195,7 @@ defvjp(sin, lambda g, ans, x: mul(g, cos(x)))
 defvjp(cos, lambda g, ans, x: neg(mul(g, sin(x))))
 
 
-@primitive("tanh", "TanhBackward0")
+@primitive("tanh", "TanhBackward0", infer=S.ELEMENTWISE)
 def tanh(x):
     """hyperbolic tangent"""
     return np.tanh(x)
@@ -203,7 +204,7 @@ def tanh(x):
 defvjp(tanh, lambda g, ans, x: mul(g, sub(np.ones((), ans.dtype), mul(ans, ans))))
 
 
-@primitive("sigmoid", "SigmoidBackward0")
+@primitive("sigmoid", "SigmoidBackward0", infer=S.ELEMENTWISE)
 def sigmoid(x):
     """1 / (1 + e ** -x)"""
     return np.reciprocal(np.add(np.exp(np.negative(x)), 1).astype(x.dtype, copy=False))
@@ -212,7 +213,7 @@ def sigmoid(x):
 defvjp(sigmoid, lambda g, ans, x: mul(g, mul(ans, sub(np.ones((), ans.dtype), ans))))
 
 
-@primitive("relu", "ReluBackward0")
+@primitive("relu", "ReluBackward0", infer=S.ELEMENTWISE)
 def relu(x):
     """max(x, 0); gradient 0 at 0 (as PyTorch)"""
     return np.maximum(x, np.zeros((), x.dtype))
@@ -222,7 +223,7 @@ def relu(x):
 defvjp(relu, lambda g, ans, x: mul(g, np.logical_not(ans <= 0).astype(g.dtype)))
 
 
-@primitive("abs", "AbsBackward0")
+@primitive("abs", "AbsBackward0", infer=S.ELEMENTWISE)
 def abs_(x):
     """|x|; gradient 0 at 0"""
     return np.abs(x)
@@ -231,7 +232,7 @@ def abs_(x):
 defvjp(abs_, lambda g, ans, x: mul(g, np.sign(x).astype(g.dtype)))
 
 
-@primitive("sqrt", "SqrtBackward0")
+@primitive("sqrt", "SqrtBackward0", infer=S.ELEMENTWISE)
 def sqrt(x):
     """square root"""
     return np.sqrt(x)
@@ -240,7 +241,7 @@ def sqrt(x):
 defvjp(sqrt, lambda g, ans, x: div(g, mul(ans, np.full((), 2, ans.dtype))))
 
 
-@primitive("square", "PowBackward0")
+@primitive("square", "PowBackward0", infer=S.ELEMENTWISE)
 def square(x):
     """x ** 2"""
     return np.square(x)
@@ -249,7 +250,12 @@ def square(x):
 defvjp(square, lambda g, ans, x: mul(g, mul(x, np.full((), 2, x.dtype))))
 
 
-@primitive("clamp", "ClampBackward1",
+def _clamp_check(args):
+    if args["min"] is None and args["max"] is None:
+        raise ValueError("clamp needs at least one of the args min and max")
+
+
+@primitive("clamp", "ClampBackward1", infer=S.ELEMENTWISE, check=_clamp_check,
            args={"min": Arg(None, A.number_or_none), "max": Arg(None, A.number_or_none)})
 def clamp(x, min=None, max=None):  # noqa: A002 - the graph format's names
     """clip into [min, max]; gradient passes where min <= x <= max"""
@@ -275,7 +281,7 @@ def _sum_name(datas, args):
     return "SumBackward0" if args.get("axis") is None and not args.get("keepdims") else "SumBackward1"
 
 
-@primitive("sum", _sum_name, saves=False, args=AXIS)
+@primitive("sum", _sum_name, saves=False, args=AXIS, infer=S.REDUCTION)
 def sum_(x, axis=None, keepdims=False):
     """sum over axis (all by default)"""
     return np.sum(x, axis=axis, keepdims=keepdims)
@@ -288,7 +294,7 @@ def _mean_name(datas, args):
     return "MeanBackward0" if args.get("axis") is None and not args.get("keepdims") else "MeanBackward1"
 
 
-@primitive("mean", _mean_name, saves=False, args=AXIS)
+@primitive("mean", _mean_name, saves=False, args=AXIS, infer=S.REDUCTION)
 def mean(x, axis=None, keepdims=False):
     """mean over axis (all by default)"""
     return np.mean(x, axis=axis, keepdims=keepdims)
@@ -313,13 +319,13 @@ def _extreme_name(prefix):
     return name
 
 
-@primitive("max", _extreme_name("Max"), args=AXIS)
+@primitive("max", _extreme_name("Max"), args=AXIS, infer=S.REDUCTION)
 def max_(x, axis=None, keepdims=False):
     """maximum over axis; the gradient is shared evenly among ties"""
     return np.max(x, axis=axis, keepdims=keepdims)
 
 
-@primitive("min", _extreme_name("Min"), args=AXIS)
+@primitive("min", _extreme_name("Min"), args=AXIS, infer=S.REDUCTION)
 def min_(x, axis=None, keepdims=False):
     """minimum over axis; the gradient is shared evenly among ties"""
     return np.min(x, axis=axis, keepdims=keepdims)
@@ -344,7 +350,7 @@ defvjp(max_, _extreme_vjp)
 defvjp(min_, _extreme_vjp)
 
 
-@primitive("logsumexp", "LogsumexpBackward0", args=AXIS)
+@primitive("logsumexp", "LogsumexpBackward0", args=AXIS, infer=S.REDUCTION)
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) over axis, computed stably"""
     m = np.max(x, axis=axis, keepdims=True)
@@ -362,7 +368,8 @@ defvjp(logsumexp, _logsumexp_vjp)
 
 
 # -- shape -----------------------------------------------------------------------
-@primitive("reshape", "ViewBackward0", saves=False, args={"shape": Arg(check=A.shape)})
+@primitive("reshape", "ViewBackward0", saves=False, args={"shape": Arg(check=A.shape)},
+           infer=S.reshape)
 def reshape(x, shape):
     """reshape (one -1 allowed)"""
     return np.reshape(x, shape)
@@ -371,7 +378,8 @@ def reshape(x, shape):
 defvjp(reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape))
 
 
-@primitive("transpose", "PermuteBackward0", saves=False, args={"axes": Arg(None, A.axes_or_none)})
+@primitive("transpose", "PermuteBackward0", saves=False, args={"axes": Arg(None, A.axes_or_none)},
+           infer=S.VIEW)
 def transpose(x, axes=None):
     """permute axes (reverse them by default)"""
     return np.transpose(x, axes)
@@ -387,7 +395,8 @@ def _transpose_vjp(g, ans, x, axes=None):
 defvjp(transpose, _transpose_vjp)
 
 
-@primitive("expand", "ExpandBackward0", saves=False, args={"shape": Arg(check=A.shape)})
+@primitive("expand", "ExpandBackward0", saves=False, args={"shape": Arg(check=A.shape)},
+           infer=S.VIEW)
 def expand(x, shape):
     """broadcast to shape (a view); -1 keeps that axis's size, as in PyTorch"""
     lead = len(shape) - x.ndim
@@ -403,13 +412,14 @@ defvjp(expand, lambda g, ans, x, shape: unbroadcast(g, x.shape))
 
 
 @primitive("squeeze", lambda d, a: "SqueezeBackward0" if a.get("axis") is None else "SqueezeBackward1",
-           saves=False, args={"axis": Arg(None, A.axis_or_none)})
+           saves=False, args={"axis": Arg(None, A.axis_or_none)}, infer=S.VIEW)
 def squeeze(x, axis=None):
     """drop size-1 axes"""
     return np.squeeze(x, axis=axis)
 
 
-@primitive("unsqueeze", "UnsqueezeBackward0", saves=False, args={"axis": Arg(check=A.int_axis)})
+@primitive("unsqueeze", "UnsqueezeBackward0", saves=False, args={"axis": Arg(check=A.int_axis)},
+           infer=S.VIEW)
 def unsqueeze(x, axis):
     """insert a size-1 axis"""
     return np.expand_dims(x, axis)
@@ -419,7 +429,8 @@ defvjp(squeeze, lambda g, ans, x, axis=None: reshape(g, shape=x.shape))
 defvjp(unsqueeze, lambda g, ans, x, axis: reshape(g, shape=x.shape))
 
 
-@primitive("concat", "CatBackward0", saves=False, arity=(1, None), args={"axis": Arg(0, A.int_axis)})
+@primitive("concat", "CatBackward0", saves=False, arity=(1, None), args={"axis": Arg(0, A.int_axis)},
+           infer=S.CONCAT)
 def concat(*xs, axis=0):
     """join along an existing axis"""
     return np.concatenate(xs, axis=axis)
@@ -434,7 +445,8 @@ def _concat_vjp(i):
     return vjp
 
 
-@primitive("stack", "StackBackward0", saves=False, arity=(1, None), args={"axis": Arg(0, A.int_axis)})
+@primitive("stack", "StackBackward0", saves=False, arity=(1, None), args={"axis": Arg(0, A.int_axis)},
+           infer=S.STACK)
 def stack(*xs, axis=0):
     """join along a new axis"""
     return np.stack(xs, axis=axis)
@@ -477,8 +489,28 @@ def _split_points(n, sections=None, indices=None):
     return [step * k for k in range(1, sections)]
 
 
+def _split_check(args):
+    if args["sections"] is None and args["indices"] is None:
+        raise ValueError("split needs the arg sections (a positive int) or indices (a list of ints)")
+
+
+def _split_outputs(args):
+    return args["sections"] if args["indices"] is None else len(args["indices"]) + 1
+
+
+def _split_infer(shapes, dtypes, sections=None, indices=None, axis=0):
+    (shape,), (dtype,) = shapes, dtypes
+    if not -len(shape) <= axis < len(shape):
+        raise S.ShapeMismatch(f"axis {axis} is out of bounds for {{0}} of shape {list(shape)}")
+    axis %= len(shape)
+    points = [0] + _split_points(shape[axis], sections, indices) + [shape[axis]]
+    return [(shape[:axis] + (max(b - a, 0),) + shape[axis + 1:], dtype)
+            for a, b in zip(points, points[1:])]
+
+
 @primitive("split", lambda d, a: "SplitWithSizesBackward0" if a.get("indices") is not None else "SplitBackward0",
-           saves=False, multi_output=True,
+           saves=False, multi_output=True, check=_split_check, outputs=_split_outputs,
+           infer=_split_infer,
            args={"sections": Arg(None, lambda v: v if v is None else A.positive_int(v)),
                  "indices": Arg(None, lambda v: v if v is None else A.int_list(v)),
                  "axis": Arg(0, A.int_axis)})
@@ -490,14 +522,16 @@ def split(x, sections=None, indices=None, axis=0):
 defvjp(split, lambda gs, ans, x, sections=None, indices=None, axis=0: concat(*gs, axis=axis))
 
 
-@primitive("slice", "SliceBackward0", saves=False, args={"index": Arg(check=A.index_string)})
+@primitive("slice", "SliceBackward0", saves=False, args={"index": Arg(check=A.index_string)},
+           infer=S.VIEW)
 def slice_(x, index):
     """basic indexing with a NumPy index string such as "1:3, ::2" """
     return x[index]
 
 
-@primitive("slice_backward", "SliceBackwardBackward0", saves=False,
-           args={"shape": Arg(check=A.shape), "index": Arg(check=A.index_string)})
+@primitive("slice_backward", "SliceBackwardBackward0", saves=False, public=False,
+           args={"shape": Arg(check=A.shape), "index": Arg(check=A.index_string)},
+           infer=lambda shapes, dtypes, shape, index: [(shape, dtypes[0])])
 def slice_backward(g, shape, index):
     """scatter g into zeros of shape at index (the gradient of slice)"""
     xp = np if isinstance(g, np.ndarray) else __import__("cupy")
@@ -510,7 +544,7 @@ defvjp(slice_, lambda g, ans, x, index: slice_backward(g, shape=x.shape, index=i
 defvjp(slice_backward, lambda g, ans, gin, shape, index: slice_(g, index=index))
 
 
-@primitive("clone", "CloneBackward0", saves=False)
+@primitive("clone", "CloneBackward0", saves=False, infer=S.same)
 def clone(x):
     """a copy"""
     return x.copy()
@@ -533,7 +567,7 @@ def _matmul_name(datas, args):
     return "MatmulBackward0"
 
 
-@primitive("matmul", _matmul_name, arity=2)
+@primitive("matmul", _matmul_name, arity=2, infer=S.MATMUL)
 def matmul(a, b):
     """matrix product with numpy.matmul's rules (1-D, 2-D, batched)"""
     return np.matmul(a, b)
@@ -577,7 +611,7 @@ defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
 
 
 # -- neural-net --------------------------------------------------------------------
-@primitive("softmax", "SoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)})
+@primitive("softmax", "SoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)}, infer=S.KEEPS_SHAPE)
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along axis"""
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
@@ -587,7 +621,8 @@ def softmax(x, axis=-1):
 defvjp(softmax, lambda g, ans, x, axis=-1: mul(ans, sub(g, sum_(mul(g, ans), axis=axis, keepdims=True))))
 
 
-@primitive("log_softmax", "LogSoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)})
+@primitive("log_softmax", "LogSoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)},
+           infer=S.KEEPS_SHAPE)
 def log_softmax(x, axis=-1):
     """x - logsumexp(x) along axis"""
     return x - logsumexp.fn(x, axis=axis, keepdims=True)
@@ -597,18 +632,27 @@ defvjp(log_softmax,
        lambda g, ans, x, axis=-1: sub(g, mul(exp(ans), sum_(g, axis=axis, keepdims=True))))
 
 
-def _check_targets(logits, target):
-    if target.dtype.kind not in "iu":
+def _check_target_layout(logits_shape, target_shape, target_dtype):
+    if target_dtype.kind not in "iu":
         raise ValueError(f"cross_entropy: target must be an integer tensor of class indices, "
-                         f"got dtype {target.dtype}")
-    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+                         f"got dtype {target_dtype}")
+    if len(logits_shape) != 2 or tuple(target_shape) != tuple(logits_shape[:1]):
         raise ValueError(f"cross_entropy: expected logits [N, C] and target [N], got "
-                         f"{list(logits.shape)} and {list(target.shape)}")
+                         f"{list(logits_shape)} and {list(target_shape)}")
+
+
+def _cross_entropy_infer(shapes, dtypes):
+    _check_target_layout(shapes[0], shapes[1], dtypes[1])
+    return [((), cross_entropy.fn(np.zeros((1, 1), dtypes[0]), np.zeros(1, dtypes[1])).dtype)]
+
+
+def _check_targets(logits, target):
+    _check_target_layout(logits.shape, target.shape, target.dtype)
     if target.size and (target.min() < 0 or target.max() >= logits.shape[1]):
         raise ValueError(f"cross_entropy: target class out of range [0, {logits.shape[1]})")
 
 
-@primitive("cross_entropy", "CrossEntropyBackward0", arity=2)
+@primitive("cross_entropy", "CrossEntropyBackward0", arity=2, infer=_cross_entropy_infer)
 def cross_entropy(logits, target):
     """mean over the batch of -log_softmax(logits)[target] (logits [N, C], target [N] ints)"""
     _check_targets(logits, target)
@@ -628,7 +672,12 @@ def _cross_entropy_vjp(g, ans, logits, target):
 defvjp(cross_entropy, _cross_entropy_vjp, lambda g, ans, logits, target: None)
 
 
-@primitive("mse_loss", "MseLossBackward0", arity=2)
+def _mse_loss_infer(shapes, dtypes):
+    S.broadcast(shapes)
+    return [((), mse_loss.fn(*[np.zeros((), d) for d in dtypes]).dtype)]
+
+
+@primitive("mse_loss", "MseLossBackward0", arity=2, broadcasts=True, infer=_mse_loss_infer)
 def mse_loss(a, b):
     """mean((a - b) ** 2)"""
     return np.mean(np.square(np.subtract(a, b)))
@@ -646,7 +695,7 @@ def _mse_vjp(sign):
 defvjp(mse_loss, _mse_vjp(1), _mse_vjp(-1))
 
 
-@primitive("layer_norm", "NativeLayerNormBackward0",
+@primitive("layer_norm", "NativeLayerNormBackward0", infer=S.KEEPS_SHAPE,
            args={"axis": Arg(-1, A.axis_or_none), "eps": Arg(1e-5, A.positive_number)})
 def layer_norm(x, axis=-1, eps=1e-5):
     """(x - mean) / sqrt(var + eps) over axis (no affine weights: add mul/add ops)"""
@@ -670,7 +719,8 @@ defvjp(layer_norm, _layer_norm_vjp)
 
 
 # -- type and place ------------------------------------------------------------------
-@primitive("cast", "ToCopyBackward0", saves=False, args={"dtype": Arg(check=A.dtype)})
+@primitive("cast", "ToCopyBackward0", saves=False, args={"dtype": Arg(check=A.dtype)},
+           dtype_arg="dtype", infer=lambda shapes, dtypes, dtype: [(shapes[0], np.dtype(dtype))])
 def cast(x, dtype):
     """convert to dtype (integer results do not require grad)"""
     return x.astype(dtype)
@@ -679,7 +729,8 @@ def cast(x, dtype):
 defvjp(cast, lambda g, ans, x, dtype: cast(g, dtype=x.dtype.name))
 
 
-@primitive("to", "ToCopyBackward0", saves=False, args={"device": Arg(check=A.string)})
+@primitive("to", "ToCopyBackward0", saves=False, args={"device": Arg(check=A.string)},
+           moves_device=True, infer=S.same)
 def to(x, device):
     """copy to another device; the gradient goes back to the source device"""
     from ..devices import check_available, device as parse_device, to_device
@@ -703,8 +754,18 @@ class BackwardFailure(RuntimeError):
     """Raised by the backward of a ``fail`` op."""
 
 
-@primitive("delay", "DelayBackward0", saves=False,
-           args={"ms": Arg(0, A.positive_number), "jitter_ms": Arg(0, A.positive_number),
+MAX_DELAY_MS = 60_000       # a `delay` op may sleep at most this long per backward call
+
+
+def _delay_ms(v):
+    v = A.positive_number(v)
+    if not 0 <= v <= MAX_DELAY_MS:        # also refuses nan and inf
+        raise ValueError(f"must be between 0 and {MAX_DELAY_MS} milliseconds, got {v!r}")
+    return v
+
+
+@primitive("delay", "DelayBackward0", saves=False, infer=S.same,
+           args={"ms": Arg(0, _delay_ms), "jitter_ms": Arg(0, _delay_ms),
                  "seed": Arg(None, lambda v: v if v is None else A.positive_int(v))})
 def delay(x, ms=0, jitter_ms=0, seed=None):
     """identity; its backward sleeps ms (plus seeded jitter) before passing the gradient on"""
@@ -723,7 +784,7 @@ def _delay_vjp(g, ans, x, ms=0, jitter_ms=0, seed=None):
 defvjp(delay, _delay_vjp)
 
 
-@primitive("fail", "FailBackward0", saves=False,
+@primitive("fail", "FailBackward0", saves=False, infer=S.same,
            args={"message": Arg("backward failed on purpose", A.string)})
 def fail(x, message="backward failed on purpose"):
     """identity; its backward raises an error with message"""
@@ -737,10 +798,19 @@ def _fail_vjp(g, ans, x, message="backward failed on purpose"):
 defvjp(fail, _fail_vjp)
 
 
-@primitive("nan", "NanBackward0", saves=False)
+@primitive("nan", "NanBackward0", saves=False, infer=S.same)
 def nan(x):
     """identity; its backward returns NaN (for anomaly mode)"""
     return x
 
 
 defvjp(nan, lambda g, ans, x: mul(g, np.full((), np.nan, g.dtype)))
+
+
+# -- ops the loader builds from more than args -------------------------------------------
+declare("checkpoint", "run body (a list of ops) without keeping its activations; the backward "
+        "re-runs it and calls the engine from inside the node (a reentrant backward)",
+        node_name="CheckpointFunctionBackward", arity=(1, None), multi_output=True, has_body=True)
+declare("custom", "run user code: a class with forward and backward, as torch.autograd.Function "
+        "(needs --allow-code; not supported by this version yet)",
+        arity=(0, None), multi_output=True, needs_code=True, supported=False)

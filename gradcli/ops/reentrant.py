@@ -23,7 +23,8 @@ def _depth(v):
     raise ValueError(f"depth must be a non-negative int, got {v!r}")
 
 
-@primitive("reenter", "ReenterBackward0", saves=False, args={"depth": Arg(1, _depth)})
+@primitive("reenter", "ReenterBackward0", saves=False, args={"depth": Arg(1, _depth)},
+           infer=lambda shapes, dtypes, depth=1: [(shapes[0], dtypes[0])])
 def reenter(x, depth=1):
     """identity; its backward nests depth reentrant backward calls, passing the gradient through"""
     return x

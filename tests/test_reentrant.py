@@ -177,7 +177,9 @@ def test_stress_all_scenarios_pass_with_json_and_junit(tmp_path):
     assert all(s["leaked_threads"] == 0 and s["iterations"] >= 1 for s in doc["scenarios"])
     import xml.etree.ElementTree as ET
 
-    suite = ET.parse(junit).getroot()
+    root = ET.parse(junit).getroot()
+    assert root.tag == "testsuites" and root.get("failures") == "0" and root.get("tests") == "5"
+    (suite,) = root.findall("testsuite")
     assert suite.get("failures") == "0" and len(suite.findall("testcase")) == 5
 
 

@@ -47,50 +47,54 @@ def _guarded(group, args, prog_name, extra) -> int:
         # NumPy's "overflow encountered in exp" and friends: PyTorch does not
         # warn on IEEE results either; a NaN that matters is for --detect-anomaly.
         warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            try:
-                with group.make_context(prog_name, args, **extra) as ctx:
-                    group.invoke(ctx)
-                code = core.EXIT_OK
-            except click.exceptions.Exit as exc:            # --help, --version
-                code = exc.exit_code
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            sys.stdout.flush()
-            return code
-        except click.ClickException as exc:                 # usage errors, bad option values
-            core.error_line(exc.format_message())
-            return core.EXIT_INVALID
-        except (KeyboardInterrupt, click.exceptions.Abort):
-            core.error_line("interrupted")
-            return core.EXIT_INTERRUPTED
-        except OSError as exc:
-            broken = _stdout_broken(exc)
-            if broken is not None:
-                return broken
-            return _internal_error(exc)
-        except Exception as exc:  # noqa: BLE001 - the top-level guard
-            from ..errors import BackwardError, GraphError
-
-            if isinstance(exc, GraphError):
-                core.error_line(str(exc))
-                return core.EXIT_INVALID
-            if isinstance(exc, BackwardError):
-                core.error_line(str(exc))
-                return core.EXIT_BACKWARD
-            return _internal_error(exc)
-
-
-def _stdout_broken(exc):
-    """When standard output cannot be written (a closed pipe, /dev/full), say so
-    once and point fd 1 at /dev/null so that exit does not complain again.
-    Returns the exit code, or None when stdout is fine (another OSError)."""
+        code = _invoke(group, args, prog_name, extra)
     try:
         sys.stdout.flush()
-    except (OSError, ValueError) as flush_exc:
-        exc = flush_exc if isinstance(flush_exc, OSError) else exc
-    else:
-        return None
+    except (OSError, ValueError) as exc:
+        return _stdout_failed(exc)
+    return code
+
+
+def _invoke(group, args, prog_name, extra) -> int:
+    try:
+        with group.make_context(prog_name, args, **extra) as ctx:
+            group.invoke(ctx)
+        return core.EXIT_OK
+    except click.exceptions.Exit as exc:                # --help, --version
+        return exc.exit_code
+    except SystemExit as exc:                           # core.fail, a command's exit code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except click.ClickException as exc:                 # usage errors, bad option values
+        core.error_line(exc.format_message())
+        return core.EXIT_INVALID
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        core._write_stderr("gradcli: interrupted\n")
+        return core.EXIT_INTERRUPTED
+    except OSError as exc:
+        if exc.errno in _STDOUT_ERRNOS:
+            return _stdout_failed(exc)
+        return _internal_error(exc)
+    except Exception as exc:  # noqa: BLE001 - the top-level guard
+        from ..errors import BackwardError, GraphError
+
+        if isinstance(exc, GraphError):
+            core.error_line(str(exc))
+            return core.EXIT_INVALID
+        if isinstance(exc, BackwardError):
+            core.error_line(str(exc))
+            return core.EXIT_BACKWARD
+        return _internal_error(exc)
+
+
+# Files the commands write report their own OSErrors (core.write_text): a
+# closed pipe or a full device that reaches the guard is standard output.
+_STDOUT_ERRNOS = (errno.EPIPE, errno.ENOSPC)
+
+
+def _stdout_failed(exc) -> int:
+    """Standard output cannot be written (a closed pipe, /dev/full): say so once
+    and point fd 1 at /dev/null so that the interpreter's exit does not complain
+    again. A closed pipe (`gradcli run ... | head`) is quiet, as with SIGPIPE."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -98,8 +102,8 @@ def _stdout_broken(exc):
     except (OSError, ValueError, AttributeError):
         pass
     if getattr(exc, "errno", None) == errno.EPIPE:
-        return 128 + 13     # the reader went away (`gradcli run ... | head`): quiet, as SIGPIPE
-    core.error_line(f"cannot write to standard output: {exc.strerror or exc}")
+        return 128 + 13
+    core.error_line(f"cannot write to standard output: {getattr(exc, 'strerror', None) or exc}")
     return core.EXIT_INVALID
 
 

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from .devices import to_host
+from .errors import GraphError
 
 SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork")
 
@@ -481,6 +482,8 @@ def run_scenarios(names, ctx, progress=None):
         t0 = time.monotonic()
         try:
             (scenario_graphs if name == "graphs" else RUNNERS[name])(sub, result)
+        except GraphError:
+            raise       # a given graph file is invalid input, not a failed check
         except Exception as exc:  # noqa: BLE001 - a scenario that breaks is a failure
             result.failures.append(f"{type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - t0

@@ -26,6 +26,9 @@ def order(graph_file, fmt, no_multithreading, predicted, load: core.LoadOptions)
     if predicted:
         try:
             nodes = graph.predicted_order()
+            if graph.backward_spec.inputs:     # as a run would: every input must be used
+                roots, _ = graph.root_grads()
+                graph.check_inputs_reachable(roots, graph.backward_spec.inputs)
         except GraphError as exc:
             fail(str(exc), EXIT_INVALID)
         from ..autograd.node import GraphRoot

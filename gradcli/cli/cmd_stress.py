@@ -60,7 +60,8 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
         list(SCENARIOS) if "all" in scenarios else list(dict.fromkeys(scenarios)))
     watchdog = timeout or duration + 120
     started = time.monotonic()
-    faulthandler.dump_traceback_later(watchdog, exit=True)  # a hang must never hang CI
+    # A hang must never hang CI: dump every thread's stack and exit 1.
+    faulthandler.dump_traceback_later(watchdog, exit=True, file=_fault_file())
     try:
         ctx = S.Context(threads, iterations, time.monotonic() + duration, seed, deterministic, loaded)
         if sys.stderr.isatty() and fmt == "table":
@@ -73,6 +74,8 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
             results = S.run_scenarios(names, ctx, lambda r: core.progress(
                 f"stress: {r.name}: {'ok' if r.ok else 'FAILED'} ({r.iterations} iterations, "
                 f"{r.seconds:.1f}s)"))
+    except GraphError as exc:               # a given graph that only fails when run
+        fail(str(exc), EXIT_INVALID)
     finally:
         faulthandler.cancel_dump_traceback_later()
     elapsed = time.monotonic() - started
@@ -91,6 +94,16 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
             core.echo(f"note: the run took {elapsed:.1f}s, over --duration {duration:g}s "
                       "(every scenario runs at least one iteration)")
     raise core.CliExit(EXIT_OK if ok else EXIT_CHECK_FAILED)
+
+
+def _fault_file():
+    """faulthandler writes to a file descriptor: stderr's, or the process's own
+    stderr when sys.stderr is a stand-in without one (click's CliRunner)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
 
 
 def print_results(results):

@@ -36,6 +36,8 @@ def run(graphs, fmt, out, inputs, retain_graph, repeat, no_multithreading, deter
         fail("--trace takes a single graph file", EXIT_INVALID)
     if out and not out.lower().endswith((".npz", ".json")):
         fail(f"--out {out}: the file name must end in .npz or .json", EXIT_INVALID)
+    core.check_writable("--out", out)
+    core.check_writable("--trace", trace_file)
     input_list = [s.strip() for s in inputs.split(",") if s.strip()] if inputs else None
     docs = []
     for path in graphs:

@@ -48,6 +48,7 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
     from .. import stress as S
     from ..errors import GraphError
 
+    core.check_writable("--junit", junit)
     loaded = []
     for path in graphs:
         graph = load.load_or_exit(path)     # fail fast, exit 2, on a bad file

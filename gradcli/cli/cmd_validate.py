@@ -60,6 +60,7 @@ def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_orde
     """
     from ..validate import Options, validate_file
 
+    core.check_writable("--junit", junit_file)
     opts = Options(numeric=numeric or fast, fast=fast, eps=eps, atol=atol, rtol=rtol,
                    check_order=check_order, repeat=repeat, detect_anomaly=detect_anomaly,
                    check_inf=check_inf, multithreading=not no_multithreading)

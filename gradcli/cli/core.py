@@ -215,6 +215,22 @@ def write_text(option, path, text) -> None:
         fail(f"{option} {path}: {exc.strerror or exc}", EXIT_INVALID)
 
 
+def check_writable(option, path) -> None:
+    """Refuse an output path whose folder is missing or read-only before any
+    work is done (a long stress run must not end on a typo); write_text still
+    reports what only writing can find out."""
+    import os
+
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        fail(f"{option} {path}: No such file or directory", EXIT_INVALID)
+    if not os.access(folder, os.W_OK | os.X_OK) or (
+            os.path.exists(path) and not os.access(path, os.W_OK)):
+        fail(f"{option} {path}: Permission denied", EXIT_INVALID)
+
+
 @dataclasses.dataclass
 class JUnitCase:
     """One testcase. At most one of failure, error or skipped is set."""
@@ -287,8 +303,9 @@ def junit_xml(name, suites) -> str:
 
 
 def _xml_text(text):
-    # XML 1.0 cannot hold most control characters at all, even escaped.
-    return clean(text)
+    # XML 1.0 cannot hold most control characters at all, even escaped: they
+    # are shown as escapes (Note [Escaping what we print]); line breaks stay.
+    return "\n".join(clean(line) for line in str(text).split("\n"))
 
 
 def write_junit(path, name, suites) -> None:

@@ -335,3 +335,18 @@ def test_repeat_and_check_order_failures_are_reported():
     assert checks["repeat"].max_rel_err == pytest.approx(2 / 3)
     assert checks["check-order"].status == "fail"
     assert "differs from the predicted order at position 0" in checks["check-order"].message
+
+
+def test_order_failure_lists_at_most_ten_nodes(tmp_path):
+    """One message never lists a whole graph: the first ten, then how many more."""
+    n = 30
+    ops = "".join(f"  - {{op: exp, inputs: [v{i}], output: v{i + 1}}}\n" for i in range(n))
+    path = tmp_path / "chain.yaml"
+    path.write_text(f"version: 1\ntensors:\n  v0: {{value: 0.0, requires_grad: true}}\nops:\n{ops}"
+                    f"  - {{op: sum, inputs: [v{n}], output: loss}}\nbackward: {{roots: [loss]}}\n"
+                    "expect:\n  order: [AccumulateGrad]\n")
+    doc = validate_json(path, code=1)
+    message = checks_of(doc)["order"]["message"]
+    assert "at position 0: got SumBackward0, expected AccumulateGrad" in message
+    assert message.endswith("ExpBackward0, ... and 22 more]")
+    assert message.count("ExpBackward0") == 9

@@ -64,6 +64,11 @@ def clean(text) -> str:
     return _UNSAFE.sub(_escape_char, str(text))
 
 
+def _clean_cell(text):
+    text = str(text)
+    return text if text.isprintable() and text.isascii() else clean(text)
+
+
 def clean_line(text) -> str:
     """One line: escaped, newlines shown, and at most MAX_MESSAGE_CHARS long."""
     text = clean(text)
@@ -137,7 +142,7 @@ def print_table(title, columns, rows, *, styles=None) -> None:
     renderer with the same look above (rich takes minutes for 100,000 rows).
     Every cell is escaped; ``styles`` maps a row index to a {column: style}."""
     columns = [c if isinstance(c, Column) else Column(c) for c in columns]
-    rows = [[clean(cell) for cell in row] for row in rows]
+    rows = [[_clean_cell(cell) for cell in row] for row in rows]
     title = clean(title)
     if len(rows) > RICH_TABLE_MAX_ROWS:
         click.echo(_plain_table(title, columns, rows))
@@ -158,17 +163,20 @@ def _plain_table(title, columns, rows) -> str:
     """The table as rich draws it (heavy head rule, light box), without wrapping."""
     from rich.cells import cell_len
 
-    widths = [cell_len(c.name) for c in columns]
+    def width(cell):
+        return len(cell) if cell.isascii() else cell_len(cell)
+
+    widths = [width(c.name) for c in columns]
     for row in rows:
         for k, cell in enumerate(row):
-            n = cell_len(cell)
+            n = width(cell)
             if n > widths[k]:
                 widths[k] = n
 
     def line(cells):
         parts = []
         for c, cell, w in zip(columns, cells, widths):
-            pad = " " * (w - cell_len(cell))
+            pad = " " * (w - width(cell))
             parts.append(f" {pad}{cell} " if c.justify == "right" else f" {cell}{pad} ")
         return "│" + "│".join(parts) + "│"
 

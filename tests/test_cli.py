@@ -705,3 +705,51 @@ def test_every_command_on_the_bad_input_corpus(command):
         if "Traceback" in out or result.exit_code != 2 or len(result.stderr.splitlines()) != 1:
             failures.append((name, result.exit_code, result.stderr[:300]))
     assert not failures, failures
+
+
+# -- property: whatever text a graph carries, what the CLI prints is inert -------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+HOSTILE_TEXT = st.lists(st.sampled_from(
+    ["\x1b", "\x07", "\r", "\n", "\t", "\x00", "\x9b", "\u202e", "\ud800", "[", "]", "/", "bold",
+     "red", "]0;", "[/]", "\\", '"', "a", "é", "✓", " "]), min_size=1, max_size=8).map(
+    lambda parts: "".join(parts) if "".join(parts).strip() else "".join(parts) + "x")
+
+
+@given(HOSTILE_TEXT)
+def test_clean_leaves_nothing_unsafe(text):
+    out = core.clean(text)
+    assert not UNSAFE.search(out)
+    assert out.encode("utf-8")            # never a lone surrogate
+    if not UNSAFE.search(text):
+        assert out == text
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(name=HOSTILE_TEXT, op_id=HOSTILE_TEXT, message=HOSTILE_TEXT)
+def test_graph_text_never_reaches_the_terminal_raw(tmp_path, name, op_id, message):
+    doc = {"version": 1, "name": name,
+           "tensors": {"x": {"value": [1.0, 2.0], "requires_grad": True}},
+           "ops": [{"op": "exp", "inputs": ["x"], "output": "e", "id": op_id},
+                   {"op": "fail", "inputs": ["e"], "output": "f", "id": op_id + "2",
+                    "args": {"message": message}},
+                   {"op": "sum", "inputs": ["f"], "output": "loss"}],
+           "backward": {"roots": ["loss"]}}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))          # ensure_ascii: any string survives the file
+    for args in (["order", path, "--predicted"], ["order", path, "--predicted", "--format", "dot"],
+                 ["run", path], ["validate", path]):
+        result = cli(*args)
+        out = result.stdout + result.stderr
+        assert "Traceback" not in out
+        assert not UNSAFE.search(out.replace("\n", "")), (args, out)
+        assert result.exit_code in (0, 1, 2, 3), (args, result.exit_code)
+        if args[0] == "run" and result.exit_code != 2:    # the fail op's message, escaped
+            assert result.exit_code == 3
+            text = message.strip()
+            if text and "\n" not in text and "\r" not in text:
+                assert core.clean(text) in result.stderr

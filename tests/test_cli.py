@@ -440,7 +440,10 @@ def test_internal_error_is_one_line_with_exit_3(monkeypatch):
 def test_usage_errors_are_one_line_with_exit_2(args, fragment):
     result = cli(*args)
     assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert fragment in one_error_line(result.stderr)
+    line = one_error_line(result.stderr)
+    assert fragment in line
+    command = "gradcli" if args[0] not in COMMANDS else f"gradcli {args[0]}"
+    assert line.endswith(f"(see '{command} --help')"), line
     assert result.stdout == ""
 
 

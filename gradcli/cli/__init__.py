@@ -65,7 +65,9 @@ def _invoke(group, args, prog_name, extra) -> int:
     except SystemExit as exc:                           # core.fail, a command's exit code
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except click.ClickException as exc:                 # usage errors, bad option values
-        core.error_line(exc.format_message())
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        core.error_line(exc.format_message() + hint)
         return core.EXIT_INVALID
     except (KeyboardInterrupt, click.exceptions.Abort):
         core._write_stderr("gradcli: interrupted\n")
@@ -117,7 +119,7 @@ def _internal_error(exc) -> int:
     return core.EXIT_INTERNAL
 
 
-@click.group(cls=GradcliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("gradcli", cls=GradcliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gradcli")
 @click.option("--debug", is_flag=True,
               help="Print the traceback of an internal error (a bug in gradcli).")

@@ -68,7 +68,7 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
         if sys.stderr.isatty() and fmt == "table":
             from rich.progress import Progress
 
-            with Progress(transient=True) as bar:
+            with Progress(console=core.console(err=True), transient=True) as bar:
                 task = bar.add_task("stress", total=len(names))
                 results = S.run_scenarios(names, ctx, lambda r: bar.advance(task))
         else:

@@ -120,14 +120,15 @@ def progress(text) -> None:
     echo(text, err=True)
 
 
-def console():
-    """The one rich console: no markup, no highlighting; piped output gets a
-    wide fixed width so that columns are not cut."""
+def console(err=False):
+    """The one rich console set-up (stdout, or stderr with ``err``): no markup,
+    no highlighting, no emoji codes; piped output gets a wide fixed width so
+    that columns are not cut."""
     from rich.console import Console
 
-    tty = sys.stdout.isatty()
-    return Console(file=sys.stdout, markup=False, highlight=False, emoji=False, soft_wrap=False,
-                   width=None if tty else 160)
+    file = sys.stderr if err else sys.stdout
+    return Console(file=file, markup=False, highlight=False, emoji=False, soft_wrap=False,
+                   width=None if file.isatty() else 160)
 
 
 @dataclasses.dataclass

@@ -692,7 +692,8 @@ CORPUS_EXPECTED = _corpus()
 @pytest.mark.parametrize("command", [["run"], ["order"], ["order", "--predicted"], ["validate"],
                                      ["stress", "--iterations", "1", "--threads", "2"]])
 def test_every_command_on_the_bad_input_corpus(command):
-    """No command prints a traceback on any bad file: each is one line and exit 2."""
+    """No command prints a traceback (or a raw control character) on any bad
+    file: each is one line and exit 2."""
     from gradcli.devices import cupy_module
 
     failures = []
@@ -705,7 +706,8 @@ def test_every_command_on_the_bad_input_corpus(command):
             opts += [flag] if value is True else [flag, str(value)]
         result = cli(*command, CORPUS / name, *opts)
         out = result.stdout + result.stderr
-        if "Traceback" in out or result.exit_code != 2 or len(result.stderr.splitlines()) != 1:
+        if ("Traceback" in out or result.exit_code != 2 or len(result.stderr.splitlines()) != 1
+                or UNSAFE.search(out.replace("\n", ""))):
             failures.append((name, result.exit_code, result.stderr[:300]))
     assert not failures, failures
 

@@ -20,7 +20,6 @@ codes, table, JSON, JUnit) is ``gradcli.cli.cmd_validate``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 

@@ -51,7 +51,8 @@ def gradcli_proc():
     CompletedProcess with text stdout and stderr."""
 
     def run(*args, env=None, timeout=120, **kwargs):
-        kwargs.setdefault("capture_output", True)
+        if "stdout" not in kwargs and "stderr" not in kwargs:
+            kwargs.setdefault("capture_output", True)
         return subprocess.run([sys.executable, "-m", "gradcli", *[str(a) for a in args]],
                               text=True, timeout=timeout, cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},

@@ -13,9 +13,11 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gradcli import loader
-from gradcli.cli import main
+from gradcli.cli import core, main
 from gradcli.devices import to_host as _host
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -382,7 +384,6 @@ def test_python_m_gradcli_subprocess():
 
 
 # -- the CLI core: start-up, the guard, output hygiene ----------------------------------------
-from gradcli.cli import core  # noqa: E402
 
 COMMANDS = ("run", "order", "validate", "stress")
 CONTROL = ("\x1b", "\x07", "\r", "\x9b")
@@ -463,24 +464,19 @@ def test_unwritable_output_paths_are_one_line_with_exit_2(tmp_path, args):
     assert line.startswith(f"gradcli: error: {option} {missing}") and "No such file" in line
 
 
-def _gradcli_proc(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "gradcli", *map(str, args)], cwd=ROOT,
-                          text=True, timeout=60, **kwargs)
-
-
 @pytest.mark.skipif(not pathlib.Path("/dev/full").exists(), reason="needs /dev/full")
 @pytest.mark.parametrize("args", [["run", MLP], ["run", MLP, "--format", "json"],
                                   ["order", MLP, "--format", "dot"], ["validate", MLP], ["--help"]])
-def test_stdout_to_dev_full_is_one_line(args):
+def test_stdout_to_dev_full_is_one_line(gradcli_proc, args):
     with open("/dev/full", "w") as full:
-        proc = _gradcli_proc(*args, stdout=full, stderr=subprocess.PIPE)
+        proc = gradcli_proc(*args, stdout=full, stderr=subprocess.PIPE)
     assert proc.returncode == 2
     assert one_error_line(proc.stderr) == (
         "gradcli: error: cannot write to standard output: No space left on device")
 
 
-def test_closed_stdout_is_one_line():
-    proc = _gradcli_proc("run", MLP, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
+def test_closed_stdout_is_one_line(gradcli_proc):
+    proc = gradcli_proc("run", MLP, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
     assert proc.returncode == 2
     assert one_error_line(proc.stderr) == "gradcli: error: standard output is closed"
 
@@ -624,7 +620,7 @@ def test_json_writes_non_finite_floats_as_strings(tmp_path):
         json.dumps(float("nan"), allow_nan=False)   # what core.dumps relies on
 
 
-def test_numpy_runtime_warnings_do_not_leak(tmp_path):
+def test_numpy_runtime_warnings_do_not_leak(gradcli_proc, tmp_path):
     path = tmp_path / "overflow.yaml"
     path.write_text("version: 1\ntensors:\n  x: {value: [1000.0, 1.0], requires_grad: true}\n"
                     "ops:\n  - {op: exp, inputs: [x], output: e}\n"
@@ -635,7 +631,7 @@ def test_numpy_runtime_warnings_do_not_leak(tmp_path):
         warnings.simplefilter("always")
         loader.load(path).run(multithreading=False)
     assert any(issubclass(w.category, RuntimeWarning) for w in caught)
-    proc = _gradcli_proc("run", path, "--format", "json", capture_output=True)
+    proc = gradcli_proc("run", path, "--format", "json")
     assert proc.returncode == 0 and proc.stderr == ""
     assert _strict_json(proc.stdout)["grads"]["x"]["data"] == ["inf", pytest.approx(np.e)]
 
@@ -713,8 +709,6 @@ def test_every_command_on_the_bad_input_corpus(command):
 
 
 # -- property: whatever text a graph carries, what the CLI prints is inert -------------------
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 HOSTILE_TEXT = st.lists(st.sampled_from(

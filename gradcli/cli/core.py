@@ -211,7 +211,12 @@ def json_safe(obj):
 
 
 def dumps(obj) -> str:
-    return json.dumps(json_safe(obj), allow_nan=False)
+    """JSON text of ``obj`` (Note [JSON numbers]); the common all-finite case
+    is written without a copy."""
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except ValueError:
+        return json.dumps(json_safe(obj), allow_nan=False)
 
 
 # -- files we write ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from .devices import to_host
+from .errors import GraphError
 
 SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork")
 
@@ -62,6 +63,12 @@ class Context:
 
     def time_left(self):
         return self.deadline - time.monotonic()
+
+    def another(self, i):
+        """Whether iteration ``i`` runs: the first always does (a graph slower
+        than --duration is measured once, never reported as 0 iterations),
+        later ones while iterations and time are left."""
+        return i == 0 or (i < self.iterations and self.time_left() > 0)
 
 
 # -- helpers -----------------------------------------------------------------------
@@ -113,7 +120,7 @@ def _iterate(ctx, result, iteration):
     engine = Engine()
     try:
         i = 0
-        while i < ctx.iterations and ctx.time_left() > 0:
+        while ctx.another(i):
             iteration(engine, i)
             result.iterations += 1
             i += 1
@@ -423,7 +430,7 @@ def scenario_graphs(ctx, result):
             except BackwardError as exc:
                 ref, ref_error = None, type(exc.cause)
             i = 0
-            while i < ctx.iterations and ctx.time_left() > 0:
+            while ctx.another(i):
                 graphs = [load() for _ in range(ctx.threads)]
 
                 def one(k):
@@ -475,6 +482,8 @@ def run_scenarios(names, ctx, progress=None):
         t0 = time.monotonic()
         try:
             (scenario_graphs if name == "graphs" else RUNNERS[name])(sub, result)
+        except GraphError:
+            raise       # a given graph file is invalid input, not a failed check
         except Exception as exc:  # noqa: BLE001 - a scenario that breaks is a failure
             result.failures.append(f"{type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - t0
@@ -482,19 +491,3 @@ def run_scenarios(names, ctx, progress=None):
         if progress:
             progress(result)
     return results
-
-
-def junit_xml(results) -> str:
-    import xml.etree.ElementTree as ET
-
-    suite = ET.Element("testsuite", name="gradcli.stress", tests=str(len(results)),
-                       failures=str(sum(not r.ok for r in results)),
-                       time=f"{sum(r.seconds for r in results):.3f}")
-    for r in results:
-        case = ET.SubElement(suite, "testcase", classname="gradcli.stress", name=r.name,
-                             time=f"{r.seconds:.3f}")
-        if not r.ok:
-            msgs = r.failures or [f"{r.leaked_threads} thread(s) leaked"]
-            fail = ET.SubElement(case, "failure", message=msgs[0][:200])
-            fail.text = "\n".join(msgs[:50])
-    return ET.tostring(suite, encoding="unicode")

@@ -3,11 +3,11 @@
 One lane (``tid``) per engine thread that ran nodes: the caller, each device
 thread, each reentrant pool thread. One complete event ("ph": "X") per node
 evaluation, with the node, op, graph task id and reentrant depth in ``args``.
-Opens in Perfetto (ui.perfetto.dev) and chrome://tracing.
+Opens in Perfetto (ui.perfetto.dev) and chrome://tracing. ``gradcli run
+--trace`` writes it (with the CLI's one JSON writer).
 """
 from __future__ import annotations
 
-import json
 import os
 
 
@@ -28,7 +28,3 @@ def chrome_trace(result) -> dict:
               "args": {"name": name}} for name, tid in lanes.items()]
     return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
 
-
-def write_chrome_trace(path, result) -> None:
-    with open(path, "w") as fh:
-        json.dump(chrome_trace(result), fh)

@@ -14,21 +14,19 @@ Per file: load it (format check), run it, then run the checks:
 - ``numeric[ROOT/INPUT]`` (``--numeric``, ``--fast`` or ``expect.numeric``):
   the Jacobians against finite differences (``gradcli.gradcheck``).
 
-Exit codes: 0 every check holds, 1 a check failed, 2 invalid input.
+A file's status is pass, fail or invalid. The command itself (options, exit
+codes, table, JSON, JUnit) is ``gradcli.cli.cmd_validate``.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import sys
 import time
 
 import numpy as np
 
 from .errors import BackwardError, GraphError
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_INVALID = 0, 1, 2
 PASS, FAIL, NONDIFF, SKIPPED = "pass", "fail", "nondiff", "skipped"
 
 
@@ -69,10 +67,6 @@ class FileReport:
             return "invalid"
         return FAIL if any(c.status == FAIL for c in self.checks) else PASS
 
-    @property
-    def exit_code(self):
-        return {"invalid": EXIT_INVALID, FAIL: EXIT_CHECK_FAILED}.get(self.status, EXIT_OK)
-
     def counts(self):
         counts = {"checks": len(self.checks), PASS: 0, FAIL: 0, NONDIFF: 0, SKIPPED: 0}
         for c in self.checks:
@@ -111,8 +105,10 @@ def _json_float(x):
     return x
 
 
-def exit_code(reports):
-    return max((r.exit_code for r in reports), default=EXIT_OK)
+def _listing(items, limit=10):
+    """The first ``limit`` items, then how many more: one message never lists thousands."""
+    head = ", ".join(map(str, items[:limit]))
+    return f"[{head}]" if len(items) <= limit else f"[{head}, ... and {len(items) - limit} more]"
 
 
 # -- the checks ------------------------------------------------------------------------------
@@ -192,7 +188,7 @@ def _check_orders(graph, opts, expect, anomaly):
     try:
         graph.forward()
         predicted = graph.predicted_order() if opts.check_order else None
-        _, order, _ = graph.backward(None, None, None, False, False, anomaly)
+        _, order, _ = graph.backward(multithreading=False, anomaly=anomaly)
         error = None
     except BackwardError as exc:
         error = str(exc)
@@ -211,7 +207,7 @@ def _check_orders(graph, opts, expect, anomaly):
                 w = expect.order[k] if k < len(expect.order) else "(end)"
                 check.status = FAIL
                 check.message = (f"run order differs from expect.order at position {k}: got {g}, "
-                                 f"expected {w}; ran {got}")
+                                 f"expected {w}; ran {_listing(got)}")
                 check.worst_index = [k]
         checks.append(check)
     if opts.check_order:
@@ -247,12 +243,14 @@ def _check_repeat(graph, opts, anomaly):
     start = time.perf_counter()
     try:
         graph.forward()
-        first, _, _ = graph.backward(None, True, None, opts.multithreading, False, anomaly)
+        first, _, _ = graph.backward(retain_graph=True, multithreading=opts.multithreading,
+                                     anomaly=anomaly)
         first = {k: None if g is None else np.array(_host(g), copy=True) for k, g in first.items()}
         total = {k: None if g is None else g.copy() for k, g in first.items()}
         accumulates = not graph.backward_spec.inputs
         for _ in range(n - 1):
-            grads, _, _ = graph.backward(None, True, None, opts.multithreading, False, anomaly)
+            grads, _, _ = graph.backward(retain_graph=True, multithreading=opts.multithreading,
+                                         anomaly=anomaly)
             for k, g in grads.items():
                 g = None if g is None else np.asarray(_host(g))
                 if accumulates:
@@ -342,7 +340,7 @@ def validate_graph(graph, path, opts: Options) -> FileReport:
         check = Check("error", "error", PASS)
         start = time.perf_counter()
         try:
-            graph.run(None, None, None, opts.multithreading, False, anomaly)
+            graph.run(multithreading=opts.multithreading, anomaly=anomaly)
             check.status = FAIL
             check.message = (f"the backward succeeded, but expect.error says it fails with "
                              f"{expect.error!r}")
@@ -367,7 +365,7 @@ def validate_graph(graph, path, opts: Options) -> FileReport:
     check = Check("backward", "backward", PASS)
     report.checks.append(check)
     try:
-        result = graph.run(None, None, None, opts.multithreading, False, anomaly)
+        result = graph.run(multithreading=opts.multithreading, anomaly=anomaly)
     except BackwardError as exc:
         check.status = FAIL
         check.message = str(exc)
@@ -390,192 +388,15 @@ def validate_graph(graph, path, opts: Options) -> FileReport:
     return report
 
 
-def validate_file(path, opts: Options, load_options=None) -> FileReport:
-    """Load ``path`` and validate it; an invalid file gives a report with ``invalid`` set."""
-    from . import loader
-
-    load_options = load_options or {}
+def validate_file(path, opts: Options, load=None) -> FileReport:
+    """Load ``path`` with ``load(path)`` (default: ``gradcli.load``) and validate
+    it; an invalid file gives a report with ``invalid`` set."""
+    if load is None:
+        from .loader import load
     try:
-        graph = loader.load(path, device_map=load_options.get("device_map"),
-                            allow_code=load_options.get("allow_code", False),
-                            allow_outside_paths=load_options.get("allow_outside_paths", False),
-                            max_tensor_bytes=load_options.get("max_tensor_bytes"))
+        graph = load(path)
         return validate_graph(graph, path, opts)
     except GraphError as exc:
         report = FileReport(path)
         report.invalid = str(exc)
         return report
-
-
-# -- output ----------------------------------------------------------------------------------
-def _num(x):
-    if x is None:
-        return "-"
-    return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)
-
-
-def _index(worst):
-    if worst is None:
-        return "-"
-    if isinstance(worst, dict):
-        return f"out {worst.get('output')} in {worst.get('input')}"
-    return str(list(worst))
-
-
-def _summary_line(report):
-    if report.invalid is not None:
-        return f"{report.path}: INVALID: {report.invalid}"
-    c = report.counts()
-    verdict = "PASS" if report.status == PASS else "FAIL"
-    extra = f", {c[NONDIFF]} non-differentiable" if c[NONDIFF] else ""
-    extra += f", {c[SKIPPED]} skipped" if c[SKIPPED] else ""
-    return (f"{report.path}: {verdict}: {c['checks']} check{'s' if c['checks'] != 1 else ''}, "
-            f"{c[PASS]} passed, "
-            f"{c[FAIL]} failed{extra}")
-
-
-def print_table(reports, console=None):
-    from rich.markup import escape
-    from rich.table import Table
-
-    if console is None:
-        from rich.console import Console
-
-        console = Console(highlight=False, soft_wrap=False,
-                          width=None if sys.stdout.isatty() else 160)
-    styles = {PASS: "green", FAIL: "bold red", NONDIFF: "yellow", SKIPPED: "dim"}
-    for report in reports:
-        if report.invalid is not None:
-            console.print(escape(_summary_line(report)), style="bold red")
-            continue
-        table = Table(title=f"{report.graph} ({report.path}): validate", title_justify="left")
-        for col in ("check", "status"):
-            table.add_column(col)
-        for col in ("max abs err", "max rel err"):
-            table.add_column(col, justify="right")
-        table.add_column("worst index")
-        table.add_column("detail", overflow="fold")
-        for c in report.checks:
-            detail = c.message.splitlines()[0] if c.message else ""
-            table.add_row(escape(c.name), f"[{styles[c.status]}]{c.status}[/]",
-                          _num(c.max_abs_err), _num(c.max_rel_err), _index(c.worst_index),
-                          escape(detail))
-        console.print(table)
-        for c in report.checks:
-            if c.status == FAIL:       # in full, unwrapped: paths and values stay whole
-                console.print(escape(f"{c.name}: {c.message}"), soft_wrap=True)
-        console.print(escape(_summary_line(report)),
-                      style="green" if report.status == PASS else "bold red")
-    if len(reports) > 1:
-        n_fail = sum(r.status == FAIL for r in reports)
-        n_inv = sum(r.status == "invalid" for r in reports)
-        console.print(f"{len(reports)} files: {len(reports) - n_fail - n_inv} passed, "
-                      f"{n_fail} failed, {n_inv} invalid")
-
-
-def to_json(reports):
-    return {"status": {EXIT_OK: PASS, EXIT_CHECK_FAILED: FAIL}.get(exit_code(reports), "invalid"),
-            "exit_code": exit_code(reports), "files": [r.to_json() for r in reports]}
-
-
-def junit_xml(reports) -> str:
-    """JUnit XML: one testsuite per file, one testcase per check."""
-    import xml.etree.ElementTree as ET
-
-    root = ET.Element("testsuites", name="gradcli validate")
-    totals = dict(tests=0, failures=0, errors=0, skipped=0)
-    for report in reports:
-        suite = ET.SubElement(root, "testsuite", name=report.graph or report.path, file=report.path)
-        counts = dict(tests=0, failures=0, errors=0, skipped=0)
-        if report.invalid is not None:
-            case = ET.SubElement(suite, "testcase", classname=report.path, name="load", time="0")
-            err = ET.SubElement(case, "error", message=report.invalid, type="GraphError")
-            err.text = report.invalid
-            counts["tests"] += 1
-            counts["errors"] += 1
-        for c in report.checks:
-            case = ET.SubElement(suite, "testcase", classname=report.graph or report.path,
-                                 name=c.name, time=f"{c.time_s:.6f}")
-            counts["tests"] += 1
-            if c.status == FAIL:
-                first = c.message.splitlines()[0] if c.message else "check failed"
-                failure = ET.SubElement(case, "failure", message=first, type=c.kind)
-                failure.text = c.message
-                counts["failures"] += 1
-            elif c.status == SKIPPED:
-                ET.SubElement(case, "skipped", message=c.message)
-                counts["skipped"] += 1
-            elif c.message:
-                out = ET.SubElement(case, "system-out")
-                out.text = f"{c.status}: {c.message}"
-        for k, v in counts.items():
-            suite.set(k, str(v))
-            totals[k] += v
-    for k, v in totals.items():
-        root.set(k, str(v))
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True)
-
-
-# -- the command -------------------------------------------------------------------------------
-def add_validate_command(main):
-    """Register ``gradcli validate`` on the click group ``main``."""
-    import click
-
-    from .cli import load_options
-
-    @main.command("validate")
-    @click.argument("graphs", nargs=-1, required=True, type=click.Path(dir_okay=False))
-    @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-                  show_default=True, help="Output format.")
-    @click.option("--junit", "junit_file", type=click.Path(dir_okay=False), metavar="FILE.xml",
-                  help="Also write a JUnit XML report (one testcase per check).")
-    @click.option("--numeric", is_flag=True,
-                  help="Also check the Jacobians against central finite differences in float64.")
-    @click.option("--fast", is_flag=True,
-                  help="Numeric check on random projections v^T J u (cheap for large graphs); "
-                       "implies --numeric.")
-    @click.option("--eps", type=click.FloatRange(min=0, min_open=True), default=1e-6,
-                  show_default=True, help="Finite-difference step.")
-    @click.option("--atol", type=click.FloatRange(min=0), default=1e-5, show_default=True,
-                  help="Absolute tolerance of the numeric check.")
-    @click.option("--rtol", type=click.FloatRange(min=0), default=1e-3, show_default=True,
-                  help="Relative tolerance of the numeric check.")
-    @click.option("--check-order", is_flag=True,
-                  help="Check that a single-threaded run follows the predicted execution order.")
-    @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
-                  help="Check that N backwards with retain_graph give N times the gradient.")
-    @click.option("--no-multithreading", is_flag=True,
-                  help="Run every node on the calling thread (no device threads).")
-    @click.option("--detect-anomaly", is_flag=True, help="Fail on the first node that returns NaN.")
-    @click.option("--check-inf", is_flag=True, help="With --detect-anomaly, also fail on Inf.")
-    @load_options
-    def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_order, repeat,
-                 no_multithreading, detect_anomaly, check_inf, **load_opts):
-        """Check GRAPHS against the format, run them and compare with their `expect`.
-
-        Exit status: 0 when every check holds, 1 when a check fails, 2 for invalid input.
-        """
-        opts = Options(numeric=numeric or fast, fast=fast, eps=eps, atol=atol, rtol=rtol,
-                       check_order=check_order, repeat=repeat, detect_anomaly=detect_anomaly,
-                       check_inf=check_inf, multithreading=not no_multithreading)
-        reports = []
-        for path in graphs:
-            report = validate_file(path, opts, load_opts)
-            if report.invalid is not None:
-                click.echo(f"gradcli: error: {report.invalid}", err=True)
-            reports.append(report)
-        if fmt == "json":
-            click.echo(json.dumps(to_json(reports)))
-        else:
-            print_table(reports)
-        if junit_file:
-            try:
-                with open(junit_file, "w", encoding="utf-8") as fh:
-                    fh.write(junit_xml(reports))
-            except OSError as exc:
-                click.echo(f"gradcli: error: --junit {junit_file}: {exc.strerror or exc}", err=True)
-                sys.exit(EXIT_INVALID)
-        sys.exit(exit_code(reports))
-
-    return validate

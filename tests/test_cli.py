@@ -2,16 +2,22 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gradcli import loader
-from gradcli.cli import main
+from gradcli.cli import core, main
 from gradcli.devices import to_host as _host
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -257,9 +263,20 @@ def test_unsupported_version_exits_2(tmp_path):
 
 
 def test_cuda_without_device_map_exits_2_or_runs():
-    result = cli("run", GRAPHS / "gpu_mlp.yaml")
-    if result.exit_code != 0:  # no GPU / CuPy here
+    from gradcli.devices import cupy_module
+
+    result = cli("run", GRAPHS / "gpu_mlp.yaml", "--format", "json")
+    if cupy_module() is None:  # no GPU / CuPy here
         assert_one_line_error(result, 2, "gpu_mlp.yaml", "cuda=sim")
+        return
+    # With a GPU the graph runs there, and gives the CPU graph's gradients.
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    mlp = run_json(MLP)
+    assert set(doc["grads"]) == set(mlp["grads"])
+    for k in mlp["grads"]:
+        assert doc["grads"][k]["device"].startswith("cuda:")
+        np.testing.assert_allclose(doc["grads"][k]["data"], mlp["grads"][k]["data"], rtol=1e-10)
 
 
 def test_unknown_option_exits_2():
@@ -284,7 +301,8 @@ def test_nan_with_detect_anomaly_exits_3():
     assert_one_line_error(cli("run", GRAPHS / "nan.yaml", "--detect-anomaly"), 3, "nan.yaml",
                           "NanBackward0", "make_nan", "returned nan values")
     result = cli("run", GRAPHS / "nan.yaml", "--format", "json")
-    assert result.exit_code == 0
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["grads"]["x"]["data"] == ["nan", "nan", "nan"]
 
 
 # -- order ------------------------------------------------------------------------------
@@ -363,3 +381,374 @@ def test_python_m_gradcli_subprocess():
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["graph"] == "mlp" and set(doc["grads"]) == {"W1", "b1", "W2", "b2"}
+
+
+# -- the CLI core: start-up, the guard, output hygiene ----------------------------------------
+
+COMMANDS = ("run", "order", "validate", "stress")
+CONTROL = ("\x1b", "\x07", "\r", "\x9b")
+
+
+def one_error_line(text, prefix="gradcli: error: "):
+    lines = text.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(prefix), text
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [["--help"], *[[c, "--help"] for c in COMMANDS]])
+def test_help_imports_no_numpy(args):
+    """`gradcli --help` (and each command's) stays light: no NumPy, no engine."""
+    code = ("import sys\nfrom gradcli.cli import main\n"
+            f"try:\n    main({args!r}, prog_name='gradcli')\nexcept SystemExit as e:\n"
+            "    assert e.code == 0, e.code\n"
+            "print('IMPORTED', sorted(m for m in ('numpy', 'yaml', 'rich', 'gradcli.autograd', "
+            "'gradcli.loader') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: gradcli" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "IMPORTED []", proc.stdout
+
+
+def test_internal_error_is_one_line_with_exit_3(monkeypatch):
+    def broken(self, path):
+        raise ZeroDivisionError("a bug in gradcli")
+
+    monkeypatch.setattr(core.LoadOptions, "load", broken)
+    result = cli("run", MLP)
+    assert result.exit_code == 3
+    assert "Traceback" not in result.stderr + result.stdout
+    line = one_error_line(result.stderr, "gradcli: internal error: ")
+    assert "ZeroDivisionError: a bug in gradcli" in line and "--debug" in line
+    # --debug adds the traceback, and still ends with the one line.
+    result = cli("--debug", "run", MLP)
+    assert result.exit_code == 3
+    assert result.stderr.startswith("Traceback (most recent call last):")
+    assert "in broken" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "gradcli: internal error: ZeroDivisionError: a bug in gradcli")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["run", MLP, "--bogus"], "No such option '--bogus'"),
+    (["run"], "Missing argument 'GRAPHS...'"),
+    (["nosuchcommand"], "No such command 'nosuchcommand'"),
+    (["run", MLP, "--format", "xml"], "'xml' is not one of"),
+    (["run", MLP, "--repeat", "0"], "--repeat"),
+    (["validate", MLP, "--eps", "nan"], "not a finite number"),
+    (["run", MLP, "--trace", str(GRAPHS)], "is a directory"),
+])
+def test_usage_errors_are_one_line_with_exit_2(args, fragment):
+    result = cli(*args)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    line = one_error_line(result.stderr)
+    assert fragment in line
+    command = "gradcli" if args[0] not in COMMANDS else f"gradcli {args[0]}"
+    assert line.endswith(f"(see '{command} --help')"), line
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["run", MLP, "--trace", "{missing}/t.json"],
+    ["run", MLP, "--out", "{missing}/g.npz"],
+    ["run", MLP, "--out", "{missing}/g.json"],
+    ["validate", MLP, "--junit", "{missing}/r.xml"],
+])
+def test_unwritable_output_paths_are_one_line_with_exit_2(tmp_path, args):
+    missing = tmp_path / "no-such-dir"
+    args = [str(a).format(missing=missing) for a in args]
+    result = cli(*args)
+    assert result.exit_code == 2
+    line = one_error_line(result.stderr)
+    option = next(a for a in args if a.startswith("--"))
+    assert line.startswith(f"gradcli: error: {option} {missing}") and "No such file" in line
+
+
+@pytest.mark.skipif(not pathlib.Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["run", MLP], ["run", MLP, "--format", "json"],
+                                  ["order", MLP, "--format", "dot"], ["validate", MLP], ["--help"]])
+def test_stdout_to_dev_full_is_one_line(gradcli_proc, args):
+    with open("/dev/full", "w") as full:
+        proc = gradcli_proc(*args, stdout=full, stderr=subprocess.PIPE)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == (
+        "gradcli: error: cannot write to standard output: No space left on device")
+
+
+def test_closed_stdout_is_one_line(gradcli_proc):
+    proc = gradcli_proc("run", MLP, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == "gradcli: error: standard output is closed"
+
+
+def test_closed_pipe_is_quiet(tmp_path):
+    """`gradcli run --format json big.yaml | head -c 10`: no error, no traceback."""
+    path = tmp_path / "big.yaml"
+    path.write_text("version: 1\ntensors:\n  x: {shape: [300000], init: zeros, requires_grad: true}\n"
+                    "ops:\n  - {op: sum, inputs: [x], output: loss}\nbackward: {roots: [loss]}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gradcli", "run", str(path), "--format", "json"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = proc.stdout.read(10)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    # 128 + SIGPIPE as a shell reports it, or 0 where CPython's buffered writer
+    # drops a write that the closed pipe cut short (then no error ever surfaces).
+    assert proc.wait(timeout=60) in (0, 141)
+    assert head == b'{"graph": '
+    assert err == ""
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_is_one_line_with_exit_130(tmp_path):
+    path = tmp_path / "slow.yaml"
+    path.write_text("version: 1\ntensors:\n  x: {value: [1.0, 2.0], requires_grad: true}\n"
+                    "ops:\n  - {op: delay, inputs: [x], output: d, args: {ms: 60000}}\n"
+                    "  - {op: sum, inputs: [d], output: loss}\nbackward: {roots: [loss]}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gradcli", "run", str(path),
+                             "--no-multithreading"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # Wait until NumPy is loaded (the CLI is past start-up), then a little more.
+        maps = pathlib.Path(f"/proc/{proc.pid}/maps")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and maps.exists() and "_multiarray_umath" not in maps.read_text():
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err == "gradcli: interrupted\n" and out == ""
+
+
+HOSTILE = """\
+version: 1
+name: "[/bold]evil\\e]0;pwned\\a\\rX"
+tensors:
+  x: {value: [1.0, 2.0], requires_grad: true}
+ops:
+  - {op: exp, inputs: [x], output: e, id: "[/]\\e[31mred"}
+  - {op: sum, inputs: [e], output: loss, id: "[bold]"}
+backward: {roots: [loss]}
+"""
+
+
+@pytest.mark.parametrize("args", [["run"], ["order"], ["order", "--format", "dot"],
+                                  ["order", "--predicted"], ["validate"]])
+def test_markup_and_control_characters_are_shown_escaped(tmp_path, args):
+    path = tmp_path / "hostile.yaml"
+    path.write_text(HOSTILE)
+    result = cli(args[0], path, *args[1:])
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout + result.stderr
+    for ch in CONTROL:
+        assert ch not in out, (ch, out)
+    assert "[/bold]evil\\x1b]0;pwned\\x07\\x0dX" in out.replace("\\\\", "\\")
+    if args[0] == "order":
+        assert "[/]\\x1b[31mred" in out.replace("\\\\", "\\") and "[bold]" in out
+
+
+def test_fail_message_with_control_characters_is_escaped(tmp_path):
+    path = tmp_path / "f.yaml"
+    path.write_text(GRAPHS.joinpath("fail.yaml").read_text().replace(
+        '"this op always fails in backward"', '"\\e]0;owned\\a\\e[2Jboom\\rdone"'))
+    result = cli("run", path)
+    line = one_error_line(result.stderr)
+    assert result.exit_code == 3
+    assert "\\x1b]0;owned\\x07\\x1b[2Jboom\\x0ddone" in line
+    assert not any(ch in result.stderr for ch in CONTROL)
+
+
+def test_long_messages_are_capped(tmp_path):
+    path = tmp_path / "f.yaml"
+    path.write_text(GRAPHS.joinpath("fail.yaml").read_text().replace(
+        '"this op always fails in backward"', '"' + "x" * 50_000 + '"'))
+    result = cli("run", path)
+    assert result.exit_code == 3
+    line = one_error_line(result.stderr)
+    assert len(line) < core.MAX_MESSAGE_CHARS + 100
+    assert re.search(r"\.\.\. \(\d+ more characters\)$", line)
+
+
+def test_clean_and_short_list():
+    assert core.clean("a\x1b[31mb\x07\r\n\x9b\u202e\ud800ok") == (
+        "a\\x1b[31mb\\x07\\x0d\\x0a\\x9b\\u202e\\ud800ok")
+    assert core.clean("naïve [/bold] ✓") == "naïve [/bold] ✓"
+    assert core.short_list(range(3)) == "0, 1, 2"
+    assert core.short_list(range(25)) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... and 15 more"
+
+
+def test_out_npz_with_names_that_are_savez_keywords(tmp_path):
+    path = tmp_path / "clash.yaml"
+    path.write_text("version: 1\ntensors:\n"
+                    "  file: {value: [1.0, 2.0], requires_grad: true}\n"
+                    "  allow_pickle: {value: [3.0], requires_grad: true}\n"
+                    "  a/b: {value: 2.0, requires_grad: true}\n"
+                    "ops:\n  - {op: sum, inputs: [file], output: s1}\n"
+                    "  - {op: sum, inputs: [allow_pickle], output: s2}\n"
+                    "  - {op: add, inputs: [s1, s2], output: s3}\n"
+                    "  - {op: mul, inputs: [s3, a/b], output: loss}\n"
+                    "backward: {roots: [loss]}\n")
+    out = tmp_path / "g.npz"
+    result = cli("run", path, "--out", out)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out, allow_pickle=False) as npz:
+        assert sorted(npz.files) == ["a/b", "allow_pickle", "file"]
+        np.testing.assert_array_equal(npz["file"], [2.0, 2.0])
+        np.testing.assert_array_equal(npz["allow_pickle"], [2.0])
+        assert npz["a/b"].shape == () and float(npz["a/b"]) == 6.0
+
+
+def _strict_json(text):
+    def refuse(token):
+        raise AssertionError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_writes_non_finite_floats_as_strings(tmp_path):
+    out = tmp_path / "g.json"
+    result = cli("run", GRAPHS / "nan.yaml", "--format", "json", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    for doc in (_strict_json(result.stdout), _strict_json(out.read_text())):
+        assert doc["grads"]["x"]["data"] == ["nan", "nan", "nan"]
+    assert core.json_safe({"a": [float("inf"), -float("inf"), 1.5, None]}) == {
+        "a": ["inf", "-inf", 1.5, None]}
+    with pytest.raises(ValueError):
+        json.dumps(float("nan"), allow_nan=False)   # what core.dumps relies on
+
+
+def test_numpy_runtime_warnings_do_not_leak(gradcli_proc, tmp_path):
+    path = tmp_path / "overflow.yaml"
+    path.write_text("version: 1\ntensors:\n  x: {value: [1000.0, 1.0], requires_grad: true}\n"
+                    "ops:\n  - {op: exp, inputs: [x], output: e}\n"
+                    "  - {op: sum, inputs: [e], output: loss}\nbackward: {roots: [loss]}\n")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:     # the graph does warn in NumPy
+        warnings.simplefilter("always")
+        loader.load(path).run(multithreading=False)
+    assert any(issubclass(w.category, RuntimeWarning) for w in caught)
+    proc = gradcli_proc("run", path, "--format", "json")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert _strict_json(proc.stdout)["grads"]["x"]["data"] == ["inf", pytest.approx(np.e)]
+
+
+def test_large_tables_print_plain_rows_with_every_row(tmp_path):
+    n = core.RICH_TABLE_MAX_ROWS + 200
+    ops = "".join(f"  - {{op: exp, inputs: [v{i}], output: v{i + 1}}}\n" for i in range(n))
+    path = tmp_path / "chain.yaml"
+    path.write_text(f"version: 1\ntensors:\n  v0: {{value: 0.0, requires_grad: true}}\nops:\n{ops}"
+                    f"  - {{op: sum, inputs: [v{n}], output: loss}}\nbackward: {{roots: [loss]}}\n")
+    result = cli("order", path, "--no-multithreading")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    rows = [ln for ln in lines if ln.startswith("│")]
+    assert len(rows) == n + 2                          # the exps, the sum, the AccumulateGrad
+    assert lines[1].startswith("┏") and lines[-1].startswith("└")
+    assert len({len(ln) for ln in lines[1:]}) == 1     # columns line up
+    assert rows[0].split("│")[2].strip() == "SumBackward0"
+    assert rows[-1].split("│")[2].strip() == "AccumulateGrad"
+    # The plain renderer draws what rich draws, for a small table.
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    columns = [core.Column("name"), core.Column("value", "right")]
+    rows = [["x", "1"], ["yy", "22.5"], ["naïve ✓", "-"]]
+    table = Table(title="t", title_justify="left")
+    for c in columns:
+        table.add_column(c.name, justify=c.justify)
+    for row in rows:
+        table.add_row(*row)
+    buf = io.StringIO()
+    Console(file=buf, width=160, markup=False).print(table)
+    drawn = [ln.rstrip() for ln in buf.getvalue().splitlines()]
+    assert core._plain_table("t", columns, rows).splitlines() == drawn
+
+
+# -- every command on the bad-input corpus ----------------------------------------------------
+CORPUS = ROOT / "tests" / "bad_inputs"
+
+
+def _corpus():
+    import yaml
+
+    expected = yaml.safe_load((CORPUS / "expected.yaml").read_text())
+    return expected
+
+
+CORPUS_EXPECTED = _corpus()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", [["run"], ["order"], ["order", "--predicted"], ["validate"],
+                                     ["stress", "--iterations", "1", "--threads", "2"]])
+def test_every_command_on_the_bad_input_corpus(command):
+    """No command prints a traceback (or a raw control character) on any bad
+    file: each is one line and exit 2."""
+    from gradcli.devices import cupy_module
+
+    failures = []
+    for name, entry in sorted(CORPUS_EXPECTED.items()):
+        if entry.get("requires_no_cuda") and cupy_module() is not None:
+            continue
+        opts = []
+        for key, value in entry.get("options", {}).items():
+            flag = "--" + key.replace("_", "-")
+            opts += [flag] if value is True else [flag, str(value)]
+        result = cli(*command, CORPUS / name, *opts)
+        out = result.stdout + result.stderr
+        if ("Traceback" in out or result.exit_code != 2 or len(result.stderr.splitlines()) != 1
+                or UNSAFE.search(out.replace("\n", ""))):
+            failures.append((name, result.exit_code, result.stderr[:300]))
+    assert not failures, failures
+
+
+# -- property: whatever text a graph carries, what the CLI prints is inert -------------------
+
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+HOSTILE_TEXT = st.lists(st.sampled_from(
+    ["\x1b", "\x07", "\r", "\n", "\t", "\x00", "\x9b", "\u202e", "\ud800", "[", "]", "/", "bold",
+     "red", "]0;", "[/]", "\\", '"', "a", "é", "✓", " "]), min_size=1, max_size=8).map(
+    lambda parts: "".join(parts) if "".join(parts).strip() else "".join(parts) + "x")
+
+
+@given(HOSTILE_TEXT)
+def test_clean_leaves_nothing_unsafe(text):
+    out = core.clean(text)
+    assert not UNSAFE.search(out)
+    assert out.encode("utf-8")            # never a lone surrogate
+    if not UNSAFE.search(text):
+        assert out == text
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(name=HOSTILE_TEXT, op_id=HOSTILE_TEXT, message=HOSTILE_TEXT)
+def test_graph_text_never_reaches_the_terminal_raw(tmp_path, name, op_id, message):
+    doc = {"version": 1, "name": name,
+           "tensors": {"x": {"value": [1.0, 2.0], "requires_grad": True}},
+           "ops": [{"op": "exp", "inputs": ["x"], "output": "e", "id": op_id},
+                   {"op": "fail", "inputs": ["e"], "output": "f", "id": op_id + "2",
+                    "args": {"message": message}},
+                   {"op": "sum", "inputs": ["f"], "output": "loss"}],
+           "backward": {"roots": ["loss"]}}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))          # ensure_ascii: any string survives the file
+    for args in (["order", path, "--predicted"], ["order", path, "--predicted", "--format", "dot"],
+                 ["run", path], ["validate", path]):
+        result = cli(*args)
+        out = result.stdout + result.stderr
+        assert "Traceback" not in out
+        assert not UNSAFE.search(out.replace("\n", "")), (args, out)
+        assert result.exit_code in (0, 1, 2, 3), (args, result.exit_code)
+        if args[0] == "run" and result.exit_code != 2:    # the fail op's message, escaped
+            assert result.exit_code == 3
+            text = message.strip()
+            if text and "\n" not in text and "\r" not in text:
+                assert core.clean(text) in result.stderr

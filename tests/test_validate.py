@@ -12,15 +12,10 @@ from click.testing import CliRunner
 from gradcli import loader
 from gradcli.cli import main
 from gradcli.gradcheck import check_jacobians, gradcheck
-from gradcli.validate import add_validate_command
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GRAPHS = pathlib.Path(__file__).resolve().parent / "graphs"
 MLP = ROOT / "graphs" / "mlp.yaml"
-
-if "validate" not in main.commands:      # until cli.py registers it itself
-    add_validate_command(main)
-
 
 def cli(*args):
     return CliRunner().invoke(main, ["validate", *[str(a) for a in args]], catch_exceptions=False)
@@ -332,9 +327,26 @@ def test_repeat_and_check_order_failures_are_reported():
     graph.predicted_order = lambda: list(reversed(predicted()))
     report = validate_graph(graph, "good_grads.yaml", Options(repeat=3, check_order=True))
     checks = {c.name: c for c in report.checks}
-    assert report.status == "fail" and report.exit_code == 1
+    from gradcli.cli.cmd_validate import exit_code_of
+
+    assert report.status == "fail" and exit_code_of(report) == 1
     assert checks["repeat"].status == "fail"
     assert "not 3 times that of one" in checks["repeat"].message
     assert checks["repeat"].max_rel_err == pytest.approx(2 / 3)
     assert checks["check-order"].status == "fail"
     assert "differs from the predicted order at position 0" in checks["check-order"].message
+
+
+def test_order_failure_lists_at_most_ten_nodes(tmp_path):
+    """One message never lists a whole graph: the first ten, then how many more."""
+    n = 30
+    ops = "".join(f"  - {{op: exp, inputs: [v{i}], output: v{i + 1}}}\n" for i in range(n))
+    path = tmp_path / "chain.yaml"
+    path.write_text(f"version: 1\ntensors:\n  v0: {{value: 0.0, requires_grad: true}}\nops:\n{ops}"
+                    f"  - {{op: sum, inputs: [v{n}], output: loss}}\nbackward: {{roots: [loss]}}\n"
+                    "expect:\n  order: [AccumulateGrad]\n")
+    doc = validate_json(path, code=1)
+    message = checks_of(doc)["order"]["message"]
+    assert "at position 0: got SumBackward0, expected AccumulateGrad" in message
+    assert message.endswith("ExpBackward0, ... and 22 more]")
+    assert message.count("ExpBackward0") == 9

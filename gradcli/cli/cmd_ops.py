@@ -9,9 +9,9 @@ import click
 @click.command("ops")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="Output format.")
-def ops_command(fmt):
+def ops(fmt):
     """List the ops graph files may use: inputs, args with defaults, backward node, doc."""
-    from .ops import catalog  # noqa: PLC0415 - the op library loads only for this command
+    from ..ops import catalog  # noqa: PLC0415 - the op library loads only for this command
 
     rows = catalog.describe_ops()
     if fmt == "json":

@@ -1,0 +1,162 @@
+"""``gradcli validate``: check graph files against their ``expect`` section
+(the checks are ``gradcli.validate``; this module is their command line)."""
+from __future__ import annotations
+
+import click
+
+from . import core
+from .core import EXIT_CHECK_FAILED, EXIT_INVALID, EXIT_OK
+
+# The status words of gradcli.validate (imported lazily there: it needs NumPy).
+PASS, FAIL, INVALID, SKIPPED = "pass", "fail", "invalid", "skipped"
+_EXIT_OF_STATUS = {PASS: EXIT_OK, FAIL: EXIT_CHECK_FAILED, INVALID: EXIT_INVALID}
+
+
+def exit_code_of(report) -> int:
+    """0 every check holds, 1 a check failed, 2 the file is invalid."""
+    return _EXIT_OF_STATUS[report.status]
+
+
+def exit_code(reports) -> int:
+    return max((exit_code_of(r) for r in reports), default=EXIT_OK)
+
+
+def to_json(reports):
+    code = exit_code(reports)
+    return {"status": {EXIT_OK: "pass", EXIT_CHECK_FAILED: "fail"}.get(code, "invalid"),
+            "exit_code": code, "files": [r.to_json() for r in reports]}
+
+
+@click.command("validate")
+@click.argument("graphs", nargs=-1, required=True, type=core.graph_path_type())
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True,
+              help="Output format. JSON writes NaN and infinities as \"nan\", \"inf\", \"-inf\".")
+@click.option("--junit", "junit_file", type=click.Path(dir_okay=False), metavar="FILE.xml",
+              help="Also write a JUnit XML report (one testcase per check).")
+@click.option("--numeric", is_flag=True,
+              help="Also check the Jacobians against central finite differences in float64.")
+@click.option("--fast", is_flag=True,
+              help="Numeric check on random projections v^T J u (cheap for large graphs); "
+                   "implies --numeric.")
+@click.option("--eps", type=core.FiniteFloat(0, lo_open=True), default=1e-6,
+              show_default=True, help="Finite-difference step.")
+@click.option("--atol", type=core.FiniteFloat(0), default=1e-5, show_default=True,
+              help="Absolute tolerance of the numeric check.")
+@click.option("--rtol", type=core.FiniteFloat(0), default=1e-3, show_default=True,
+              help="Relative tolerance of the numeric check.")
+@click.option("--check-order", is_flag=True,
+              help="Check that a single-threaded run follows the predicted execution order.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Check that N backwards with retain_graph give N times the gradient.")
+@click.option("--no-multithreading", is_flag=True,
+              help="Run every node on the calling thread (no device threads).")
+@click.option("--detect-anomaly", is_flag=True, help="Fail on the first node that returns NaN.")
+@click.option("--check-inf", is_flag=True, help="With --detect-anomaly, also fail on Inf.")
+@core.load_options
+def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_order, repeat,
+             no_multithreading, detect_anomaly, check_inf, load: core.LoadOptions):
+    """Check GRAPHS against the format, run them and compare with their `expect`.
+
+    Exit status: 0 when every check holds, 1 when a check fails, 2 for invalid input.
+    """
+    from ..validate import Options, validate_file
+
+    core.check_writable("--junit", junit_file)
+    opts = Options(numeric=numeric or fast, fast=fast, eps=eps, atol=atol, rtol=rtol,
+                   check_order=check_order, repeat=repeat, detect_anomaly=detect_anomaly,
+                   check_inf=check_inf, multithreading=not no_multithreading)
+    reports = []
+    for path in graphs:
+        report = validate_file(path, opts, load.load)
+        if report.invalid is not None:
+            core.error_line(report.invalid)
+        reports.append(report)
+    if fmt == "json":
+        click.echo(core.dumps(to_json(reports)))
+    else:
+        print_reports(reports)
+    if junit_file:
+        core.write_junit(junit_file, "gradcli validate", junit_suites(reports))
+    raise core.CliExit(exit_code(reports))
+
+
+# -- output ----------------------------------------------------------------------------------
+_STYLES = {"pass": "green", "fail": "bold red", "nondiff": "yellow", "skipped": "dim"}
+
+
+def _num(x):
+    if x is None:
+        return "-"
+    return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)
+
+
+def _index(worst):
+    if worst is None:
+        return "-"
+    if isinstance(worst, dict):
+        return f"out {worst.get('output')} in {worst.get('input')}"
+    return str(list(worst))
+
+
+def summary_line(report):
+    if report.invalid is not None:
+        return f"{report.path}: INVALID: {report.invalid}"
+    c = report.counts()
+    verdict = "PASS" if report.status == PASS else "FAIL"
+    extra = f", {c['nondiff']} non-differentiable" if c["nondiff"] else ""
+    extra += f", {c['skipped']} skipped" if c["skipped"] else ""
+    return (f"{report.path}: {verdict}: {c['checks']} check{'s' if c['checks'] != 1 else ''}, "
+            f"{c['pass']} passed, {c['fail']} failed{extra}")
+
+
+def print_reports(reports):
+    from rich.text import Text
+
+    out = core.console()
+    for report in reports:
+        if report.invalid is not None:
+            out.print(Text(core.clean_line(summary_line(report)), style="bold red"))
+            continue
+        columns = ["check", "status", core.Column("max abs err", "right"),
+                   core.Column("max rel err", "right"), "worst index",
+                   core.Column("detail", fold=True)]
+        rows, styles = [], {}
+        for i, c in enumerate(report.checks):
+            detail = c.message.splitlines()[0] if c.message else ""
+            rows.append([c.name, c.status, _num(c.max_abs_err), _num(c.max_rel_err),
+                         _index(c.worst_index), detail])
+            styles[i] = {"status": _STYLES[c.status]}
+        core.print_table(f"{report.graph} ({report.path}): validate", columns, rows, styles=styles)
+        for c in report.checks:
+            if c.status == FAIL:       # in full, unwrapped: paths and values stay whole
+                out.print(Text(core.clean_line(f"{c.name}: {c.message}")), soft_wrap=True)
+        out.print(Text(core.clean_line(summary_line(report)),
+                       style="green" if report.status == PASS else "bold red"))
+    if len(reports) > 1:
+        n_fail = sum(r.status == FAIL for r in reports)
+        n_inv = sum(r.status == INVALID for r in reports)
+        out.print(f"{len(reports)} files: {len(reports) - n_fail - n_inv} passed, "
+                  f"{n_fail} failed, {n_inv} invalid")
+
+
+def junit_suites(reports):
+    """One suite per file, one case per check; an invalid file is one ``load`` error."""
+    suites = []
+    for report in reports:
+        classname = report.graph or report.path
+        cases = []
+        if report.invalid is not None:
+            cases.append(core.JUnitCase(report.path, "load", error=report.invalid,
+                                        error_type="GraphError"))
+        for c in report.checks:
+            case = core.JUnitCase(classname, c.name, c.time_s)
+            if c.status == FAIL:
+                case.failure, case.failure_type = c.message or "check failed", c.kind
+            elif c.status == SKIPPED:
+                case.skipped = c.message
+            elif c.message:
+                case.system_out = f"{c.status}: {c.message}"
+            cases.append(case)
+        suites.append(core.JUnitSuite(classname, cases, file=report.path))
+    return suites

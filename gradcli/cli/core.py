@@ -1,0 +1,452 @@
+"""The CLI core: what every ``gradcli`` command shares.
+
+Exit codes (each means one thing):
+
+- 0 success;
+- 1 a check failed (``validate``, ``stress``);
+- 2 invalid input or usage (a bad graph file, a bad option, an unwritable
+  output path);
+- 3 the backward raised, or gradcli itself failed (an internal error);
+- 130 interrupted (Ctrl-C), as shells report SIGINT.
+
+Everything the commands print goes through this module: ``fail`` (one
+``gradcli: error:`` line on stderr), ``echo`` and ``print_table`` (stdout),
+so that control characters in names, ids and messages are escaped in one
+place (``clean``) and no text is read as rich markup (the console is made
+with ``markup=False``). ``dumps`` is the one JSON writer (see Note [JSON
+numbers]); ``write_junit`` the one JUnit XML writer.
+
+This module imports neither NumPy nor the engine: ``gradcli --help`` stays
+light. Command modules import it; it never imports them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import sys
+
+import click
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_INVALID = 2
+EXIT_BACKWARD = 3
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+
+#: The longest message one error line may carry; longer ones are cut (with a count).
+MAX_MESSAGE_CHARS = 2000
+#: Above this many rows a table is printed by ``_plain_table`` (rich is too slow).
+RICH_TABLE_MAX_ROWS = 1000
+
+
+# -- text hygiene ------------------------------------------------------------------------------
+# Note [Escaping what we print]
+# Names, ids, the graph name and `fail` messages come from the graph file. A
+# terminal acts on control characters (ESC starts colour codes and OSC
+# sequences that set the window title; CR rewrites the line), so every C0 and
+# C1 control character, DEL, the bidi overrides and lone surrogates (which
+# cannot be encoded) are shown as Python-style escapes (``\x1b``, ``\u202e``)
+# instead. Applied to everything printed as text; JSON output is escaped by
+# json.dumps itself (ensure_ascii).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape_char(m):
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text) -> str:
+    """``text`` with every control character shown as an escape (Note [Escaping what we print])."""
+    return _UNSAFE.sub(_escape_char, str(text))
+
+
+def _clean_cell(text):
+    text = str(text)
+    return text if text.isprintable() and text.isascii() else clean(text)
+
+
+def clean_line(text) -> str:
+    """One line: escaped, newlines shown, and at most MAX_MESSAGE_CHARS long."""
+    text = clean(text)
+    if len(text) > MAX_MESSAGE_CHARS:
+        cut = len(text) - MAX_MESSAGE_CHARS
+        text = f"{text[:MAX_MESSAGE_CHARS]}... ({cut} more characters)"
+    return text
+
+
+def short_list(items, limit=10) -> str:
+    """``a, b, c`` for the first ``limit`` items, then ``... and N more``."""
+    items = [str(i) for i in items]
+    head = ", ".join(items[:limit])
+    return head if len(items) <= limit else f"{head}, ... and {len(items) - limit} more"
+
+
+# -- output --------------------------------------------------------------------------------------
+class CliExit(SystemExit):
+    """Raised by ``fail``: the message has been printed; exit with ``code``."""
+
+
+def error_line(message) -> None:
+    """Print one ``gradcli: error:`` line on stderr (never raises)."""
+    _write_stderr(f"gradcli: error: {clean_line(message)}\n")
+
+
+def _write_stderr(text):
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # nowhere left to report to; the exit code still says it
+
+
+def fail(message, code=EXIT_INVALID):
+    """Print ``message`` as one error line and exit with ``code``."""
+    error_line(message)
+    raise CliExit(code)
+
+
+def echo(text="", err=False) -> None:
+    """Print text (lines of it), escaped (Note [Escaping what we print])."""
+    click.echo("\n".join(clean(line) for line in str(text).split("\n")), err=err)
+
+
+def progress(text) -> None:
+    """A progress line on stderr."""
+    echo(text, err=True)
+
+
+def console(err=False):
+    """The one rich console set-up (stdout, or stderr with ``err``): no markup,
+    no highlighting, no emoji codes; piped output gets a wide fixed width so
+    that columns are not cut."""
+    from rich.console import Console
+
+    file = sys.stderr if err else sys.stdout
+    return Console(file=file, markup=False, highlight=False, emoji=False, soft_wrap=False,
+                   width=None if file.isatty() else 160)
+
+
+@dataclasses.dataclass
+class Column:
+    name: str
+    justify: str = "left"       # left or right
+    fold: bool = False          # wrap long cells (rich only)
+
+
+def print_table(title, columns, rows, *, styles=None) -> None:
+    """Print a table: rich for up to RICH_TABLE_MAX_ROWS rows, a plain
+    renderer with the same look above (rich takes minutes for 100,000 rows).
+    Every cell is escaped; ``styles`` maps a row index to a {column: style}."""
+    columns = [c if isinstance(c, Column) else Column(c) for c in columns]
+    rows = [[_clean_cell(cell) for cell in row] for row in rows]
+    title = clean(title)
+    if len(rows) > RICH_TABLE_MAX_ROWS:
+        click.echo(_plain_table(title, columns, rows))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        table.add_column(c.name, justify=c.justify, overflow="fold" if c.fold else "ellipsis")
+    for i, row in enumerate(rows):
+        style = (styles or {}).get(i, {})
+        table.add_row(*(Text(cell, style=style.get(c.name, "")) for c, cell in zip(columns, row)))
+    console().print(table)
+
+
+def _plain_table(title, columns, rows) -> str:
+    """The table as rich draws it (heavy head rule, light box), without wrapping."""
+    from rich.cells import cell_len
+
+    def width(cell):
+        return len(cell) if cell.isascii() else cell_len(cell)
+
+    widths = [width(c.name) for c in columns]
+    for row in rows:
+        for k, cell in enumerate(row):
+            n = width(cell)
+            if n > widths[k]:
+                widths[k] = n
+
+    def line(cells):
+        parts = []
+        for c, cell, w in zip(columns, cells, widths):
+            pad = " " * (w - width(cell))
+            parts.append(f" {pad}{cell} " if c.justify == "right" else f" {cell}{pad} ")
+        return "│" + "│".join(parts) + "│"
+
+    rule = lambda left, mid, right, ch: left + mid.join(ch * (w + 2) for w in widths) + right  # noqa: E731
+    out = [title, rule("┏", "┳", "┓", "━"),
+           line([c.name for c in columns]).replace("│", "┃"), rule("┡", "╇", "┩", "━")]
+    out.extend(line(row) for row in rows)
+    out.append(rule("└", "┴", "┘", "─"))
+    return "\n".join(out)
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+# Note [JSON numbers]
+# JSON has no NaN or Infinity: json.dumps would write the bare words NaN and
+# Infinity, which strict readers (jq, JSON.parse) refuse. Every ``--format
+# json`` document and ``--out FILE.json`` therefore writes non-finite floats as
+# the strings "nan", "inf" and "-inf" (the spelling validate already used for
+# its error figures), and json.dumps runs with allow_nan=False so that a
+# non-finite float that slipped past is a bug, never invalid output.
+def json_safe(obj):
+    """``obj`` with every non-finite float replaced (Note [JSON numbers])."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def dumps(obj) -> str:
+    """JSON text of ``obj`` (Note [JSON numbers]); the common all-finite case
+    is written without a copy."""
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except ValueError:
+        return json.dumps(json_safe(obj), allow_nan=False)
+
+
+# -- files we write ----------------------------------------------------------------------------------
+def write_text(option, path, text) -> None:
+    """Write an output file named by ``option`` (``--junit`` ...); an OS error is one line, exit 2."""
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        fail(f"{option} {path}: {exc.strerror or exc}", EXIT_INVALID)
+
+
+def check_writable(option, path) -> None:
+    """Refuse an output path whose folder is missing or read-only before any
+    work is done (a long stress run must not end on a typo); write_text still
+    reports what only writing can find out."""
+    import os
+
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        fail(f"{option} {path}: No such file or directory", EXIT_INVALID)
+    if not os.access(folder, os.W_OK | os.X_OK) or (
+            os.path.exists(path) and not os.access(path, os.W_OK)):
+        fail(f"{option} {path}: Permission denied", EXIT_INVALID)
+
+
+@dataclasses.dataclass
+class JUnitCase:
+    """One testcase. At most one of failure, error or skipped is set."""
+    classname: str
+    name: str
+    time_s: float = 0.0
+    failure: str | None = None      # the failure's text (its first line is the message)
+    failure_type: str = ""
+    error: str | None = None
+    error_type: str = ""
+    skipped: str | None = None
+    system_out: str | None = None
+
+
+@dataclasses.dataclass
+class JUnitSuite:
+    name: str
+    cases: list
+    file: str | None = None
+
+
+def junit_xml(name, suites) -> str:
+    """JUnit XML: ``<testsuites>`` with one ``<testsuite>`` per suite, totals on both."""
+    import xml.etree.ElementTree as ET
+
+    def first_line(text):
+        lines = str(text).splitlines()
+        return lines[0] if lines else ""
+
+    root = ET.Element("testsuites", name=name)
+    totals = dict(tests=0, failures=0, errors=0, skipped=0)
+    total_time = 0.0
+    for s in suites:
+        attrs = {"name": _xml_text(s.name)}
+        if s.file is not None:
+            attrs["file"] = _xml_text(s.file)
+        suite = ET.SubElement(root, "testsuite", attrs)
+        counts = dict(tests=0, failures=0, errors=0, skipped=0)
+        suite_time = 0.0
+        for c in s.cases:
+            case = ET.SubElement(suite, "testcase", classname=_xml_text(c.classname),
+                                 name=_xml_text(c.name), time=f"{c.time_s:.6f}")
+            counts["tests"] += 1
+            suite_time += c.time_s
+            if c.failure is not None:
+                el = ET.SubElement(case, "failure", message=_xml_text(first_line(c.failure)),
+                                   type=c.failure_type)
+                el.text = _xml_text(c.failure)
+                counts["failures"] += 1
+            elif c.error is not None:
+                el = ET.SubElement(case, "error", message=_xml_text(first_line(c.error)),
+                                   type=c.error_type)
+                el.text = _xml_text(c.error)
+                counts["errors"] += 1
+            elif c.skipped is not None:
+                ET.SubElement(case, "skipped", message=_xml_text(c.skipped))
+                counts["skipped"] += 1
+            if c.system_out is not None:
+                ET.SubElement(case, "system-out").text = _xml_text(c.system_out)
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+        suite.set("time", f"{suite_time:.6f}")
+        total_time += suite_time
+    for k, v in totals.items():
+        root.set(k, str(v))
+    root.set("time", f"{total_time:.6f}")
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def _xml_text(text):
+    # XML 1.0 cannot hold most control characters at all, even escaped: they
+    # are shown as escapes (Note [Escaping what we print]); line breaks stay.
+    return "\n".join(clean(line) for line in str(text).split("\n"))
+
+
+def write_junit(path, name, suites) -> None:
+    write_text("--junit", path, junit_xml(name, suites))
+
+
+# -- options -----------------------------------------------------------------------------------------
+class FiniteFloat(click.ParamType):
+    """A float in [lo, hi], refusing nan and inf (click.FloatRange lets nan through)."""
+    name = "float"
+
+    def __init__(self, lo=None, hi=None, lo_open=False):
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            x = value
+        else:
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.lo is not None and (x < self.lo or (self.lo_open and x == self.lo)):
+            self.fail(f"{value!r} must be {'>' if self.lo_open else '>='} {self.lo:g}", param, ctx)
+        if self.hi is not None and x > self.hi:
+            self.fail(f"{value!r} must be <= {self.hi:g}", param, ctx)
+        return x
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadOptions:
+    """How graph files are read: the options every command that reads them takes."""
+    device_map: dict = dataclasses.field(default_factory=dict)
+    allow_code: bool = False
+    allow_outside_paths: bool = False
+    max_tensor_bytes: int | None = None
+
+    def load(self, path):
+        """``gradcli.loader.load`` with these options (GraphError propagates)."""
+        from .. import loader
+
+        return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
+                           allow_outside_paths=self.allow_outside_paths,
+                           max_tensor_bytes=self.max_tensor_bytes)
+
+    def load_or_exit(self, path):
+        """Load ``path``; an invalid file is one error line and exit 2."""
+        from ..errors import GraphError, OpBugError
+
+        try:
+            return self.load(path)
+        except GraphError as exc:
+            fail(str(exc), EXIT_INVALID)
+        except OpBugError as exc:
+            fail(str(exc), EXIT_BACKWARD)
+
+
+def run_graph(graph, *, inputs, retain_graph, repeat, multithreading, deterministic=False,
+              anomaly=None):
+    """Run ``graph`` ``repeat`` times; returns the last Result with the median
+    backward time. Invalid input exits 2, a failing backward exits 3."""
+    import statistics
+
+    from ..errors import BackwardError, GraphError, OpBugError
+
+    try:
+        if retain_graph and repeat > 1:
+            # One forward, N backwards on the retained graph: gradients add up.
+            result = graph.run(inputs=inputs, retain_graph=True, multithreading=multithreading,
+                               deterministic=deterministic, anomaly=anomaly)
+            times = [result.backward_s]
+            for _ in range(repeat - 1):
+                grads, order, elapsed = graph.backward(
+                    inputs=inputs, retain_graph=True, multithreading=multithreading,
+                    deterministic=deterministic, anomaly=anomaly)
+                times.append(elapsed)
+                result.grads, result.order = grads, order
+        else:
+            times, fwd = [], []
+            for _ in range(repeat):
+                result = graph.run(inputs=inputs, retain_graph=retain_graph or None,
+                                   multithreading=multithreading, deterministic=deterministic,
+                                   anomaly=anomaly)
+                times.append(result.backward_s)
+                fwd.append(result.forward_s)
+            result.forward_s = statistics.median(fwd)
+        result.backward_s = statistics.median(times)
+        return result
+    except GraphError as exc:
+        fail(str(exc), EXIT_INVALID)
+    except (BackwardError, OpBugError) as exc:
+        fail(str(exc), EXIT_BACKWARD)
+
+
+def _device_map(ctx, param, value):
+    from ..loader import parse_device_map
+
+    try:
+        return parse_device_map(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def load_options(fn):
+    """Options every command that reads graph files takes, given to it as one
+    ``load: LoadOptions`` argument."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, device_map, allow_code, allow_outside_paths, max_tensor_bytes, **kwargs):
+        return fn(*args, load=LoadOptions(device_map, allow_code, allow_outside_paths,
+                                          max_tensor_bytes), **kwargs)
+
+    wrapper = click.option("--device-map", callback=_device_map, default="", metavar="SRC=DST",
+                           help="Remap device types, e.g. cuda=sim to run CUDA graphs on "
+                                "simulated devices.")(wrapper)
+    wrapper = click.option("--allow-code", is_flag=True,
+                           help="Allow `custom` ops to run user code (not supported yet: such "
+                                "graphs are refused).")(wrapper)
+    wrapper = click.option("--allow-outside-paths", is_flag=True,
+                           help="Allow `file:` paths outside the graph file's folder.")(wrapper)
+    wrapper = click.option("--max-tensor-bytes", type=click.IntRange(min=1), default=None,
+                           help="Refuse tensors larger than this (default: a quarter of RAM).")(wrapper)
+    return wrapper
+
+
+def graph_path_type():
+    return click.Path(dir_okay=False)

@@ -1,0 +1,61 @@
+"""Fixtures shared by the test files: paths, an engine that is always stopped,
+the CLI in process (click's CliRunner) and in a subprocess."""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def repo_root():
+    """The repository root (graphs/, tests/bad_inputs/ ...)."""
+    return ROOT
+
+
+@pytest.fixture
+def engine():
+    """A fresh Engine, stopped after the test so that no thread outlives it."""
+    from gradcli.autograd import Engine
+
+    eng = Engine()
+    yield eng
+    eng.stop()
+
+
+@pytest.fixture
+def gradcli_cli():
+    """``gradcli_cli(*args)``: run ``gradcli ARGS`` in process; returns click's
+    Result (exit_code, stdout, stderr apart). Exceptions are not swallowed:
+    the CLI's own guard must turn them into exit codes."""
+    from click.testing import CliRunner
+
+    from gradcli.cli import main
+
+    def invoke(*args, input=None):  # noqa: A002 - click's name
+        return CliRunner().invoke(main, [str(a) for a in args], input=input,
+                                  catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def gradcli_proc():
+    """``gradcli_proc(*args, env=None, timeout=120, **popen)``: run ``python -m
+    gradcli ARGS`` in a subprocess from the repository root; returns the
+    CompletedProcess with text stdout and stderr."""
+
+    def run(*args, env=None, timeout=120, **kwargs):
+        if "stdout" not in kwargs and "stderr" not in kwargs:
+            kwargs.setdefault("capture_output", True)
+        return subprocess.run([sys.executable, "-m", "gradcli", *[str(a) for a in args]],
+                              text=True, timeout=timeout, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                              **kwargs)
+
+    return run

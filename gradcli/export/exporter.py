@@ -105,14 +105,8 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         return loss_fn(out, extras)
 
     torch.manual_seed(seed)
-    try:
-        gm = make_fx(traced, record_stack_traces=True)(
-            params, {k: v.clone() for k, v in buffers0.items()}, inputs, extras)
-    except ExportError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the module's own failure, reported in one line
-        raise ExportError(f"tracing the module failed: {type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    gm = _call_module(lambda: make_fx(traced, record_stack_traces=True)(
+        params, {k: v.clone() for k, v in buffers0.items()}, inputs, extras))
 
     leaf_values = pytree.tree_leaves((params, buffers0, inputs, extras))
     kinds = _leaf_kinds(params, buffers0, inputs, extras)
@@ -120,7 +114,8 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     doc_ops, tensors, arrays, root = conv.run()
 
     torch.manual_seed(seed)
-    grads, order = _reference_backward(reference, inputs, extras, loss_fn)
+    grads, order = _call_module(lambda: _reference_backward(reference, inputs, extras, loss_fn),
+                                 "running the backward of")
     grad_names = {f"param:{k}": v for k, v in grads.items()}
     expect_grads = {}
     for leaf, kind_name in zip(names, kinds):
@@ -151,6 +146,18 @@ def _header(module, inputs, params, train, loss, has_target, seed):
             f"inputs {shapes}, seed {seed}.\n{loss_text}.\n"
             "expect: PyTorch's gradients (weights.npz, keys grad:NAME) and the order PyTorch "
             "ran the backward nodes.")
+
+
+def _call_module(run, what="tracing"):
+    """``run()``, with the module's own exceptions as a one-line ExportError."""
+    try:
+        return run()
+    except ExportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the module's own failure, reported in one line
+        text = str(exc).strip()
+        raise ExportError(f"{what} the module failed: {type(exc).__name__}: "
+                          f"{text.splitlines()[0] if text else ''}") from None
 
 
 # -- inputs, loss, names ---------------------------------------------------------------------
@@ -204,8 +211,8 @@ def _loss(work, inputs, loss, target, seed):
     if loss not in (None, "projection"):
         raise ExportError(f"unknown loss {loss!r} (expected projection or cross_entropy)")
     with torch.no_grad():                       # only the output shapes are needed here
-        probe = torch.func.functional_call(
-            copy.deepcopy(work), ({}, {}), tuple(x.clone() for x in inputs), strict=False)
+        probe = _call_module(lambda: copy.deepcopy(work)(*(x.clone() for x in inputs)),
+                             "running")
     outs = [o for o in pytree.tree_leaves(probe) if isinstance(o, torch.Tensor)]
     rs = []
     for i, o in enumerate(outs):
@@ -342,6 +349,8 @@ class _Converter:
                     requires.add(node)
                 if torch.Tag.nondeterministic_seeded in node.target.tags:
                     _fail(node, "a random op on data the loss depends on has no fixed result")
+                if S.mutated_arguments(node.target._schema) and base not in KEEPS_MUTATION:
+                    self._check_no_alias_reader(node)
                 for i in inputs:                    # capture constants as this op reads them
                     if i not in dynamic and i.op != "placeholder":
                         self.const_at[(i, node)] = self._capture(i, env[i], const_names,
@@ -423,7 +432,6 @@ class _Converter:
         elif mutated and base not in KEEPS_MUTATION:
             if mutated != [0]:
                 _fail(node, "it updates an argument other than its first in place")
-            self._check_no_alias_reader(node, dynamic)
             functional = S.out_of_place(overload)
             if functional is None:
                 _fail(node, "in-place op without an out-of-place overload")
@@ -477,7 +485,7 @@ class _Converter:
             return val
         _fail(node, f"cannot write a {type(val).__name__} as a tensor input")
 
-    def _check_no_alias_reader(self, node, dynamic):
+    def _check_no_alias_reader(self, node):
         """Refuse an in-place update whose tensor is read again under another name."""
         target = node.args[0]
         group = self._alias_group(target)

@@ -274,6 +274,30 @@ def test_batch_norm_eval_has_no_running_stat_update_and_module_is_untouched():
         assert torch.equal(v, before[k]) and v.dtype == before[k].dtype, k
 
 
+def test_attention_without_dropout_uses_the_fused_cpu_kernel():
+    # the kernel is tagged random (it can draw a dropout mask) but draws nothing at dropout_p 0
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    graph = from_module(layer, (torch.randn(2, 3, 8),), dtype="float64")
+    ops = {op["op"] for op in graph.document["ops"]}
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in ops
+    result = compare_torch.replay(graph.document, arrays=graph.file_arrays())
+    assert result.order == graph.document["expect"]["order"]
+
+
+def test_refuses_a_dtype_graph_files_do_not_have():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x) * torch.ones(4, dtype=torch.uint8)
+
+    with pytest.raises(ExportError, match="dtype uint8, which graph files do not have"):
+        from_module(M(), (torch.randn(2, 4),))
+
+
 # -- refusals ----------------------------------------------------------------------------------
 def _module_file(tmp_path, body, name="model.py"):
     path = tmp_path / name

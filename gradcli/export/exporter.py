@@ -284,6 +284,14 @@ def _source_line(node) -> str:
     return f"at {path}:{line} ({code.strip()})"
 
 
+def _is_random(node) -> bool:
+    """A random op (dropout's ``dropout_p: 0.0`` in attention kernels draws nothing)."""
+    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+        return False
+    bound = dict((a.name, v) for a, v in S.bind(node.target._schema, node.args, node.kwargs))
+    return not ("dropout_p" in bound and bound["dropout_p"] in (0, 0.0, S.MISSING))
+
+
 def _fail(node, message):
     raise ExportError(f"cannot export {node.target if node is not None else 'the module'}: "
                       f"{message} {_source_line(node)}")
@@ -347,7 +355,7 @@ class _Converter:
                 dynamic.add(node)
                 if any(i in requires for i in inputs):
                     requires.add(node)
-                if torch.Tag.nondeterministic_seeded in node.target.tags:
+                if _is_random(node):
                     _fail(node, "a random op on data the loss depends on has no fixed result")
                 if S.mutated_arguments(node.target._schema) and base not in KEEPS_MUTATION:
                     self._check_no_alias_reader(node)

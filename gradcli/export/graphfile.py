@@ -9,9 +9,10 @@ import os
 
 import numpy as np
 
-from . import GRAPH_FILE, WEIGHTS_FILE
+from . import GRAPH_FILE, WEIGHTS_FILE, ExportError
 
 GRAD_PREFIX = "grad:"       # weights.npz keys of expected gradients; ':' is not in tensor names
+FILE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}   # the spec's dtypes
 TOLERANCES = {"float64": (1e-7, 1e-10), "float32": (1e-4, 1e-6), "float16": (1e-2, 1e-3)}
 
 
@@ -30,11 +31,20 @@ class ExportedGraph:
         doc_tensors = {}
         for tname, extra in tensors.items():
             arr = arrays[tname]
+            if str(arr.dtype) not in FILE_DTYPES:
+                raise ExportError(f"tensor {tname} has dtype {arr.dtype}, which graph files do "
+                                  f"not have ({', '.join(sorted(FILE_DTYPES))})")
             entry = {"file": WEIGHTS_FILE, "key": tname, "shape": list(arr.shape),
                      "dtype": str(arr.dtype)}
             if extra.get("requires_grad"):
                 entry["requires_grad"] = True
             doc_tensors[tname] = entry
+        defined = list(doc_tensors)
+        for op in ops:
+            defined += op["outputs"] if "outputs" in op else [op["output"]]
+        if len(set(defined)) != len(defined):
+            clash = sorted(n for n in set(defined) if defined.count(n) > 1)[0]
+            raise ExportError(f"two tensors would be named {clash!r} in the graph file")
         expect_grads = {}
         for tname, g in grads.items():
             arrays[GRAD_PREFIX + tname] = np.ascontiguousarray(g)

@@ -151,6 +151,21 @@ def export_all(out_dir=OUT):
     return written
 
 
+def _same_export(fresh, committed):
+    """Whether two export folders hold the same graph.yaml and the same arrays."""
+    try:
+        with open(os.path.join(fresh, "graph.yaml"), "rb") as a, \
+                open(os.path.join(committed, "graph.yaml"), "rb") as b:
+            if a.read() != b.read():
+                return False
+        with np.load(os.path.join(fresh, "weights.npz")) as a, \
+                np.load(os.path.join(committed, "weights.npz")) as b:
+            return sorted(a.files) == sorted(b.files) and all(
+                np.array_equal(a[k], b[k]) for k in a.files)
+    except FileNotFoundError:
+        return False
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
@@ -165,16 +180,8 @@ def main(argv=None):
         export_all(tmp)
         stale = []
         for folder, *_ in examples():
-            for name in ("graph.yaml", "weights.npz"):
-                with open(os.path.join(tmp, folder, name), "rb") as a:
-                    fresh = a.read()
-                try:
-                    with open(os.path.join(OUT, folder, name), "rb") as b:
-                        committed = b.read()
-                except FileNotFoundError:
-                    committed = None
-                if name == "graph.yaml" and fresh != committed:
-                    stale.append(f"{folder}/{name}")
+            if not _same_export(os.path.join(tmp, folder), os.path.join(OUT, folder)):
+                stale.append(folder)
         for s in stale:
             print(f"stale: graphs/models/{s}", file=sys.stderr)
         return 1 if stale else 0

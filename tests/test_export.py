@@ -167,6 +167,11 @@ def test_committed_examples_are_what_the_script_writes(tmp_path):
         with open(os.path.join(MODELS, model, "graph.yaml")) as a, \
                 open(tmp_path / model / "graph.yaml") as b:
             assert a.read() == b.read(), model
+        with np.load(os.path.join(MODELS, model, "weights.npz")) as a, \
+                np.load(tmp_path / model / "weights.npz") as b:
+            assert sorted(a.files) == sorted(b.files), model
+            for k in a.files:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=f"{model}: {k}")
 
 
 # -- export from modules --------------------------------------------------------------------------
@@ -262,6 +267,19 @@ def test_cross_entropy_loss_with_target():
     out = m(x.double())
     torch.nn.functional.cross_entropy(out, torch.as_tensor(target)).backward()
     np.testing.assert_allclose(graph.arrays["grad:weight"], m.weight.grad.numpy(), rtol=1e-12)
+
+
+def test_batch_norm_train_writes_running_stats_as_before_the_forward():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.BatchNorm2d(3))
+    m[1].running_mean.uniform_(-1, 1)
+    m[1].running_var.uniform_(0.5, 2)
+    graph = from_module(m, (torch.randn(2, 2, 5, 5),), dtype="float64", train=True)
+    np.testing.assert_array_equal(graph.arrays["m.1.running_mean"],
+                                  m[1].running_mean.double().numpy())
+    np.testing.assert_array_equal(graph.arrays["m.1.running_var"],
+                                  m[1].running_var.double().numpy())
+    assert "m.1.num_batches_tracked" not in graph.arrays
 
 
 def test_batch_norm_eval_has_no_running_stat_update_and_module_is_untouched():

@@ -308,21 +308,24 @@ class _Converter:
         self.seed = seed
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.const_at = {}          # (constant node, reading op) -> constant tensor's name
+        self.consts_used = set()    # constant tensors that written ops read
 
     def run(self):
         torch.manual_seed(self.seed)
         env, dynamic, requires = {}, set(), set()
-        names = {}                  # node -> graph name (single result) or list of names
+        names = {}                  # node -> graph name (leaves and single-result ops)
         tensors, arrays = {}, {}
         const_names = {}            # node -> [(name, captured value)]
         leaf_iter = iter(zip(self.leaf_names, self.leaf_values, self.leaf_dynamic))
-        pending = []                # (node, overload) of dynamic ops, in traced order
+        pending = []                # (node, value) of kept (dynamic) ops, in traced order
         root = None
         with torch.no_grad():
             for node in self.nodes:
                 if node.op == "placeholder":
                     leaf, value, is_dynamic = next(leaf_iter)
-                    env[node] = value.detach()
+                    # a copy: ops such as native_batch_norm update their inputs in place, and
+                    # the file must hold the values before the forward
+                    env[node] = value.detach().clone()
                     names[node] = leaf
                     if is_dynamic:
                         dynamic.add(node)
@@ -376,10 +379,12 @@ class _Converter:
         for node in self.nodes:
             if node.op == "placeholder" and node in leaves_used:
                 leaf = names[node]
-                arr = env[node].detach().cpu().numpy()
-                tensors[leaf] = {"requires_grad": bool(self.leaf_values[
-                    self.leaf_names.index(leaf)].requires_grad)}
-                arrays[leaf] = np.ascontiguousarray(arr)
+                value = self.leaf_values[self.leaf_names.index(leaf)]
+                tensors[leaf] = {"requires_grad": bool(value.requires_grad)}
+                arrays[leaf] = np.ascontiguousarray(value.detach().cpu().numpy())
+        captured = {name for seen in const_names.values() for name, _ in seen}
+        for name in captured - self.consts_used:
+            del tensors[name], arrays[name]         # read only by ops the loss does not need
         ordered = {}
         for node in self.nodes:                 # tensors section: leaves first, then constants
             if node.op == "placeholder" and names[node] in tensors:
@@ -421,6 +426,7 @@ class _Converter:
 
     def _name_of(self, node, names, reader=None):
         if (node, reader) in self.const_at:
+            self.consts_used.add(self.const_at[(node, reader)])
             return self.const_at[(node, reader)]
         if node in names:
             return names[node]

@@ -8,6 +8,14 @@ them. ``compare(grads, order, torch_result)`` sets gradcli's result beside it
 and names the first difference. This backs ``gradcli validate --against
 torch``; it needs the ``torch`` extra and imports torch on first use.
 
+Version-1 ops map to the PyTorch call that records the same node where one
+exists; where gradcli's node has no single PyTorch counterpart (``cross_entropy``
+is ``LogSoftmaxBackward0`` + ``NllLossBackward0`` in PyTorch, N-D ``matmul``
+records ``UnsafeViewBackward0``/``BmmBackward0``...) the order comparison shows
+the difference: that is what the comparison is for. Engine exercisers
+(``checkpoint``, ``reenter``, ``delay``, ``fail``, ``nan``, ``custom``, ``grad``)
+and ``to`` have no PyTorch equivalent here and are refused, naming the op.
+
 Leaf tensors are read here with NumPy (``value``, ``file``/``key``, and the
 deterministic ``init`` kinds ``zeros``, ``ones``, ``full``, ``arange``);
 random initialisers (``normal``, ``uniform``) are gradcli's own generator, so

@@ -269,6 +269,28 @@ def test_cross_entropy_loss_with_target():
     np.testing.assert_allclose(graph.arrays["grad:weight"], m.weight.grad.numpy(), rtol=1e-12)
 
 
+def test_a_callable_loss_and_tensor_literals_in_forward():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.fc(x) * torch.tensor([1.0, -2.0, 0.5], dtype=x.dtype)
+
+    x = torch.randn(2, 3, dtype=torch.float64)
+    module = M().double()
+    graph = from_module(module, (x,), loss=lambda out: out.pow(2).mean())
+    ops = [op["op"] for op in graph.document["ops"]]
+    assert ops[-2:] == ["aten.pow.Tensor_Scalar", "aten.mean.default"]
+    consts = [n for n in graph.document["tensors"] if n.startswith("const.")]
+    assert len(consts) == 1
+    np.testing.assert_array_equal(graph.arrays[consts[0]], [1.0, -2.0, 0.5])
+    (module(x) ** 2).mean().backward()
+    np.testing.assert_allclose(graph.arrays["grad:fc.weight"], module.fc.weight.grad.numpy(),
+                               rtol=1e-12)
+
+
 def test_batch_norm_train_writes_running_stats_as_before_the_forward():
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.BatchNorm2d(3))

@@ -534,3 +534,23 @@ def test_gradcli_and_its_help_do_not_import_torch():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("NO-TORCH"), out.stdout
     assert "MODULE.py:FUNCTION" in out.stdout
+
+
+def test_a_graph_that_does_not_replay_as_the_module_is_an_exporter_bug(tmp_path, monkeypatch):
+    real = compare_torch.replay
+
+    def swapped_order(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.order[0], result.order[1] = result.order[1], result.order[0]
+        return result
+
+    monkeypatch.setattr(compare_torch, "replay", swapped_order)
+    from gradcli.export import ExportMismatch
+
+    with pytest.raises(ExportMismatch, match="backward order differs"):
+        from_module(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
+    path, _ = _module_file(tmp_path, "import torch\n\ndef build_model():\n"
+                                     "    return torch.nn.Linear(3, 2)\n")
+    res = CliRunner().invoke(export_command, [f"{path}:build_model", "--input-shape", "2,3",
+                                              "-o", str(tmp_path / "out")])
+    assert res.exit_code == 3 and "bug in gradcli export" in res.output, res.output

@@ -7,7 +7,8 @@ not import torch: the tracer is imported on the first call.
 """
 from __future__ import annotations
 
-__all__ = ["from_module", "ExportError", "ExportedGraph", "GRAPH_FILE", "WEIGHTS_FILE"]
+__all__ = ["from_module", "ExportError", "ExportMismatch", "ExportedGraph", "GRAPH_FILE",
+           "WEIGHTS_FILE"]
 
 GRAPH_FILE = "graph.yaml"
 WEIGHTS_FILE = "weights.npz"
@@ -15,6 +16,10 @@ WEIGHTS_FILE = "weights.npz"
 
 class ExportError(Exception):
     """A module the exporter cannot express as a graph file (one-line message)."""
+
+
+class ExportMismatch(ExportError):
+    """The written graph does not replay as the module did: a bug in the exporter."""
 
 
 def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, train=True,

@@ -3,7 +3,8 @@
 Only click and the standard library at import time: torch, NumPy and the
 tracer are imported inside the command's body, so ``gradcli --help`` stays
 light. Exit codes: 0 written, 2 invalid input (a module, shape, file or op
-the exporter cannot use), with a one-line message.
+the exporter cannot use), 3 the written graph does not replay as the module
+(a bug in the exporter), with a one-line message.
 """
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import sys
 
 import click
 
-EXIT_INVALID = 2
+EXIT_INVALID, EXIT_INTERNAL = 2, 3
 
 
-def _fail(message):
+def _fail(message, code=EXIT_INVALID):
     click.echo(f"gradcli: error: {message}", err=True)
-    sys.exit(EXIT_INVALID)
+    sys.exit(code)
 
 
 def _shape(ctx, param, values):
@@ -98,7 +99,7 @@ def export_command(model, input_shapes, input_files, dtype, train, loss, target,
         _fail("gradcli export needs PyTorch: pip install 'gradcli[torch]'")
     import numpy as np
 
-    from . import ExportError, from_module
+    from . import ExportError, ExportMismatch, from_module
 
     if not input_shapes and not input_files:
         _fail("give the inputs: --input-shape N,C,H,W or --input FILE.npy")
@@ -132,6 +133,8 @@ def export_command(model, input_shapes, input_files, dtype, train, loss, target,
     try:
         graph = from_module(module, tuple(inputs), loss=loss, target=target_arr, dtype=dtype,
                             train=train, seed=seed, name=name)
+    except ExportMismatch as exc:
+        _fail(f"bug in gradcli export: {exc}", EXIT_INTERNAL)
     except ExportError as exc:
         _fail(str(exc))
     try:

@@ -56,7 +56,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from . import ExportError
+from . import ExportError, ExportMismatch
 from . import schema as S
 from .graphfile import ExportedGraph
 
@@ -550,15 +550,15 @@ def _check_replay(graph, grads, order):
     result = compare_torch.replay(graph.document, arrays=graph.file_arrays())
     if len(result.order) != len(order) or any(
             not _same_node(a, b) for a, b in zip(result.order, order)):
-        raise ExportError("internal error: the exported graph's backward order differs from the "
+        raise ExportMismatch("the exported graph's backward order differs from the "
                           f"module's ({_first_difference(result.order, order)})")
+    rtol, atol = graph.document["expect"]["rtol"], graph.document["expect"]["atol"]
     for name, expected in grads.items():
         got = result.grads.get(name)
         if got is None or got.shape != expected.shape or not np.allclose(
-                got, expected, rtol=1e-7, atol=1e-12 * max(1.0, float(np.abs(expected).max(
-                    initial=0.0)))):
-            raise ExportError(f"internal error: the exported graph's gradient for {name} "
-                              "differs from the module's")
+                got, expected, rtol=rtol, atol=atol):
+            raise ExportMismatch(f"the exported graph's gradient for {name} differs from the "
+                                 "module's")
     graph.document["expect"]["order"] = list(result.order)
 
 

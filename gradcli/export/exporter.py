@@ -20,6 +20,13 @@ The steps, in order:
    gradients and node order must equal the module's, or the export fails
    (Note [Exported order]).
 
+Names in the file: leaves keep the module's parameter and buffer names
+(``fc1.weight``; one the format does not allow, such as an ``nn.Sequential``'s
+``0.weight``, gets the prefix ``m.``), the inputs are ``input`` (``input0``,
+``input1``, ... for several), the loss target ``target``, folded constants
+``const.NODE``; every op's ``id`` and output names are the traced node names
+(``addmm``, ``getitem_3``; ``NODE.i`` for a result no traced node reads).
+
 Note [Projection loss]: without a loss the exported scalar is
 ``sum_i sum(out_i * R_i)`` over the module's floating outputs, where ``R_i`` is
 a standard-normal array of ``out_i``'s shape and dtype drawn from

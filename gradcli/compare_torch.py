@@ -1,0 +1,449 @@
+"""Replay a graph file in PyTorch and compare its gradients and node order with gradcli's.
+
+``replay(document)`` runs the file's ops with PyTorch (ATen ops through
+``torch.ops.aten.NAME.OVERLOAD``, version-1 ops through the PyTorch
+functions that record the same backward node), runs PyTorch's backward and
+returns the gradients and the names of the nodes in the order PyTorch ran
+them. ``compare(grads, order, torch_result)`` sets gradcli's result beside it
+and names the first difference. This backs ``gradcli validate --against
+torch``; it needs the ``torch`` extra and imports torch on first use.
+
+Version-1 ops map to the PyTorch call that records the same node where one
+exists; where gradcli's node has no single PyTorch counterpart (``cross_entropy``
+is ``LogSoftmaxBackward0`` + ``NllLossBackward0`` in PyTorch, N-D ``matmul``
+records ``UnsafeViewBackward0``/``BmmBackward0``...) the order comparison shows
+the difference: that is what the comparison is for. Engine exercisers
+(``checkpoint``, ``reenter``, ``delay``, ``fail``, ``nan``, ``custom``, ``grad``)
+and ``to`` have no PyTorch equivalent here and are refused, naming the op.
+
+Leaf tensors are read here with NumPy (``value``, ``file``/``key``, and the
+deterministic ``init`` kinds ``zeros``, ``ones``, ``full``, ``arange``);
+random initialisers (``normal``, ``uniform``) are gradcli's own generator, so
+their values must be passed in ``leaves`` (gradcli's loaded leaf arrays).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from .errors import GraphError
+
+_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}
+
+
+class CompareError(GraphError):
+    """A graph the PyTorch replay cannot run (an op with no PyTorch equivalent, ...)."""
+
+
+@dataclasses.dataclass
+class TorchResult:
+    grads: dict           # tensor name -> numpy array
+    order: list           # node names in the order PyTorch ran them
+
+
+# -- node order --------------------------------------------------------------------------------
+def node_name(fn) -> str:
+    """PyTorch's node name as gradcli writes it (``AccumulateGrad`` without the C++ namespace)."""
+    return fn.name().rsplit("::", 1)[-1]
+
+
+def node_order(roots, run):
+    """Call ``run()`` and return the names of the autograd nodes under ``roots`` in run order.
+
+    A pre-hook on every node reachable from the roots' ``grad_fn`` (leaves'
+    ``AccumulateGrad`` included) records the node's name when the engine calls
+    it; the hooks return nothing, so they change no gradient.
+    """
+    order, seen, handles = [], set(), []
+    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        handles.append(fn.register_prehook(lambda grads, fn=fn: order.append(node_name(fn))))
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    return order
+
+
+# -- replay --------------------------------------------------------------------------------------
+def replay(source, *, base_dir=None, arrays=None, leaves=None) -> TorchResult:
+    """Run a graph in PyTorch: ``source`` is a path or a parsed document (a dict).
+
+    ``arrays``: ``{(file, key): array}`` used instead of reading those files;
+    ``leaves``: ``{name: array}`` values for leaf tensors (required for random
+    ``init``s). Raises CompareError (a GraphError) naming the op for what it
+    cannot replay.
+    """
+    import torch
+
+    if isinstance(source, (str, os.PathLike)):
+        from .document import read_document
+
+        path = os.fspath(source)
+        data = read_document(path).data
+        base_dir = os.path.dirname(os.path.abspath(path)) if base_dir is None else base_dir
+        display = path
+    else:
+        data, display = source, f"<{source.get('name', 'graph')}>"
+    return _Replay(torch, data, base_dir or ".", arrays or {}, leaves or {}, display).run()
+
+
+class _Replay:
+    def __init__(self, torch, data, base_dir, arrays, leaves, display):
+        self.torch = torch
+        self.data = data
+        self.base_dir = base_dir
+        self.arrays = dict(arrays)
+        self.leaves = leaves
+        self.display = display
+        self.npz = {}
+
+    def fail(self, message, op_index=None, op=None):
+        where = ""
+        if op_index is not None:
+            where = f"ops[{op_index}]" + (f" ({op.get('id')})" if op and op.get("id") else "") + ": "
+        raise CompareError(f"{where}{message}", self.display)
+
+    # leaves --------------------------------------------------------------------------------
+    def array(self, spec, name):
+        if name in self.leaves:
+            return np.asarray(self.leaves[name])
+        dtype = spec.get("dtype")
+        if dtype is not None and dtype not in _DTYPES:
+            self.fail(f"tensor {name}: unknown dtype {dtype!r}")
+        if "file" in spec:
+            arr = self.file_array(spec["file"], spec.get("key"), name)
+            return arr if dtype is None else arr.astype(dtype, copy=False)
+        dtype = dtype or "float64"
+        if "value" in spec:
+            return np.asarray(spec["value"], dtype=dtype)
+        init = spec.get("init", "zeros")
+        kind = init.get("dist") if isinstance(init, dict) else init
+        shape = tuple(spec.get("shape", ()))
+        if kind == "zeros":
+            return np.zeros(shape, dtype)
+        if kind == "ones":
+            return np.ones(shape, dtype)
+        if kind == "full":
+            return np.full(shape, init.get("fill", 0.0), dtype)
+        if kind == "arange":
+            return np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+        self.fail(f"tensor {name}: init {kind!r} is gradcli's random generator; pass its values "
+                  "in leaves= to replay it in PyTorch")
+
+    def file_array(self, file, key, name):
+        if (file, key) in self.arrays:
+            return np.asarray(self.arrays[(file, key)])
+        path = os.path.join(self.base_dir, file)
+        try:
+            if file.endswith(".npz"):
+                if path not in self.npz:
+                    with np.load(path, allow_pickle=False) as z:
+                        self.npz[path] = {k: z[k] for k in z.files}
+                return self.npz[path][key]
+            return np.load(path, allow_pickle=False)
+        except (OSError, KeyError, ValueError) as exc:
+            self.fail(f"tensor {name}: cannot read {file}"
+                      f"{'[' + key + ']' if key else ''}: {exc}")
+
+    def tensor(self, spec, name):
+        t = self.torch.from_numpy(np.array(self.array(spec, name)))
+        device = spec.get("device", "cpu")
+        if device != "cpu":
+            self.fail(f"tensor {name}: device {device!r} is not replayed in PyTorch (CPU only)")
+        if spec.get("requires_grad"):
+            t.requires_grad_(True)
+        return t
+
+    # ops -------------------------------------------------------------------------------------
+    def run(self):
+        torch = self.torch
+        env = {name: self.tensor(spec or {}, name)
+               for name, spec in (self.data.get("tensors") or {}).items()}
+        grad_names = [n for n, spec in (self.data.get("tensors") or {}).items()
+                      if (spec or {}).get("requires_grad")]
+        with torch.enable_grad():
+            for i, op in enumerate(self.data.get("ops") or []):
+                result = self.call(op, env, i)
+                if "outputs" in op:
+                    if not isinstance(result, (tuple, list)) or len(result) != len(op["outputs"]):
+                        self.fail(f"{op['op']} returned {type(result).__name__}, not "
+                                  f"{len(op['outputs'])} tensors", i, op)
+                    outs = list(zip(op["outputs"], result))
+                else:
+                    outs = [(op["output"], result)]
+                for name, value in outs:
+                    env[name] = value
+                    if op.get("retain_grad") and value.requires_grad:
+                        value.retain_grad()
+                        grad_names.append(name)
+        return self.backward(env, grad_names)
+
+    def call(self, op, env, index):
+        name = op.get("op", "")
+        try:
+            if name.startswith("aten."):
+                return self.call_aten(name, op, env, index)
+            fn = _V1_OPS.get(name)
+            if fn is None:
+                self.fail(f"op {name!r} has no PyTorch equivalent to replay", index, op)
+            args = [self.resolve(x, env, index, op) for x in op.get("inputs", [])]
+            return fn(self.torch, args, op.get("args") or {})
+        except CompareError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - PyTorch's own error, reported on one line
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.fail(f"{name}: PyTorch raised {type(exc).__name__}: {msg}", index, op)
+
+    def resolve(self, x, env, index, op):
+        if x is None or isinstance(x, (bool, int, float)):
+            return x
+        if isinstance(x, list):
+            return [self.resolve(v, env, index, op) for v in x]
+        if x not in env:
+            self.fail(f"undefined tensor {x!r}", index, op)
+        return env[x]
+
+    def call_aten(self, name, op, env, index):
+        from .export import schema as S
+
+        parts = name.split(".")
+        packet = getattr(self.torch.ops.aten, parts[1], None) if len(parts) == 3 else None
+        overload = getattr(packet, parts[2], None) if packet is not None else None
+        if overload is None:
+            self.fail(f"unknown ATen op {name!r}", index, op)
+        inputs = list(op.get("inputs", []))
+        args = dict(op.get("args") or {})
+        kwargs = {}
+        for a in overload._schema.arguments:
+            if S.tensor_kind(a) is not None:
+                if inputs:
+                    kwargs[a.name] = self.resolve(inputs.pop(0), env, index, op)
+            elif a.name in args:
+                kwargs[a.name] = S.read_value(a.name, args.pop(a.name))
+        if inputs:
+            self.fail(f"{name} takes fewer tensor inputs than given", index, op)
+        if args:
+            self.fail(f"{name} has no argument {sorted(args)[0]!r}", index, op)
+        return overload(**kwargs)
+
+    # backward ------------------------------------------------------------------------------
+    def backward(self, env, grad_names):
+        torch = self.torch
+        spec = self.data.get("backward") or {}
+        roots = [env[r] for r in spec.get("roots", [])]
+        grad_roots = []
+        for name, root in zip(spec.get("roots", []), roots):
+            g = (spec.get("grad_roots") or {}).get(name)
+            if g is None:
+                grad_roots.append(None)
+            elif isinstance(g, (int, float)):
+                grad_roots.append(torch.full_like(root, float(g)))
+            else:
+                grad_roots.append(self.tensor(g, f"grad_roots.{name}").to(root.dtype))
+        retain = spec.get("retain_graph")
+        create = bool(spec.get("create_graph", False))
+        wrt = spec.get("inputs")
+        grads = {}
+        if wrt:
+            tensors = [env[n] for n in wrt]
+            box = []
+            order = node_order(roots, lambda: box.append(torch.autograd.grad(
+                roots, tensors, grad_roots, retain_graph=retain, create_graph=create,
+                allow_unused=bool(spec.get("allow_unused", False)))))
+            for n, g in zip(wrt, box[0]):
+                if g is not None:
+                    grads[n] = g.detach().numpy()
+        else:
+            order = node_order(roots, lambda: torch.autograd.backward(
+                roots, grad_roots, retain_graph=retain, create_graph=create))
+            for n in grad_names:
+                if env[n].grad is not None:
+                    grads[n] = env[n].grad.detach().numpy()
+        return TorchResult(grads, order)
+
+
+# -- version-1 ops: the PyTorch calls that record the same backward node ----------------------------
+def _axis(a):
+    return tuple(a) if isinstance(a, list) else a
+
+
+def _reduce(method):
+    def fn(torch, xs, args):
+        axis = args.get("axis")
+        if axis is None:
+            return getattr(xs[0], method)()
+        return getattr(xs[0], method)(dim=_axis(axis), keepdim=bool(args.get("keepdims", False)))
+    return fn
+
+
+def _extreme(which):
+    def fn(torch, xs, args):
+        axis, keep = args.get("axis"), bool(args.get("keepdims", False))
+        if axis is None:
+            return getattr(xs[0], which)()
+        if isinstance(axis, int):
+            return getattr(torch, which)(xs[0], dim=axis, keepdim=keep).values
+        return getattr(torch, "a" + which)(xs[0], dim=tuple(axis), keepdim=keep)
+    return fn
+
+
+def _split(torch, xs, args):
+    x, axis = xs[0], args.get("axis", 0)
+    n = x.shape[axis]
+    if args.get("indices") is not None:
+        points = [0] + [min(max(int(i), 0), n) for i in args["indices"]] + [n]
+        return torch.split(x, [b - a for a, b in zip(points, points[1:])], dim=axis)
+    return torch.split(x, n // int(args["sections"]), dim=axis)
+
+
+def _index(text):
+    parts = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if item == "...":
+            parts.append(Ellipsis)
+        elif item in ("None", "newaxis"):
+            parts.append(None)
+        elif ":" in item:
+            bounds = [int(b) if b.strip() else None for b in item.split(":")]
+            parts.append(slice(*bounds))
+        else:
+            parts.append(int(item))
+    return tuple(parts)
+
+
+def _layer_norm(torch, xs, args):
+    x = xs[0]
+    axis = args.get("axis", -1)
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    start = min(a % x.dim() for a in axes)
+    return torch.nn.functional.layer_norm(x, x.shape[start:], eps=args.get("eps", 1e-5))
+
+
+def _matmul(torch, xs, args):
+    return torch.matmul(xs[0], xs[1])
+
+
+_V1_OPS = {
+    "add": lambda t, xs, a: t.add(xs[0], xs[1]),
+    "sub": lambda t, xs, a: t.sub(xs[0], xs[1]),
+    "mul": lambda t, xs, a: t.mul(xs[0], xs[1]),
+    "div": lambda t, xs, a: t.div(xs[0], xs[1]),
+    "pow": lambda t, xs, a: t.pow(xs[0], xs[1]),
+    "maximum": lambda t, xs, a: t.maximum(xs[0], xs[1]),
+    "minimum": lambda t, xs, a: t.minimum(xs[0], xs[1]),
+    "where": lambda t, xs, a: t.where(xs[0].bool(), xs[1], xs[2]),
+    "neg": lambda t, xs, a: t.neg(xs[0]),
+    "exp": lambda t, xs, a: t.exp(xs[0]),
+    "log": lambda t, xs, a: t.log(xs[0]),
+    "sin": lambda t, xs, a: t.sin(xs[0]),
+    "cos": lambda t, xs, a: t.cos(xs[0]),
+    "tanh": lambda t, xs, a: t.tanh(xs[0]),
+    "sigmoid": lambda t, xs, a: t.sigmoid(xs[0]),
+    "relu": lambda t, xs, a: t.relu(xs[0]),
+    "abs": lambda t, xs, a: t.abs(xs[0]),
+    "sqrt": lambda t, xs, a: t.sqrt(xs[0]),
+    "square": lambda t, xs, a: t.square(xs[0]),
+    "clamp": lambda t, xs, a: t.clamp(xs[0], min=a.get("min"), max=a.get("max")),
+    "sum": _reduce("sum"),
+    "mean": _reduce("mean"),
+    "max": _extreme("max"),
+    "min": _extreme("min"),
+    "logsumexp": lambda t, xs, a: t.logsumexp(
+        xs[0], dim=tuple(range(xs[0].dim())) if a.get("axis") is None else _axis(a["axis"]),
+        keepdim=bool(a.get("keepdims", False))),
+    "reshape": lambda t, xs, a: xs[0].reshape(a["shape"]),
+    "transpose": lambda t, xs, a: xs[0].permute(
+        a["axes"] if a.get("axes") is not None else list(reversed(range(xs[0].dim())))),
+    "expand": lambda t, xs, a: xs[0].expand(a["shape"]),
+    "squeeze": lambda t, xs, a: xs[0].squeeze() if a.get("axis") is None else
+    xs[0].squeeze(_axis(a["axis"])),
+    "unsqueeze": lambda t, xs, a: xs[0].unsqueeze(a["axis"]),
+    "concat": lambda t, xs, a: t.cat(xs, dim=a.get("axis", 0)),
+    "stack": lambda t, xs, a: t.stack(xs, dim=a.get("axis", 0)),
+    "split": _split,
+    "slice": lambda t, xs, a: xs[0][_index(a["index"])],
+    "clone": lambda t, xs, a: xs[0].clone(),
+    "matmul": _matmul,
+    "softmax": lambda t, xs, a: t.softmax(xs[0], dim=a.get("axis", -1)),
+    "log_softmax": lambda t, xs, a: t.log_softmax(xs[0], dim=a.get("axis", -1)),
+    "cross_entropy": lambda t, xs, a: t.nn.functional.cross_entropy(xs[0], xs[1].long()),
+    "mse_loss": lambda t, xs, a: t.nn.functional.mse_loss(xs[0], xs[1]),
+    "layer_norm": _layer_norm,
+    "cast": lambda t, xs, a: xs[0].to(getattr(t, a["dtype"])),
+}
+
+
+# -- side by side ---------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Comparison:
+    """gradcli's result beside PyTorch's; ``first_difference`` is None when they agree."""
+    grad_rows: list        # (name, status, max_abs_err, detail)
+    order_rows: list       # (index, gradcli name or None, torch name or None, same)
+    first_difference: str | None
+
+    @property
+    def ok(self):
+        return self.first_difference is None
+
+    def format(self) -> str:
+        lines = ["gradients (gradcli vs torch):"]
+        for name, status, err, detail in self.grad_rows:
+            err_s = "" if err is None else f"  max|diff| {err:.3g}"
+            lines.append(f"  {'ok  ' if status == 'ok' else 'DIFF'} {name}{err_s}"
+                         f"{'  ' + detail if detail else ''}")
+        width = max([len(g or "") for _, g, _, _ in self.order_rows] + [7])
+        lines.append(f"order:\n  {'#':>4}  {'gradcli':<{width}}  torch")
+        for i, g, t, same in self.order_rows:
+            lines.append(f"  {i:>4}  {g or '-':<{width}}  {t or '-'}{'' if same else '   <-- differs'}")
+        lines.append("first difference: " + (self.first_difference or "none"))
+        return "\n".join(lines)
+
+
+def compare(grads, order, torch_result, *, rtol=1e-7, atol=0.0) -> Comparison:
+    """Compare gradcli's ``grads`` ({name: array}) and ``order`` (node names) with PyTorch's."""
+    first = None
+    grad_rows = []
+    for name in sorted(set(grads) | set(torch_result.grads)):
+        mine, theirs = grads.get(name), torch_result.grads.get(name)
+        if mine is None or theirs is None:
+            detail = "no gradient from " + ("gradcli" if mine is None else "torch")
+            grad_rows.append((name, "diff", None, detail))
+            first = first or f"grads[{name}]: {detail}"
+            continue
+        a, e = np.asarray(mine), np.asarray(theirs)
+        if a.shape != e.shape:
+            detail = f"shape {list(a.shape)} vs {list(e.shape)}"
+            grad_rows.append((name, "diff", None, detail))
+            first = first or f"grads[{name}]: {detail}"
+            continue
+        a64, e64 = a.astype(np.float64), e.astype(np.float64)
+        diff = np.abs(a64 - e64)
+        err = float(diff.max(initial=0.0))
+        close = np.allclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
+        detail = ""
+        if not close:
+            with np.errstate(invalid="ignore"):
+                worst = np.unravel_index(int(np.nanargmax(diff - rtol * np.abs(e64))), diff.shape) \
+                    if diff.size else ()
+            idx = [int(i) for i in worst]
+            detail = f"at {idx}: gradcli {a64[tuple(idx)]!r}, torch {e64[tuple(idx)]!r}"
+            first = first or f"grads[{name}] {detail}"
+        grad_rows.append((name, "ok" if close else "diff", err, detail))
+    order_rows = []
+    for i in range(max(len(order), len(torch_result.order))):
+        g = order[i] if i < len(order) else None
+        t = torch_result.order[i] if i < len(torch_result.order) else None
+        order_rows.append((i, g, t, g == t))
+        if g != t and first is None:
+            first = f"order[{i}]: gradcli {g or '(ended)'}, torch {t or '(ended)'}"
+    return Comparison(grad_rows, order_rows, first)

@@ -1,0 +1,146 @@
+"""``gradcli export``: trace a PyTorch module into DIR/graph.yaml + DIR/weights.npz.
+
+Only click and the standard library at import time: torch, NumPy and the
+tracer are imported inside the command's body, so ``gradcli --help`` stays
+light. Exit codes: 0 written, 2 invalid input (a module, shape, file or op
+the exporter cannot use), 3 the written graph does not replay as the module
+(a bug in the exporter), with a one-line message.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+EXIT_INVALID, EXIT_INTERNAL = 2, 3
+
+
+def _fail(message, code=EXIT_INVALID):
+    click.echo(f"gradcli: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _shape(ctx, param, values):
+    shapes = []
+    for text in values:
+        try:
+            shape = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is not a shape such as 2,3,64,64") from None
+        if not shape or any(d < 0 for d in shape):
+            raise click.BadParameter(f"{text!r} is not a shape such as 2,3,64,64")
+        shapes.append(shape)
+    return shapes
+
+
+def load_builder(spec):
+    """The callable named by ``path/to/module.py:NAME`` or ``package.module:NAME``."""
+    import importlib
+    import importlib.util
+    import os
+
+    if ":" not in spec:
+        raise ValueError(f"{spec!r}: expected MODULE.py:FUNCTION, e.g. model.py:build_model")
+    where, _, attr = spec.rpartition(":")
+    if where.endswith(".py") or os.sep in where:
+        if not os.path.isfile(where):
+            raise ValueError(f"{where}: no such file")
+        folder = os.path.dirname(os.path.abspath(where))
+        name = "_gradcli_export_" + os.path.splitext(os.path.basename(where))[0]
+        module_spec = importlib.util.spec_from_file_location(name, where)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.path.insert(0, folder)
+        try:
+            module_spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(folder)
+    else:
+        module = importlib.import_module(where)
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ValueError(f"{where} has no attribute {attr!r}")
+    return fn
+
+
+@click.command("export")
+@click.argument("model", metavar="MODULE.py:FUNCTION")
+@click.option("--input-shape", "input_shapes", multiple=True, callback=_shape, metavar="N,C,H,W",
+              help="Shape of a random (seeded, standard normal) input; repeat for several inputs.")
+@click.option("--input", "input_files", multiple=True, type=click.Path(dir_okay=False),
+              metavar="FILE.npy", help="An input array (e.g. int64 token ids); repeatable. "
+              "Inputs from files come before --input-shape ones.")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None,
+              help="Cast the module and its floating inputs (default: as built).")
+@click.option("--train/--eval", "train", default=True, show_default=True,
+              help="The module's mode (batch norm statistics, dropout).")
+@click.option("--loss", type=click.Choice(["projection", "cross_entropy"]), default="projection",
+              show_default=True, help="projection: sum(out * R) with R a seeded standard-normal "
+              "array per output; cross_entropy: against --target.")
+@click.option("--target", type=click.Path(dir_okay=False), metavar="FILE.npy",
+              help="Class labels for --loss cross_entropy (an integer .npy array).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seeds the random inputs, the projection and random ops such as dropout.")
+@click.option("--name", default=None, help="The graph's name (default: the module's class).")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder to write graph.yaml and weights.npz into.")
+def export_command(model, input_shapes, input_files, dtype, train, loss, target, seed, name,
+                   out_dir):
+    """Trace a PyTorch module into a graph file of ATen ops, with PyTorch's gradients and
+    node order as its `expect` section (needs the torch extra: pip install 'gradcli[torch]').
+
+    MODEL is FILE.py:FUNCTION (or package.module:FUNCTION); FUNCTION() returns the
+    torch.nn.Module. Example:
+
+      gradcli export model.py:build_model --input-shape 2,3,64,64 --dtype float64 -o out/
+    """
+    try:
+        import torch
+    except ImportError:
+        _fail("gradcli export needs PyTorch: pip install 'gradcli[torch]'")
+    import numpy as np
+
+    from . import ExportError, ExportMismatch, from_module
+
+    if not input_shapes and not input_files:
+        _fail("give the inputs: --input-shape N,C,H,W or --input FILE.npy")
+    if loss == "cross_entropy" and target is None:
+        _fail("--loss cross_entropy needs --target FILE.npy (integer class labels)")
+    if target is not None and loss != "cross_entropy":
+        _fail("--target is only used with --loss cross_entropy")
+    try:
+        build = load_builder(model)
+    except ValueError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+        _fail(f"{model}: importing it raised {type(exc).__name__}: {exc}")
+    try:
+        module = build()
+    except Exception as exc:  # noqa: BLE001 - the user's builder failed
+        _fail(f"{model}: calling it raised {type(exc).__name__}: {exc}")
+    if not isinstance(module, torch.nn.Module):
+        _fail(f"{model} returned {type(module).__name__}, not a torch.nn.Module")
+
+    def read(path, what):
+        try:
+            return np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            _fail(f"{path}: cannot read {what} as a .npy array: {exc}")
+
+    inputs = [torch.as_tensor(read(p, "an input")) for p in input_files]
+    gen = torch.Generator().manual_seed(seed)
+    inputs += [torch.randn(s, generator=gen) for s in input_shapes]
+    target_arr = read(target, "the target") if target is not None else None
+    try:
+        graph = from_module(module, tuple(inputs), loss=loss, target=target_arr, dtype=dtype,
+                            train=train, seed=seed, name=name)
+    except ExportMismatch as exc:
+        _fail(f"bug in gradcli export: {exc}", EXIT_INTERNAL)
+    except ExportError as exc:
+        _fail(str(exc))
+    try:
+        path = graph.write(out_dir)
+    except OSError as exc:
+        _fail(f"{out_dir}: cannot write: {exc.strerror or exc}")
+    doc = graph.document
+    click.echo(f"wrote {path} ({len(doc['ops'])} ops, {len(doc['tensors'])} tensors, "
+               f"{len(doc['expect']['order'])} backward nodes) and its weights.npz")

@@ -1,0 +1,582 @@
+"""Trace a PyTorch module into a graph file of ATen ops (spec: "ATen ops").
+
+The steps, in order:
+
+1. ``make_fx`` traces ``loss(functional_call(module, params, buffers, inputs))``
+   with the parameters requiring grad. The trace records ATen ops below the
+   autograd layer, so each traced op is one op autograd records a node for:
+   replaying the trace records PyTorch's own backward graph for the module.
+2. One pass over the traced nodes (``_Converter``) re-runs them on the real
+   tensors (same seed, so random masks such as dropout's are the trace's),
+   marks which values derive from a parameter, a model input or the loss
+   target ("dynamic"), folds every other op into a constant tensor captured
+   when a dynamic op reads it, turns in-place ops into their out-of-place
+   overloads and drops what no kept op reads (``detach``, ``empty``,
+   ``num_batches_tracked`` updates).
+3. The real module (a copy) runs forward and backward once more with the same
+   seed: its parameter gradients and the order PyTorch ran its backward nodes
+   (a pre-hook on every node) become the ``expect`` section.
+4. The written graph is replayed in PyTorch (``gradcli.compare_torch``): its
+   gradients and node order must equal the module's, or the export fails
+   (Note [Exported order]).
+
+Names in the file: leaves keep the module's parameter and buffer names
+(``fc1.weight``; one the format does not allow, such as an ``nn.Sequential``'s
+``0.weight``, gets the prefix ``m.``), the inputs are ``input`` (``input0``,
+``input1``, ... for several), the loss target ``target``, folded constants
+``const.NODE``; every op's ``id`` and output names are the traced node names
+(``addmm``, ``getitem_3``; ``NODE.i`` for a result no traced node reads).
+
+Note [Projection loss]: without a loss the exported scalar is
+``sum_i sum(out_i * R_i)`` over the module's floating outputs, where ``R_i`` is
+a standard-normal array of ``out_i``'s shape and dtype drawn from
+``numpy.random.default_rng(seed + i)``. A random projection (rather than
+``sum(out)``) gives every output element a different upstream gradient, so a
+wrong index or transpose in any backward formula shows up in the gradients.
+The ``R_i`` are leaf tensors ``loss.projection.i`` in ``weights.npz``.
+
+Note [Folding]: a folded op's value is captured when a kept op reads it,
+not when it is computed: a constant updated in place later (a mask filled by
+``masked_fill_``) is written as the value the reading op saw. A constant read
+with two different values (updated between two reads) becomes two tensors,
+``const.NAME`` and ``const.NAME.v2``.
+
+Note [Exported order]: ``expect.order`` is the order PyTorch runs the nodes of
+the written graph. It equals the module's own order except where the spec
+says an in-place op is written out of place and PyTorch names the two
+differently (``transpose_`` records ``TransposeBackward1``, ``transpose.int``
+``TransposeBackward0``); and where eager ``reshape`` records ``_reshape_alias``
+(``ReshapeAliasBackward0``) while the trace records ``view``
+(``ViewBackward0``: ``reshape`` takes the ``view`` path for tensors under a
+Python dispatch mode). The export checks that the two orders differ only
+there (same position, same op) and that the gradients agree.
+"""
+from __future__ import annotations
+
+import copy
+import operator
+import os
+import re
+
+import numpy as np
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
+
+from . import ExportError, ExportMismatch
+from . import schema as S
+from .graphfile import ExportedGraph
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+# Ops whose result depends on their inputs' shapes and dtypes only, never their values.
+METADATA_ONLY = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+                 "randint_like", "new_empty", "new_zeros", "new_ones", "new_full",
+                 "new_empty_strided", "empty_strided"}
+# Ops that update an input in place and keep doing so in the graph file (spec).
+KEEPS_MUTATION = {"native_batch_norm"}
+DETACH = {"detach"}
+# (node in the replay, node in the module's own run) for the same op: see Note [Exported order].
+EAGER_RENAMES = {("ViewBackward0", "ReshapeAliasBackward0")}
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, train=True,
+                seed=0, name=None) -> ExportedGraph:
+    """Trace ``module`` on ``example_inputs``; see the module docstring.
+
+    ``loss``: None or ``"projection"`` (Note [Projection loss]), ``"cross_entropy"``
+    (needs ``target``, integer class labels), or a callable ``loss(output)`` /
+    ``loss(output, target)`` made of torch operations. ``dtype``: cast the
+    module and its floating inputs (``torch.float64`` or ``"float64"``).
+    ``train``: the module's mode. Raises ExportError for what it cannot express.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise ExportError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    dtype = _dtype(dtype)
+    work = copy.deepcopy(module)
+    if dtype is not None:
+        work = work.to(dtype)
+    work.train(bool(train))
+    inputs = _inputs(example_inputs, dtype)
+    target_t = None if target is None else torch.as_tensor(np.asarray(target) if not isinstance(
+        target, torch.Tensor) else target)
+    loss_fn, extras = _loss(work, inputs, loss, target_t, seed)
+    reference = copy.deepcopy(work)             # runs the real backward (step 3)
+
+    params = dict(work.named_parameters())
+    buffers0 = {k: b.detach().clone() for k, b in work.named_buffers()}
+    names = _leaf_names(params, buffers0, inputs, extras)
+
+    def traced(params, buffers, inputs, extras):
+        out = torch.func.functional_call(work, (params, buffers), inputs)
+        return loss_fn(out, extras)
+
+    torch.manual_seed(seed)
+    gm = _call_module(lambda: make_fx(traced, record_stack_traces=True)(
+        params, {k: v.clone() for k, v in buffers0.items()}, inputs, extras))
+
+    leaf_values = pytree.tree_leaves((params, buffers0, inputs, extras))
+    kinds = _leaf_kinds(params, buffers0, inputs, extras)
+    conv = _Converter(gm, names, leaf_values, kinds, seed)
+    doc_ops, tensors, arrays, root = conv.run()
+
+    torch.manual_seed(seed)
+    grads, order = _call_module(lambda: _reference_backward(reference, inputs, extras, loss_fn),
+                                 "running the backward of")
+    grad_names = {f"param:{k}": v for k, v in grads.items()}
+    expect_grads = {}
+    for leaf, kind_name in zip(names, kinds):
+        if kind_name in grad_names and leaf in tensors:
+            expect_grads[leaf] = grad_names[kind_name].detach().cpu().numpy()
+    graph = ExportedGraph.build(
+        name=name or type(module).__name__, tensors=tensors, arrays=arrays, ops=doc_ops,
+        root=root, grads=expect_grads, order=order,
+        floating=str(_float_dtype(inputs, params)).removeprefix("torch."))
+    _check_replay(graph, expect_grads, order)
+    graph.header = _header(module, inputs, params, train, loss, target_t is not None, seed)
+    return graph
+
+
+def _header(module, inputs, params, train, loss, has_target, seed):
+    floating = str(_float_dtype(inputs, params)).removeprefix("torch.")
+    shapes = ", ".join("x".join(map(str, x.shape)) or "scalar" for x in inputs)
+    if callable(loss):
+        loss_text = f"loss: {getattr(loss, '__name__', 'a callable')}(output"
+        loss_text += ", target)" if has_target else ")"
+    elif loss == "cross_entropy":
+        loss_text = "loss: cross_entropy(output, target)"
+    else:
+        loss_text = ("loss: sum_i sum(out_i * R_i), R_i = loss.projection.i: standard normal from "
+                     f"numpy.random.default_rng({seed} + i)")
+    return (f"Exported from {type(module).__name__} by gradcli export (torch "
+            f"{torch.__version__}): {'train' if train else 'eval'} mode, {floating}, "
+            f"inputs {shapes}, seed {seed}.\n{loss_text}.\n"
+            "expect: PyTorch's gradients (weights.npz, keys grad:NAME) and the order PyTorch "
+            "ran the backward nodes.")
+
+
+def _call_module(run, what="tracing"):
+    """``run()``, with the module's own exceptions as a one-line ExportError."""
+    try:
+        return run()
+    except ExportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the module's own failure, reported in one line
+        text = str(exc).strip()
+        raise ExportError(f"{what} the module failed: {type(exc).__name__}: "
+                          f"{text.splitlines()[0] if text else ''}") from None
+
+
+# -- inputs, loss, names ---------------------------------------------------------------------
+def _dtype(dtype):
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ExportError(f"dtype must be a floating dtype such as float64, not {dtype!r}")
+    return value
+
+
+def _inputs(example_inputs, dtype):
+    if isinstance(example_inputs, (torch.Tensor, np.ndarray)):
+        example_inputs = (example_inputs,)
+    out = []
+    for x in example_inputs:
+        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+        t = t.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        out.append(t)
+    return tuple(out)
+
+
+def _float_dtype(inputs, params):
+    for t in list(params.values()) + list(inputs):
+        if t.is_floating_point():
+            return t.dtype
+    return torch.get_default_dtype()
+
+
+def _loss(work, inputs, loss, target, seed):
+    """(loss_fn(out, extras), extras): extras are the loss's own leaf tensors."""
+    if callable(loss):
+        if target is None:
+            return (lambda out, extras: loss(out)), {}
+        return (lambda out, extras: loss(out, extras["target"])), {"target": target}
+    if loss == "cross_entropy":
+        if target is None:
+            raise ExportError("--loss cross_entropy needs a target (class labels)")
+        if target.is_floating_point():
+            raise ExportError("the cross_entropy target must hold integer class labels")
+
+        def ce(out, extras):
+            if not isinstance(out, torch.Tensor):
+                raise ExportError("cross_entropy needs a module that returns one tensor")
+            return torch.nn.functional.cross_entropy(out, extras["target"])
+
+        return ce, {"target": target.to(torch.int64)}
+    if loss not in (None, "projection"):
+        raise ExportError(f"unknown loss {loss!r} (expected projection or cross_entropy)")
+    with torch.no_grad():                       # only the output shapes are needed here
+        probe = _call_module(lambda: copy.deepcopy(work)(*(x.clone() for x in inputs)),
+                             "running")
+    outs = [o for o in pytree.tree_leaves(probe) if isinstance(o, torch.Tensor)]
+    rs = []
+    for i, o in enumerate(outs):
+        if o.is_floating_point():
+            r = np.random.default_rng(seed + i).standard_normal(tuple(o.shape))
+            rs.append(torch.as_tensor(r).to(o.dtype))
+        else:
+            rs.append(None)
+    if not any(r is not None for r in rs):
+        raise ExportError("the module returns no floating-point tensor to project into a loss")
+
+    def projection(out, extras):
+        total = None
+        leaves = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+        for o, r in zip(leaves, extras["projection"]):
+            if r is None:
+                continue
+            term = (o * r).sum()
+            total = term if total is None else total + term
+        return total
+
+    return projection, {"projection": rs}
+
+
+def _leaf_kinds(params, buffers, inputs, extras):
+    kinds = ([f"param:{k}" for k in params] + [f"buffer:{k}" for k in buffers] +
+             [f"input:{i}" for i in range(len(inputs))])
+    if "projection" in extras:
+        kinds += [f"projection:{i}" for i, r in enumerate(extras["projection"]) if r is not None]
+    if "target" in extras:
+        kinds.append("target")
+    return kinds
+
+
+def _leaf_names(params, buffers, inputs, extras):
+    """Graph names of the traced function's placeholders, in pytree order."""
+    used = set()
+
+    def unique(base):
+        base = base if NAME_RE.match(base) else "m." + base
+        name, i = base, 1
+        while name in used:
+            i += 1
+            name = f"{base}.{i}"
+        used.add(name)
+        return name
+
+    names = [unique(k) for k in params] + [unique(k) for k in buffers]
+    names += [unique("input" if len(inputs) == 1 else f"input{i}") for i in range(len(inputs))]
+    if "projection" in extras:
+        names += [unique(f"loss.projection.{i}") for i, r in enumerate(extras["projection"])
+                  if r is not None]
+    if "target" in extras:
+        names.append(unique("target"))
+    return names
+
+
+# -- step 2: the traced nodes to graph ops ----------------------------------------------------
+def _source_line(node) -> str:
+    """``file:line (code)`` of the module source that produced ``node``."""
+    trace = node.meta.get("stack_trace") if node is not None else None
+    if not trace:
+        return "at an unknown line of the module (no stack trace recorded)"
+    frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace)
+    if not frames:
+        return "at an unknown line of the module"
+    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+    path, line, code = (user or frames)[-1]
+    return f"at {path}:{line} ({code.strip()})"
+
+
+def _is_random(node) -> bool:
+    """A random op (dropout's ``dropout_p: 0.0`` in attention kernels draws nothing)."""
+    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+        return False
+    bound = dict((a.name, v) for a, v in S.bind(node.target._schema, node.args, node.kwargs))
+    return not ("dropout_p" in bound and bound["dropout_p"] in (0, 0.0, S.MISSING))
+
+
+def _fail(node, message):
+    raise ExportError(f"cannot export {node.target if node is not None else 'the module'}: "
+                      f"{message} {_source_line(node)}")
+
+
+class _Converter:
+    def __init__(self, gm, leaf_names, leaf_values, leaf_kinds, seed):
+        self.gm = gm
+        self.nodes = list(gm.graph.nodes)
+        self.leaf_names = leaf_names
+        self.leaf_values = leaf_values
+        # Buffers and the projection count as constants (spec); they stay leaf tensors.
+        self.leaf_dynamic = [not k.startswith(("buffer:", "projection:")) for k in leaf_kinds]
+        self.seed = seed
+        self.index = {n: i for i, n in enumerate(self.nodes)}
+        self.const_at = {}          # (constant node, reading op) -> constant tensor's name
+        self.consts_used = set()    # constant tensors that written ops read
+
+    def run(self):
+        torch.manual_seed(self.seed)
+        env, dynamic, requires = {}, set(), set()
+        names = {}                  # node -> graph name (leaves and single-result ops)
+        tensors, arrays = {}, {}
+        const_names = {}            # node -> [(name, captured value)]
+        leaf_iter = iter(zip(self.leaf_names, self.leaf_values, self.leaf_dynamic))
+        pending = []                # (node, value) of kept (dynamic) ops, in traced order
+        root = None
+        with torch.no_grad():
+            for node in self.nodes:
+                if node.op == "placeholder":
+                    leaf, value, is_dynamic = next(leaf_iter)
+                    # a copy: ops such as native_batch_norm update their inputs in place, and
+                    # the file must hold the values before the forward
+                    env[node] = value.detach().clone()
+                    names[node] = leaf
+                    if is_dynamic:
+                        dynamic.add(node)
+                    if value.requires_grad:
+                        requires.add(node)
+                    continue
+                if node.op == "get_attr":
+                    env[node] = getattr(self.gm, node.target)
+                    continue
+                if node.op == "output":
+                    root = pytree.tree_leaves(node.args)[0]
+                    continue
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                env[node] = node.target(*args, **kwargs)
+                inputs = node.all_input_nodes
+                if node.target is operator.getitem:
+                    if inputs[0] in dynamic:
+                        dynamic.add(node)
+                    if inputs[0] in requires:
+                        requires.add(node)
+                    continue
+                if not isinstance(node.target, torch._ops.OpOverload):
+                    if any(i in dynamic for i in inputs):
+                        _fail(node, "it is not an ATen operator")
+                    continue
+                base = node.target._schema.name.split("::", 1)[1]
+                if base in METADATA_ONLY or not any(i in dynamic for i in inputs):
+                    continue                        # folded (or dropped when nothing reads it)
+                dynamic.add(node)
+                if any(i in requires for i in inputs):
+                    requires.add(node)
+                if _is_random(node):
+                    _fail(node, "a random op on data the loss depends on has no fixed result")
+                if S.mutated_arguments(node.target._schema) and base not in KEEPS_MUTATION:
+                    self._check_no_alias_reader(node)
+                for i in inputs:                    # capture constants as this op reads them
+                    if i not in dynamic and i.op != "placeholder":
+                        self.const_at[(i, node)] = self._capture(i, env[i], const_names,
+                                                                 tensors, arrays)
+                pending.append((node, env[node]))
+        if root is None or root not in dynamic:
+            raise ExportError("the loss does not depend on any parameter, input or target")
+        needed = self._needed(root, dynamic)
+        ops = []
+        leaves_used = set()
+        for node, value in pending:
+            if node not in needed:
+                continue
+            ops.append(self._op(node, value, names, const_names, dynamic, requires, leaves_used))
+        for node in self.nodes:
+            if node.op == "placeholder" and node in leaves_used:
+                leaf = names[node]
+                value = self.leaf_values[self.leaf_names.index(leaf)]
+                tensors[leaf] = {"requires_grad": bool(value.requires_grad)}
+                arrays[leaf] = np.ascontiguousarray(value.detach().cpu().numpy())
+        captured = {name for seen in const_names.values() for name, _ in seen}
+        for name in captured - self.consts_used:
+            del tensors[name], arrays[name]         # read only by ops the loss does not need
+        ordered = {}
+        for node in self.nodes:                 # tensors section: leaves first, then constants
+            if node.op == "placeholder" and names[node] in tensors:
+                ordered[names[node]] = tensors[names[node]]
+        for k, v in tensors.items():
+            ordered.setdefault(k, v)
+        return ops, ordered, arrays, self._name_of(root, names)
+
+    def _capture(self, node, value, const_names, tensors, arrays):
+        """The name of a constant tensor holding ``value`` as it is now (Note [Folding])."""
+        if not isinstance(value, torch.Tensor):
+            return None
+        seen = const_names.setdefault(node, [])
+        for name, captured in seen:
+            if captured.shape == value.shape and captured.dtype == value.dtype and \
+                    torch.equal(captured, value):
+                return name
+        name = f"const.{node.name}" if not seen else f"const.{node.name}.v{len(seen) + 1}"
+        captured = value.detach().clone()
+        seen.append((name, captured))
+        tensors[name] = {}
+        arrays[name] = np.ascontiguousarray(captured.cpu().numpy())
+        return name
+
+    def _needed(self, root, dynamic):
+        needed, stack = set(), [root]
+        while stack:
+            node = stack.pop()
+            if node in needed or node not in dynamic:
+                continue
+            needed.add(node)
+            for i in node.all_input_nodes:
+                if i.target is operator.getitem and i.op == "call_function":
+                    needed.add(i)
+                    stack.append(i.all_input_nodes[0])
+                else:
+                    stack.append(i)
+        return needed
+
+    def _name_of(self, node, names, reader=None):
+        if (node, reader) in self.const_at:
+            self.consts_used.add(self.const_at[(node, reader)])
+            return self.const_at[(node, reader)]
+        if node in names:
+            return names[node]
+        return node.name                # a getitem: named by its op's ``outputs``
+
+    def _op(self, node, value, names, const_names, dynamic, requires, leaves_used):
+        overload = node.target
+        schema = overload._schema
+        base = schema.name.split("::", 1)[1]
+        mutated = S.mutated_arguments(schema)
+        if base in DETACH:
+            if node in requires:
+                _fail(node, "detach on a value the gradient flows through cannot be expressed "
+                            "(it would stop the gradient)")
+            overload = torch.ops.aten.alias.default
+            schema = overload._schema
+        elif mutated and base not in KEEPS_MUTATION:
+            if mutated != [0]:
+                _fail(node, "it updates an argument other than its first in place")
+            functional = S.out_of_place(overload)
+            if functional is None:
+                _fail(node, "in-place op without an out-of-place overload")
+            overload, schema = functional, functional._schema
+        entry = {"op": S.op_name(overload)}
+        inputs, args = [], {}
+        for arg, val in S.bind(schema, node.args, node.kwargs):
+            kind = S.tensor_kind(arg)
+            if kind is not None:
+                inputs.append(self._input(val, names, const_names, leaves_used, node))
+            elif val is not S.MISSING and not S.is_default(arg, val):
+                if isinstance(val, torch.fx.Node):
+                    _fail(node, f"argument {arg.name} is computed from the data")
+                try:
+                    args[arg.name] = S.write_value(val)
+                except TypeError as exc:
+                    _fail(node, f"cannot write {exc} for argument {arg.name}")
+        entry["inputs"] = inputs
+        if isinstance(value, (tuple, list)):
+            outs = [f"{node.name}.{i}" for i in range(len(value))]
+            for user in node.users:
+                if user.target is operator.getitem:
+                    outs[user.args[1]] = user.name
+            for i, v in enumerate(value):
+                if not isinstance(v, torch.Tensor):
+                    _fail(node, "it returns a non-tensor value")
+            entry["outputs"] = outs
+        elif isinstance(value, torch.Tensor):
+            entry["output"] = node.name
+        else:
+            _fail(node, f"it returns a {type(value).__name__}, not a tensor, from data the loss "
+                        "depends on")
+        if args:
+            entry["args"] = args
+        entry["id"] = node.name
+        names[node] = entry.get("output", node.name)
+        return entry
+
+    def _input(self, val, names, const_names, leaves_used, node):
+        if val is None or val is S.MISSING:
+            return None
+        if isinstance(val, (list, tuple)):
+            return [self._input(v, names, const_names, leaves_used, node) for v in val]
+        if isinstance(val, torch.fx.Node):
+            if val.op == "placeholder":
+                leaves_used.add(val)
+            if (val, node) in self.const_at and self.const_at[(val, node)] is None:
+                _fail(node, f"its input {val.name} is not a tensor")
+            return self._name_of(val, names, node)
+        if isinstance(val, (bool, int, float)):
+            return val
+        _fail(node, f"cannot write a {type(val).__name__} as a tensor input")
+
+    def _check_no_alias_reader(self, node):
+        """Refuse an in-place update whose tensor is read again under another name."""
+        target = node.args[0]
+        group = self._alias_group(target)
+        after = self.index[node]
+        for member in group:
+            for user in member.users:
+                if user is node or self.index[user] <= after:
+                    continue
+                _fail(node, f"it updates {target.name} in place while {user.name} reads it "
+                            "(or a view of it) afterwards: aliasing mutation cannot be expressed")
+
+    def _alias_group(self, node):
+        """``node`` and every view chain it belongs to (its bases and views)."""
+        def base_of(n):
+            while isinstance(getattr(n, "target", None), torch._ops.OpOverload) and \
+                    S.is_view(n.target._schema) and n.args and isinstance(n.args[0], torch.fx.Node):
+                n = n.args[0]
+            return n
+
+        root = base_of(node)
+        group, stack = set(), [root]
+        while stack:
+            n = stack.pop()
+            if n in group:
+                continue
+            group.add(n)
+            for u in n.users:
+                if isinstance(u.target, torch._ops.OpOverload) and S.is_view(u.target._schema):
+                    stack.append(u)
+        return group
+
+
+# -- step 3: the module's own backward --------------------------------------------------------
+def _reference_backward(module, inputs, extras, loss_fn):
+    from ..compare_torch import node_order
+
+    out = module(*inputs)
+    loss = loss_fn(out, extras)
+    order = node_order([loss], loss.backward)
+    grads = {k: p.grad for k, p in module.named_parameters() if p.grad is not None}
+    return grads, order
+
+
+# -- step 4: the file replays as the module ---------------------------------------------------
+def _check_replay(graph, grads, order):
+    from .. import compare_torch
+
+    result = compare_torch.replay(graph.document, arrays=graph.file_arrays())
+    if len(result.order) != len(order) or any(
+            not _same_node(a, b) for a, b in zip(result.order, order)):
+        raise ExportMismatch("the exported graph's backward order differs from the "
+                          f"module's ({_first_difference(result.order, order)})")
+    rtol, atol = graph.document["expect"]["rtol"], graph.document["expect"]["atol"]
+    for name, expected in grads.items():
+        got = result.grads.get(name)
+        if got is None or got.shape != expected.shape or not np.allclose(
+                got, expected, rtol=rtol, atol=atol):
+            raise ExportMismatch(f"the exported graph's gradient for {name} differs from the "
+                                 "module's")
+    graph.document["expect"]["order"] = list(result.order)
+
+
+def _same_node(replayed, module):
+    """Whether two node names are the same node up to Note [Exported order]'s renames."""
+    return (replayed == module or replayed.split("Backward")[0] == module.split("Backward")[0]
+            or (replayed, module) in EAGER_RENAMES)
+
+
+def _first_difference(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"node {i}: {x} vs {y}"
+    return f"{len(a)} vs {len(b)} nodes"

@@ -24,7 +24,7 @@ from gradcli import compare_torch  # noqa: E402
 from gradcli.document import read_document  # noqa: E402
 from gradcli.export import ExportError, from_module  # noqa: E402
 from gradcli.export import schema as S  # noqa: E402
-from gradcli.export.command import export_command  # noqa: E402
+from gradcli.cli import main as gradcli_main  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "graphs", "models")
@@ -408,7 +408,7 @@ def test_command_writes_a_graph_that_replays(tmp_path):
             return torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.GELU(), torch.nn.Linear(5, 2))
         """)
     out = tmp_path / "out"
-    res = CliRunner().invoke(export_command, [f"{path}:build_model", "--input-shape", "4,3",
+    res = CliRunner().invoke(gradcli_main, ["export", f"{path}:build_model", "--input-shape", "4,3",
                                               "--dtype", "float64", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "wrote" in res.output
@@ -430,7 +430,7 @@ def test_command_cross_entropy_with_target_file(tmp_path):
         """)
     np.save(tmp_path / "t.npy", np.array([1, 3]))
     out = tmp_path / "out"
-    res = CliRunner().invoke(export_command, [f"{path}:build_model", "--input-shape", "2,3",
+    res = CliRunner().invoke(gradcli_main, ["export", f"{path}:build_model", "--input-shape", "2,3",
                                               "--loss", "cross_entropy", "--target",
                                               str(tmp_path / "t.npy"), "-o", str(out)])
     assert res.exit_code == 0, res.output
@@ -449,7 +449,7 @@ def test_command_cross_entropy_with_target_file(tmp_path):
 def test_command_errors_exit_2_with_one_line(tmp_path, args, text):
     path, _ = _module_file(tmp_path, RANDOM_OP)
     args = [a.format(path=path) for a in args] + ["-o", str(tmp_path / "out")]
-    res = CliRunner().invoke(export_command, args)
+    res = CliRunner().invoke(gradcli_main, ["export", *args])
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("gradcli: error: ") and text in lines[0], \
@@ -516,14 +516,14 @@ def test_replay_refuses_what_pytorch_cannot_run():
 def test_gradcli_and_its_help_do_not_import_torch():
     code = textwrap.dedent("""\
         import sys
-        import gradcli, gradcli.export, gradcli.export.command, gradcli.compare_torch
+        import gradcli, gradcli.export, gradcli.cli.cmd_export, gradcli.compare_torch
         from gradcli.cli import main
         try:
             main(["--help"])
         except SystemExit:
             pass
         try:
-            gradcli.export.command.export_command(["--help"])
+            main(["export", "--help"])
         except SystemExit:
             pass
         print("TORCH" if "torch" in sys.modules else "NO-TORCH")
@@ -551,6 +551,6 @@ def test_a_graph_that_does_not_replay_as_the_module_is_an_exporter_bug(tmp_path,
         from_module(torch.nn.Linear(3, 2), (torch.randn(2, 3),))
     path, _ = _module_file(tmp_path, "import torch\n\ndef build_model():\n"
                                      "    return torch.nn.Linear(3, 2)\n")
-    res = CliRunner().invoke(export_command, [f"{path}:build_model", "--input-shape", "2,3",
+    res = CliRunner().invoke(gradcli_main, ["export", f"{path}:build_model", "--input-shape", "2,3",
                                               "-o", str(tmp_path / "out")])
     assert res.exit_code == 3 and "bug in gradcli export" in res.output, res.output

@@ -134,13 +134,14 @@ def main(debug):
 
 
 def _register():
-    from . import cmd_ops, cmd_order, cmd_run, cmd_stress, cmd_validate
+    from . import cmd_export, cmd_ops, cmd_order, cmd_run, cmd_stress, cmd_validate
 
     main.add_command(cmd_run.run)
     main.add_command(cmd_order.order)
     main.add_command(cmd_validate.validate)
     main.add_command(cmd_stress.stress)
     main.add_command(cmd_ops.ops)
+    main.add_command(cmd_export.export)
 
 
 _register()

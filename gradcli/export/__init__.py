@@ -10,6 +10,10 @@ from __future__ import annotations
 __all__ = ["from_module", "ExportError", "ExportMismatch", "ExportedGraph", "GRAPH_FILE",
            "WEIGHTS_FILE"]
 
+# The losses an export can end in (Note [Projection loss] in exporter.py).
+PROJECTION, CROSS_ENTROPY = "projection", "cross_entropy"
+LOSSES = (PROJECTION, CROSS_ENTROPY)
+
 GRAPH_FILE = "graph.yaml"
 WEIGHTS_FILE = "weights.npz"
 

@@ -63,7 +63,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from . import ExportError, ExportMismatch
+from . import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from .graphfile import ExportedGraph
 
@@ -143,7 +143,7 @@ def _header(module, inputs, params, train, loss, has_target, seed):
     if callable(loss):
         loss_text = f"loss: {getattr(loss, '__name__', 'a callable')}(output"
         loss_text += ", target)" if has_target else ")"
-    elif loss == "cross_entropy":
+    elif loss == CROSS_ENTROPY:
         loss_text = "loss: cross_entropy(output, target)"
     else:
         loss_text = ("loss: sum_i sum(out_i * R_i), R_i = loss.projection.i: standard normal from "
@@ -203,7 +203,7 @@ def _loss(work, inputs, loss, target, seed):
         if target is None:
             return (lambda out, extras: loss(out)), {}
         return (lambda out, extras: loss(out, extras["target"])), {"target": target}
-    if loss == "cross_entropy":
+    if loss == CROSS_ENTROPY:
         if target is None:
             raise ExportError("--loss cross_entropy needs a target (class labels)")
         if target.is_floating_point():

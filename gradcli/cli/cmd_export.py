@@ -8,16 +8,11 @@ the exporter cannot use), 3 the written graph does not replay as the module
 """
 from __future__ import annotations
 
-import sys
-
 import click
 
-EXIT_INVALID, EXIT_INTERNAL = 2, 3
-
-
-def _fail(message, code=EXIT_INVALID):
-    click.echo(f"gradcli: error: {message}", err=True)
-    sys.exit(code)
+from . import core
+from ..export import CROSS_ENTROPY, LOSSES
+from .core import EXIT_INTERNAL, fail as _fail
 
 
 def _shape(ctx, param, values):
@@ -33,35 +28,6 @@ def _shape(ctx, param, values):
     return shapes
 
 
-def load_builder(spec):
-    """The callable named by ``path/to/module.py:NAME`` or ``package.module:NAME``."""
-    import importlib
-    import importlib.util
-    import os
-
-    if ":" not in spec:
-        raise ValueError(f"{spec!r}: expected MODULE.py:FUNCTION, e.g. model.py:build_model")
-    where, _, attr = spec.rpartition(":")
-    if where.endswith(".py") or os.sep in where:
-        if not os.path.isfile(where):
-            raise ValueError(f"{where}: no such file")
-        folder = os.path.dirname(os.path.abspath(where))
-        name = "_gradcli_export_" + os.path.splitext(os.path.basename(where))[0]
-        module_spec = importlib.util.spec_from_file_location(name, where)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.path.insert(0, folder)
-        try:
-            module_spec.loader.exec_module(module)
-        finally:
-            sys.path.remove(folder)
-    else:
-        module = importlib.import_module(where)
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise ValueError(f"{where} has no attribute {attr!r}")
-    return fn
-
-
 @click.command("export")
 @click.argument("model", metavar="MODULE.py:FUNCTION")
 @click.option("--input-shape", "input_shapes", multiple=True, callback=_shape, metavar="N,C,H,W",
@@ -73,7 +39,7 @@ def load_builder(spec):
               help="Cast the module and its floating inputs (default: as built).")
 @click.option("--train/--eval", "train", default=True, show_default=True,
               help="The module's mode (batch norm statistics, dropout).")
-@click.option("--loss", type=click.Choice(["projection", "cross_entropy"]), default="projection",
+@click.option("--loss", type=click.Choice(LOSSES), default="projection",
               show_default=True, help="projection: sum(out * R) with R a seeded standard-normal "
               "array per output; cross_entropy: against --target.")
 @click.option("--target", type=click.Path(dir_okay=False), metavar="FILE.npy",
@@ -83,7 +49,7 @@ def load_builder(spec):
 @click.option("--name", default=None, help="The graph's name (default: the module's class).")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder to write graph.yaml and weights.npz into.")
-def export_command(model, input_shapes, input_files, dtype, train, loss, target, seed, name,
+def export(model, input_shapes, input_files, dtype, train, loss, target, seed, name,
                    out_dir):
     """Trace a PyTorch module into a graph file of ATen ops, with PyTorch's gradients and
     node order as its `expect` section (needs the torch extra: pip install 'gradcli[torch]').
@@ -99,13 +65,14 @@ def export_command(model, input_shapes, input_files, dtype, train, loss, target,
         _fail("gradcli export needs PyTorch: pip install 'gradcli[torch]'")
     import numpy as np
 
-    from . import ExportError, ExportMismatch, from_module
+    from ..export import ExportError, ExportMismatch, from_module
+    from ..export.builder import load_builder
 
     if not input_shapes and not input_files:
         _fail("give the inputs: --input-shape N,C,H,W or --input FILE.npy")
-    if loss == "cross_entropy" and target is None:
+    if loss == CROSS_ENTROPY and target is None:
         _fail("--loss cross_entropy needs --target FILE.npy (integer class labels)")
-    if target is not None and loss != "cross_entropy":
+    if target is not None and loss != CROSS_ENTROPY:
         _fail("--target is only used with --loss cross_entropy")
     try:
         build = load_builder(model)
@@ -142,5 +109,5 @@ def export_command(model, input_shapes, input_files, dtype, train, loss, target,
     except OSError as exc:
         _fail(f"{out_dir}: cannot write: {exc.strerror or exc}")
     doc = graph.document
-    click.echo(f"wrote {path} ({len(doc['ops'])} ops, {len(doc['tensors'])} tensors, "
+    core.echo(f"wrote {path} ({len(doc['ops'])} ops, {len(doc['tensors'])} tensors, "
                f"{len(doc['expect']['order'])} backward nodes) and its weights.npz")

@@ -2,6 +2,7 @@
 from ..autograd.tensor import Tensor
 from . import library as _library
 from . import reentrant as _reentrant  # noqa: F401 - registers reenter
+from . import aten as _aten  # noqa: F401 - registers the aten.* ops
 from .core import OPS, Arg, Op, OpBackward, defvjp, primitive
 from .library import *  # noqa: F401,F403 - the ops as functions: add, mul, matmul, ...
 from .library import BackwardFailure

@@ -348,3 +348,108 @@ def test_embedding_padding_row_gets_no_gradient():
     np.testing.assert_array_equal(g[1], 0)
     np.testing.assert_array_equal(g[[2, 5]], 1)
     np.testing.assert_array_equal(g[[0, 3, 4]], 0)
+
+
+# -- the adapter: promotion, calling conventions, outputs ------------------------------
+@needs_torch
+@pytest.mark.parametrize("a, b", [
+    (np.arange(3), 0.5),                                    # int tensor * float: default float32
+    (np.ones(3, np.float32), np.array(2.0)),                # float32 * float64 zero-dim: float32
+    (np.arange(3), np.array(2.0)),                          # int * float64 zero-dim: float64
+    (np.ones(3, np.float32), np.ones(3)),                   # float32 * float64: float64
+    (np.ones((), np.float32), 3),                           # zero-dim float32 * int: float32
+    (np.arange(3, dtype=np.int32), 2),                      # int32 * int: int32
+    (np.ones(3, bool), 1.5),                                # bool * float: float32
+], ids=["int*float", "f32*f64-0d", "int*f64-0d", "f32*f64", "f32-0d*int", "i32*int", "bool*float"])
+def test_type_promotion_matches_torch(a, b):
+    for name in ("aten.mul.Tensor", "aten.add.Tensor", "aten.div.Tensor", "aten.sub.Tensor"):
+        if name == "aten.sub.Tensor" and a.dtype == bool:
+            continue          # torch refuses bool subtraction
+        ours = OPS[name](Tensor(a), b)
+        theirs = _torch_op(name)(torch.tensor(a), torch.tensor(b) if isinstance(b, np.ndarray) else b)
+        assert ours.dtype == np.dtype(str(theirs.dtype).removeprefix("torch.")), name
+        np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-6)
+
+
+@needs_torch
+def test_unused_split_outputs_count_as_zeros_like_torch():
+    x = R(7, 2)
+    t = Tensor(x.copy(), requires_grad=True)
+    outs = OPS["aten.split.Tensor"](t, split_size=3)
+    (g,) = grad([outs[1]], [t], grad_outputs=[np.ones((3, 2))])
+    tx = torch.tensor(x, requires_grad=True)
+    (tg,) = torch.autograd.grad([torch.ops.aten.split.Tensor(tx, 3)[1]], [tx], [torch.ones(3, 2, dtype=torch.float64)])
+    np.testing.assert_array_equal(g, tg.numpy())
+    np.testing.assert_array_equal(g[:3], 0)
+
+
+def test_non_differentiable_outputs_have_no_grad_fn():
+    out, total = OPS["aten.nll_loss_forward.default"](Tensor(R(4, 5), requires_grad=True), I(1, 0, 4, 1),
+                                                      None, reduction=1, ignore_index=-100)
+    assert out.grad_fn.name == "NllLossBackward0"
+    assert total.grad_fn is None and not total.requires_grad
+    np.testing.assert_array_equal(total.data, 4.0)
+
+
+def test_non_differentiable_inputs_get_no_edge_even_when_they_require_grad():
+    # nll_loss's weight is not differentiable in PyTorch: no edge, so no AccumulateGrad runs for it
+    x, w = Tensor(R(4, 5), requires_grad=True), Tensor(R(5, low=0.5, high=2), requires_grad=True)
+    out, _ = OPS["aten.nll_loss_forward.default"](x, I(1, 0, 4, 1), w, reduction=1, ignore_index=-100)
+    assert len(out.grad_fn.next_edges) == 1 and out.grad_fn.next_edges[0][0] is x.grad_accumulator
+    only_w = OPS["aten.nll_loss_forward.default"](Tensor(R(4, 5)), I(1, 0, 4, 1), w, reduction=1,
+                                                  ignore_index=-100)[0]
+    assert only_w.grad_fn is None and not only_w.requires_grad
+
+
+def test_tensor_list_inputs_become_one_edge_each_in_order():
+    ts = [Tensor(R(2, 3, seed=k), requires_grad=k != 1) for k in range(3)]
+    out = OPS["aten.cat.default"](ts, dim=0)
+    edges = out.grad_fn.next_edges
+    assert [e if e is None else e[0] for e in edges] == [ts[0].grad_accumulator, None, ts[2].grad_accumulator]
+    g0, g2 = grad(out, [ts[0], ts[2]], grad_outputs=[np.arange(18.0).reshape(6, 3)])
+    np.testing.assert_array_equal(g0, np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(g2, np.arange(12.0, 18.0).reshape(2, 3))
+
+
+def test_raw_arrays_compute_without_recording():
+    out = OPS["aten.addmm.default"](np.ones(2), np.eye(2), np.full((2, 2), 3.0))
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, np.full((2, 2), 4.0))
+    # fn takes the inputs either as the schema lays them out or flattened
+    op = OPS["aten.cat.default"]
+    np.testing.assert_array_equal(op.fn([np.ones(1), np.zeros(2)]), op.fn(np.ones(1), np.zeros(2)))
+
+
+def test_wrong_number_of_inputs_is_refused():
+    with pytest.raises(TypeError, match="aten.mm.default takes 2 tensor inputs"):
+        OPS["aten.mm.default"](Tensor(R(2, 2)))
+
+
+@pytest.mark.parametrize("op_name, arg, value, expected", [
+    ("aten.mse_loss.default", "reduction", None, 1),                       # int reduction=Mean
+    ("aten.slice.Tensor", "end", None, None),
+    ("aten.gelu.default", "approximate", None, "none"),
+    ("aten.sum.dim_IntList", "dim", 1, (1,)),                               # int[1]: one int
+    ("aten.view.default", "size", [2, -1], (2, -1)),
+    ("aten.mean.dim", "dtype", "float32", "float32"),
+])
+def test_schema_args_have_torch_defaults_and_checks(op_name, arg, value, expected):
+    spec = OPS[op_name].args[arg]
+    assert (spec.default if value is None else spec.check(value)) == expected
+
+
+@pytest.mark.parametrize("op_name, arg, value", [
+    ("aten.transpose.int", "dim0", 1.5),
+    ("aten.view.default", "size", ["a"]),
+    ("aten.gelu.default", "approximate", 3),
+    ("aten.mean.dim", "keepdim", 1),
+    ("aten.mean.dim", "dtype", "float128"),
+])
+def test_schema_arg_checks_refuse_bad_values(op_name, arg, value):
+    with pytest.raises(ValueError):
+        OPS[op_name].args[arg].check(value)
+
+
+def test_required_args_are_required():
+    assert OPS["aten.transpose.int"].args["dim0"].required
+    assert not OPS["aten.slice.Tensor"].args["dim"].required

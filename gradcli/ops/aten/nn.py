@@ -151,7 +151,8 @@ def _softmax_bwd(g, y, dim, input_dtype):
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
 defvjp(softmax, lambda g, ans, self, dim, half_to_float: _softmax_bwd(g, ans, dim, self.dtype))
 # grad_output: _softmax_backward_data(grad, output, dim, input_dtype) (it is linear in grad_output)
-# output: grad.mul(grad_output) - (grad * grad_output * output).sum(dim) ... as softmax_double_backward
+# output: softmax_double_backward(grad, grad_output, dim, output)
+#   = grad * grad_output - grad * sum(grad_output * output) - grad_output * sum(grad * output)
 defvjp(softmax_backward_data,
        lambda gg, ans, go, y, dim, input_dtype: _softmax_bwd(gg, y, dim, input_dtype),
        lambda gg, ans, go, y, dim, input_dtype: L.sub(

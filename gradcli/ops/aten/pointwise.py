@@ -102,7 +102,7 @@ def _pow_vjp(g, ans, self, exponent):
     # pow_backward(grad, self, exponent): zero for exponent 0, else grad * (exponent * self.pow(exponent - 1))
     if exponent == 0:
         return zeros(self.shape, g)
-    return L.mul(g, L.mul(pow_tensor_scalar(self, exponent - 1), exponent))
+    return L.mul(g, L.mul(pow_tensor_scalar(self, exponent=exponent - 1), exponent))
 
 
 defvjp(pow_tensor_scalar, _pow_vjp)
@@ -116,7 +116,7 @@ def rsqrt(self):
 
 
 # self: -0.5 * grad * result.pow(3).conj()
-defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, 3)))
+defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, exponent=3)))
 
 
 # -- activations ---------------------------------------------------------------------

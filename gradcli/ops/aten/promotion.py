@@ -20,6 +20,15 @@ def _category(dt):
     return {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}[dt.kind]
 
 
+def promote_types(a, b):
+    """c10's ``promoteTypes``: across categories the higher category's dtype wins
+    (int64 with float32 is float32, where NumPy says float64)."""
+    ca, cb = _category(a), _category(b)
+    if ca != cb:
+        return a if ca > cb else b
+    return np.promote_types(a, b)
+
+
 def _combine(higher, lower):
     """``combine_categories`` in c10: the higher rank wins unless the lower one
     is of a higher category."""
@@ -30,7 +39,7 @@ def _combine(higher, lower):
     if _category(higher) >= 2:
         return higher
     if higher.kind == "b" or _category(lower) >= 2:
-        return np.promote_types(higher, lower)
+        return promote_types(higher, lower)
     return higher
 
 
@@ -49,11 +58,11 @@ def result_type(*operands):
         else:
             dt, rank = np.dtype(x.dtype), (0 if len(x.shape) else 1)
         if rank == 0:
-            dim = dt if dim is None else np.promote_types(dim, dt)
+            dim = dt if dim is None else promote_types(dim, dt)
         elif rank == 1:
-            zero = dt if zero is None else np.promote_types(zero, dt)
+            zero = dt if zero is None else promote_types(zero, dt)
         else:
-            wrapped = dt if wrapped is None else np.promote_types(wrapped, dt)
+            wrapped = dt if wrapped is None else promote_types(wrapped, dt)
     return _combine(dim, _combine(zero, wrapped))
 
 

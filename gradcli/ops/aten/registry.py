@@ -78,8 +78,7 @@ class AtenOp(Op):
 
     def _is_structured(self, inputs):
         p = self._list_pos
-        return (p is None or (len(inputs) == len(self.schema.tensors)
-                              and isinstance(inputs[p], (list, tuple))))
+        return len(inputs) == len(self.schema.tensors) and (p is None or isinstance(inputs[p], (list, tuple)))
 
     def locate(self, i, n_flat):
         """The schema input (and list element, or None) of flat input ``i``."""
@@ -92,7 +91,7 @@ class AtenOp(Op):
         return i - n_list + 1, None
 
     def _forward_any(self, *inputs, **args):
-        if not self._is_structured(inputs):
+        if self._list_pos is not None and not self._is_structured(inputs):
             inputs = self.structure(inputs)
         full = self.defaults.copy()
         full.update(args)

@@ -3,7 +3,7 @@
 ``registry`` turns entries into ops registered in ``OPS``; the entries live in
 ``pointwise``, ``shape`` and ``nn``.
 """
-from . import conv_pool, nn, pointwise, shape  # noqa: F401 - registers the entries
+from . import conv_pool, nn, norm_attention, pointwise, shape  # noqa: F401 - registers the entries
 from .registry import ATEN_OPS, AtenOp
 
 __all__ = ["ATEN_OPS", "AtenOp"]

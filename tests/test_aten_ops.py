@@ -208,6 +208,25 @@ case(SDPA, [R(1, 1, 3, 4), R(1, 1, 5, 4, seed=1), R(1, 1, 5, 4, seed=2),
             np.where(np.arange(15).reshape(3, 5) < 5, -np.inf, 0.0)], wrt=[0, 1, 2], fd=False,
      id=SDPA + "-masked-row")
 
+for unary, make in [("neg", R), ("exp", R), ("log", lambda *s: R(*s, low=0.3, high=3)),
+                    ("sqrt", lambda *s: R(*s, low=0.3, high=3)), ("abs", lambda *s: R(*s, away=[0])),
+                    ("silu", R)]:
+    case(f"aten.{unary}.default", [make(3, 4)])
+case("aten.hardtanh.default", [R(3, 4, low=-2, high=2, away=[-1, 1])])
+case("aten.hardtanh.default", [R(3, 4, low=0, high=8, away=[6])], {"min_val": 0.0, "max_val": 6.0})
+case("aten.add.Scalar", [R(3, 4)], {"other": 1.5, "alpha": 2})
+case("aten.sub.Scalar", [R(3, 4)], {"other": 2})
+case("aten.rsub.Scalar", [R(3, 4)], {"other": 1.0})
+case("aten.rsub.Scalar", [R(3, 4)], {"other": 1.0, "alpha": 3})
+case("aten.div.Scalar", [R(3, 4)], {"other": 4.0})
+case("aten.masked_fill.Scalar", [R(3, 4), R(4, seed=1) > 0], {"value": -100.0})
+case("aten.masked_fill.Scalar", [R(3, 4), R(3, 4, seed=1) > 0], {"value": 0.0})
+case("aten.sum.default", [x234])
+case("aten.mean.default", [x234])
+case("aten._to_copy.default", [R(3, 4)], {"dtype": "float64"})
+case("aten.squeeze.dims", [R(1, 3, 1, 2)], {"dim": [0, 2, 3]})
+case("aten.squeeze.dims", [R(1, 3, 1)], {"dim": [-1]})
+
 
 # -- running a case ---------------------------------------------------------------------
 def _flat(inputs):

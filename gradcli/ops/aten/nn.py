@@ -56,6 +56,21 @@ def _mean_vjp(g, ans, self, dim, keepdim=False, dtype=None):
 defvjp(mean_dim, _mean_vjp)
 
 
+@aten("sum(Tensor self, *, ScalarType? dtype=None) -> Tensor", "SumBackward0", saves=False)
+def sum_all(self, dtype=None):
+    return sum_dim.forward(self, None, dtype=dtype)
+
+
+@aten("mean(Tensor self, *, ScalarType? dtype=None) -> Tensor", "MeanBackward0", saves=False)
+def mean_all(self, dtype=None):
+    return mean_dim.forward(self, None, dtype=dtype)
+
+
+# self: grad.expand_symint(self.sym_sizes()); mean: ... / self.sym_numel()
+defvjp(sum_all, lambda g, ans, self, dtype=None: L.expand(g, shape=tuple(self.shape)))
+defvjp(mean_all, lambda g, ans, self, dtype=None: _mean_vjp(g, ans, self, None))
+
+
 # -- matrix products --------------------------------------------------------------------
 def _same_dtype(name, a, b):
     if a.dtype != b.dtype:

@@ -251,3 +251,103 @@ def alias(self):
 
 
 defvjp(alias, lambda g, ans, self: g)
+
+
+# -- more unary and scalar-operand ops seen in traced models --------------------------------
+def _unary_float(fn):
+    def forward(self):
+        dt = to_float(self.dtype)
+        return as_dtype(fn(cast(self, dt)), dt)
+    forward.__doc__ = fn.__doc__
+    return forward
+
+
+neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False)(lambda self: np.negative(self))
+exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0")(_unary_float(np.exp))
+log = aten("log(Tensor self) -> Tensor", "LogBackward0")(_unary_float(np.log))
+sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0")(_unary_float(np.sqrt))
+abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0")(lambda self: np.abs(self))
+defvjp(neg, lambda g, ans, self: L.neg(g))                                   # -grad
+defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # grad * result
+defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
+defvjp(sqrt, lambda g, ans, self: L.div(g, L.mul(ans, scalar(2, ans))))      # grad / (2 * result)
+defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(self).astype(g.dtype)))  # grad * self.sgn()
+
+
+@aten("silu(Tensor self) -> Tensor", "SiluBackward0")
+def silu(self):
+    return as_dtype(self / (1 + np.exp(-self)), self.dtype)
+
+
+def _silu_vjp(g, ans, self):
+    # silu_backward(grad, self): grad * sigmoid(x) * (1 + x * (1 - sigmoid(x)))
+    s = sigmoid.forward(self)
+    return L.mul(g, as_dtype(s * (1 + self * (1 - s)), self.dtype))
+
+
+defvjp(silu, _silu_vjp)
+
+
+@aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0")
+def hardtanh(self, min_val=-1, max_val=1):
+    return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
+
+
+# self: hardtanh_backward(grad, self, min_val, max_val): 0 where x <= min_val or x >= max_val
+defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: L.where(
+    (self <= min_val) | (self >= max_val), scalar(0, g), g))
+
+
+@aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False)
+def add_scalar(self, other, alpha=1):
+    return add.forward(self, other, alpha=alpha)
+
+
+@aten("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "SubBackward1", saves=False)
+def sub_scalar(self, other, alpha=1):
+    return sub.forward(self, other, alpha=alpha)
+
+
+@aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False)
+def rsub_scalar(self, other, alpha=1):
+    dt = result_type(self, other)
+    return as_dtype(np.subtract(other, cast(self, dt) if alpha == 1 else np.multiply(cast(self, dt), alpha)), dt)
+
+
+@aten("div.Scalar(Tensor self, Scalar other) -> Tensor", "DivBackward1", saves=False)
+def div_scalar(self, other):
+    return div.forward(self, other)
+
+
+defvjp(add_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
+defvjp(sub_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
+defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha))
+defvjp(div_scalar, lambda g, ans, self, other: L.div(g, other))              # grad / other
+
+
+@aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0")
+def masked_fill(self, mask, value):
+    return np.where(mask, np.asarray(value).astype(self.dtype), self)
+
+
+def _masked_fill_vjp(g, ans, self, mask, value):
+    # self: grad.masked_fill(mask, 0), summed to self's shape; mask: non_differentiable
+    return L.unbroadcast(L.where(mask, scalar(0, g), g), tuple(self.shape))
+
+
+defvjp(masked_fill, _masked_fill_vjp, None)
+
+
+@aten("_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+      "bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor",
+      "ToCopyBackward0", saves=False)
+def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    if device is not None:
+        raise ValueError(f"_to_copy: device moves (device={device!r}) are not supported as ATen ops; "
+                         "place the graph's tensors with `device` instead")
+    return self.astype(np.dtype(dtype) if dtype is not None else self.dtype, copy=True)
+
+
+# self: _to_copy_backward(grad, self.options()): back to self's dtype
+defvjp(to_copy, lambda g, ans, self, **args: g if g.dtype == self.dtype else L.cast(g, dtype=self.dtype.name))

@@ -151,6 +151,16 @@ def squeeze_dim(self, dim):
 defvjp(squeeze_dim, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
 
 
+@aten("squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)", "SqueezeBackward2", saves=False)
+def squeeze_dims(self, dim):
+    dims = {_dim(d, self.ndim) for d in dim} if self.ndim else set()
+    return np.reshape(self, tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
+
+
+# self: unsqueeze_multiple(grad, dim, self.sym_sizes())
+defvjp(squeeze_dims, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
+
+
 # -- joins and splits -------------------------------------------------------------------
 def _skipped_in_cat(x):
     # legacy behaviour kept by PyTorch: 1-D empty tensors are ignored by cat

@@ -541,3 +541,67 @@ def test_attention_refuses_dropout():
 def test_transposed_convolution_is_refused():
     with pytest.raises(ValueError, match="transposed convolution is not supported"):
         OPS[CONV](Tensor(R(1, 2, 3, 3)), Tensor(R(2, 2, 1, 1)), None, **dict(_conv, transposed=True))
+
+
+# -- a small CNN of ATen ops, end to end: CPU vs a simulated accelerator, vs torch ---------
+def _small_cnn(aten_call, params, x, target):
+    """conv -> batch norm (train) -> relu -> max pool -> adaptive avg pool -> view -> addmm
+    -> log_softmax -> nll_loss, written once for gradcli and torch."""
+    w1, b1, g1, be1, rm, rv, w2, b2 = params
+    c = aten_call("aten.convolution.default", x, w1, b1, stride=[1, 1], padding=[1, 1], dilation=[1, 1],
+                  transposed=False, output_padding=[0, 0], groups=1)
+    bn = aten_call("aten.native_batch_norm.default", c, g1, be1, rm, rv, training=True, momentum=0.1,
+                   eps=1e-5)[0]
+    r = aten_call("aten.relu.default", bn)
+    p = aten_call("aten.max_pool2d_with_indices.default", r, kernel_size=[2, 2], stride=[2, 2])[0]
+    a = aten_call("aten._adaptive_avg_pool2d.default", p, output_size=[1, 1])
+    v = aten_call("aten.view.default", a, size=[x.shape[0], 4])
+    logits = aten_call("aten.addmm.default", b2, v, aten_call("aten.t.default", w2))
+    logp = aten_call("aten._log_softmax.default", logits, dim=1, half_to_float=False)
+    return aten_call("aten.nll_loss_forward.default", logp, target, None, reduction=1, ignore_index=-100)[0]
+
+
+def _cnn_arrays():
+    return ([R(4, 3, 3, 3, seed=1), R(4, seed=2), R(4, seed=3, low=0.5, high=1.5), R(4, seed=4),
+             np.zeros(4), np.ones(4), R(5, 4, seed=5), R(5, seed=6)],
+            R(2, 3, 6, 6, seed=7), I(1, 4))
+
+
+def _gradcli_cnn(dev):
+    from gradcli.devices import device, to_device
+
+    params, x, target = _cnn_arrays()
+    place = (lambda a: to_device(a, device(dev))) if dev != "cpu" else (lambda a: a)
+    leaves = [Tensor(place(p), requires_grad=k not in (4, 5)) for k, p in enumerate(params)]
+    loss = _small_cnn(lambda name, *a, **k: OPS[name](*a, **k), leaves, Tensor(place(x)),
+                      Tensor(place(target)))
+    trainable = [t for t in leaves if t.requires_grad]
+    return loss, trainable, grad(loss, trainable)
+
+
+@pytest.mark.timeout(120)
+def test_small_cnn_on_a_simulated_device_matches_cpu():
+    from gradcli.devices import device, device_of, sim_device_count
+
+    if sim_device_count() < 1:
+        pytest.skip("needs GRADCLI_SIM_DEVICES >= 1")
+    cpu_loss, _, cpu_grads = _gradcli_cnn("cpu")
+    sim_loss, leaves, sim_grads = _gradcli_cnn("sim:0")
+    assert device_of(sim_loss.data) is device("sim:0")
+    np.testing.assert_allclose(np.asarray(sim_loss.data), cpu_loss.data, rtol=1e-12)
+    for a, b, leaf in zip(sim_grads, cpu_grads, leaves):
+        assert device_of(a) is device("sim:0")
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-12)
+
+
+@needs_torch
+def test_small_cnn_gradients_match_torch():
+    loss, _, ours = _gradcli_cnn("cpu")
+    params, x, target = _cnn_arrays()
+    tparams = [torch.tensor(p, requires_grad=k not in (4, 5)) for k, p in enumerate(params)]
+    tloss = _small_cnn(lambda name, *a, **k: _torch_op(name)(*a, **k), tparams, torch.tensor(x),
+                       torch.tensor(target))
+    theirs = torch.autograd.grad(tloss, [t for t in tparams if t.requires_grad])
+    np.testing.assert_allclose(loss.data, tloss.detach().numpy(), rtol=1e-12)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-9, atol=1e-12)

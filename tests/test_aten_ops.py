@@ -274,6 +274,12 @@ def _torch_op(op_name):
     return getattr(getattr(torch.ops.aten, name), overload)
 
 
+def _torch_call(op_name, *tensors, **args):
+    """Call the torch overload with the tensor inputs by their schema names, as the table lays them out."""
+    names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
+    return _torch_op(op_name)(**dict(zip(names, tensors)), **_torch_args(args))
+
+
 def _torch_args(args):
     return {k: getattr(torch, v) if k in ("dtype", "input_dtype") else v for k, v in args.items()}
 
@@ -281,8 +287,7 @@ def _torch_args(args):
 def _theirs(op_name, inputs, args, wrt):
     tensors = _rebuild(inputs, lambda i, x: torch.tensor(x, requires_grad=i in wrt)
                        if isinstance(x, np.ndarray) else x)
-    names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
-    out = _torch_op(op_name)(**dict(zip(names, tensors)), **_torch_args(args))
+    out = _torch_call(op_name, *tensors, **args)
     return _flat(tensors), (list(out) if isinstance(out, (tuple, list)) else [out])
 
 
@@ -599,9 +604,78 @@ def test_small_cnn_gradients_match_torch():
     loss, _, ours = _gradcli_cnn("cpu")
     params, x, target = _cnn_arrays()
     tparams = [torch.tensor(p, requires_grad=k not in (4, 5)) for k, p in enumerate(params)]
-    tloss = _small_cnn(lambda name, *a, **k: _torch_op(name)(*a, **k), tparams, torch.tensor(x),
+    tloss = _small_cnn(_torch_call, tparams, torch.tensor(x),
                        torch.tensor(target))
     theirs = torch.autograd.grad(tloss, [t for t in tparams if t.requires_grad])
     np.testing.assert_allclose(loss.data, tloss.detach().numpy(), rtol=1e-12)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def _tiny_block(aten_call, params, tokens):
+    """embedding -> layer norm -> qkv projection -> split heads -> flash attention -> merge heads
+    -> projection + residual -> gelu(tanh) -> mean: a transformer block of ATen ops."""
+    emb, ln_w, ln_b, w_qkv, b_qkv, w_o, b_o = params
+    a = aten_call
+    h = a("aten.embedding.default", emb, tokens)                                  # [2, 3, 4]
+    n = a("aten.native_layer_norm.default", h, ln_w, ln_b, normalized_shape=[4], eps=1e-5)[0]
+    qkv = a("aten.addmm.default", b_qkv, a("aten.view.default", n, size=[6, 4]), a("aten.t.default", w_qkv))
+    q, k, v = a("aten.split.Tensor", a("aten.view.default", qkv, size=[2, 3, 12]), split_size=4, dim=-1)
+    heads = [a("aten.transpose.int", a("aten.view.default", t, size=[2, 3, 2, 2]), dim0=1, dim1=2)
+             for t in (q, k, v)]
+    att = a("aten._scaled_dot_product_flash_attention_for_cpu.default", *heads, None, is_causal=True)[0]
+    merged = a("aten._unsafe_view.default", a("aten.clone.default", a("aten.transpose.int", att, dim0=1, dim1=2)),
+               size=[6, 4])
+    out = a("aten.add.Tensor", a("aten.addmm.default", b_o, merged, a("aten.t.default", w_o)),
+            a("aten.view.default", h, size=[6, 4]))
+    g = a("aten.gelu.default", out, approximate="tanh")
+    return a("aten.mean.dim", a("aten.pow.Tensor_Scalar", g, exponent=2), dim=None)
+
+
+def _block_arrays():
+    return [R(5, 4, seed=1), R(4, seed=2, low=0.5, high=1.5), R(4, seed=3), R(12, 4, seed=4), R(12, seed=5),
+            R(4, 4, seed=6), R(4, seed=7)], np.array([[1, 4, 2], [0, 1, 3]])
+
+
+def _record_order(root_fn, next_of, name_of, hook):
+    """Register a pre-hook on every node reachable from ``root_fn`` that appends its name."""
+    order, seen, stack = [], set(), [root_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        hook(fn, lambda *_, _fn=fn: order.append(name_of(_fn)))
+        stack.extend(next_of(fn))
+    return order
+
+
+@needs_torch
+@pytest.mark.parametrize("model", ["cnn", "block"])
+def test_models_of_aten_ops_match_torch_gradients_and_node_order(model):
+    from gradcli.autograd import set_multithreading_enabled
+
+    if model == "cnn":
+        params, x, target = _cnn_arrays()
+        trainable = [k not in (4, 5) for k in range(len(params))]
+        run = lambda call, ps, lift: _small_cnn(call, ps, lift(x), lift(target))  # noqa: E731
+    else:
+        params, tokens = _block_arrays()
+        trainable = [True] * len(params)
+        run = lambda call, ps, lift: _tiny_block(call, ps, lift(tokens))  # noqa: E731
+    leaves = [Tensor(p.copy(), requires_grad=t) for p, t in zip(params, trainable)]
+    loss = run(lambda name, *a, **k: OPS[name](*a, **k), leaves, Tensor)
+    order = _record_order(loss.grad_fn, lambda fn: [e[0] for e in fn.next_edges if e is not None],
+                          lambda fn: fn.name, lambda fn, f: fn.register_prehook(f))
+    tleaves = [torch.tensor(p, requires_grad=t) for p, t in zip(params, trainable)]
+    tloss = run(_torch_call, tleaves, torch.tensor)
+    torder = _record_order(tloss.grad_fn, lambda fn: [f for f, _ in fn.next_functions],
+                           lambda fn: fn.name(), lambda fn, f: fn.register_prehook(f))
+    with set_multithreading_enabled(False):
+        ours = grad(loss, [t for t in leaves if t.requires_grad])
+    theirs = torch.autograd.grad(tloss, [t for t in tleaves if t.requires_grad])
+    np.testing.assert_allclose(loss.data, tloss.detach().numpy(), rtol=1e-12)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-9, atol=1e-12)
+    assert order == torder
+    assert "ScaledDotProductFlashAttentionForCpuBackward0" in order or model == "cnn"

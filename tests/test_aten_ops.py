@@ -679,3 +679,19 @@ def test_models_of_aten_ops_match_torch_gradients_and_node_order(model):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-9, atol=1e-12)
     assert order == torder
     assert "ScaledDotProductFlashAttentionForCpuBackward0" in order or model == "cnn"
+
+
+@pytest.mark.parametrize("op_name, inputs, args", [
+    (CONV, [R(1, 2, 4, 4), R(3, 2, 3, 3, seed=1), None], _conv),
+    (MAXPOOL, [R(1, 1, 4, 4)], {"kernel_size": [2, 2]}),
+    (LN, [R(2, 3), None, None], {"normalized_shape": [3], "eps": 1e-5}),
+])
+def test_kernel_backwards_refuse_a_recording_gradient(op_name, inputs, args):
+    # their VJPs are NumPy kernels: a gradient that would record (create_graph) must not be dropped silently
+    wrt = _wrt(inputs, None)
+    _, outs = _ours(op_name, inputs, args, wrt)
+    node = outs[0].grad_fn
+    g = Tensor(np.ones(outs[0].shape), requires_grad=True)
+    grads = [g] + [None] * (len(outs) - 1) if OPS[op_name].multi_output else [g]
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
+        node.apply(grads)

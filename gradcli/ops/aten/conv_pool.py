@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 
-from .pointwise import as_dtype
+from .pointwise import array_module, as_dtype
 from .registry import aten, defvjp, defvjp_joint
 
 
@@ -162,10 +162,11 @@ def max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_m
     windows = np.stack([xp[(Ellipsis,) + _window(o, s, d, out)] for o in offsets], axis=-1)
     best = np.argmax(windows, axis=-1)         # the first maximum; a NaN wins (as PyTorch)
     values = np.take_along_axis(windows, best[..., None], axis=-1)[..., 0]
-    kh = np.asarray([o[0] for o in offsets])[best]
-    kw = np.asarray([o[1] for o in offsets])[best]
-    rows = np.arange(out[0]).reshape(-1, 1) * s[0] - p[0] + kh * d[0]
-    cols = np.arange(out[1]) * s[1] - p[1] + kw * d[1]
+    xp = array_module(self)
+    kh = xp.asarray([o[0] for o in offsets])[best]
+    kw = xp.asarray([o[1] for o in offsets])[best]
+    rows = xp.arange(out[0]).reshape(-1, 1) * s[0] - p[0] + kh * d[0]
+    cols = xp.arange(out[1]) * s[1] - p[1] + kw * d[1]
     return values, (rows * self.shape[-1] + cols).astype(np.int64)
 
 
@@ -173,9 +174,9 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
                                      indices):
     h, w = self.shape[-2:]
     planes = int(np.prod(self.shape[:-2]))
-    flat = (np.arange(planes).reshape((-1,) + (1,) * 2) * (h * w)
+    xp = array_module(grad_output)
+    flat = (xp.arange(planes).reshape((-1,) + (1,) * 2) * (h * w)
             + indices.reshape((planes,) + indices.shape[-2:])).reshape(-1)
-    xp = np if isinstance(grad_output, np.ndarray) else __import__("cupy")
     summed = xp.bincount(flat, weights=grad_output.reshape(-1), minlength=planes * h * w)
     return as_dtype(summed.reshape(self.shape), grad_output.dtype)
 
@@ -190,7 +191,8 @@ def max_pool2d_with_indices_op(self, kernel_size, stride=(), padding=(0, 0), dil
 # self: max_pool2d_with_indices_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode, result1)
 defvjp(max_pool2d_with_indices_op,
        lambda gs, ans, self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False:
-       max_pool2d_with_indices_backward(gs[0], self, kernel_size, stride, padding, dilation, ceil_mode, ans[1]))
+       max_pool2d_with_indices_backward(gs[0], self, kernel_size, stride, padding, dilation, ceil_mode, ans[1]),
+       first_order_only=True)
 
 
 def _avg_divisors(n, k, s, p, out, count_include_pad):
@@ -203,7 +205,7 @@ def _avg_divisors(n, k, s, p, out, count_include_pad):
     return np.minimum(end, n) - np.maximum(start, 0)
 
 
-def _avg_setup(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+def _avg_setup(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, like):
     k, s, p, d, out, after = _pool_geometry(self, kernel_size, stride, padding, (1, 1), ceil_mode,
                                             "avg_pool2d")
     if divisor_override is not None:
@@ -214,12 +216,12 @@ def _avg_setup(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
         div = np.multiply.outer(
             _avg_divisors(self.shape[-2], k[0], s[0], p[0], out[0], count_include_pad),
             _avg_divisors(self.shape[-1], k[1], s[1], p[1], out[1], count_include_pad)).astype(float)
-    return k, s, p, out, after, div.astype(self.dtype)
+    return k, s, p, out, after, array_module(like).asarray(div.astype(self.dtype))
 
 
 def avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     k, s, p, out, after, div = _avg_setup(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                          divisor_override)
+                                          divisor_override, self)
     xp = _pad(self, p, after)
     total = None
     for o in _offsets(k):
@@ -231,7 +233,7 @@ def avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
 def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                         divisor_override):
     k, s, p, out, after, div = _avg_setup(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                          divisor_override)
+                                          divisor_override, grad_output)
     share = grad_output / div
     h, w = self.shape[-2:]
     gxp = np.zeros_like(grad_output, shape=self.shape[:-2] + (h + p[0] + after[0], w + p[1] + after[1]))
@@ -251,7 +253,8 @@ def avg_pool2d_op(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False,
 defvjp(avg_pool2d_op,
        lambda g, ans, self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
        divisor_override=None: avg_pool2d_backward(g, _Meta(self), kernel_size, stride, padding, ceil_mode,
-                                                  count_include_pad, divisor_override))
+                                                  count_include_pad, divisor_override),
+       first_order_only=True)
 
 
 class _Meta:
@@ -271,27 +274,28 @@ def _adaptive_matrix(n, out, dtype):
     return (inside / (end - start)[:, None]).astype(dtype)
 
 
-def _adaptive_avg_pool2d(self, output_size):
+def _adaptive_avg_pool2d(self, output_size, like):
     if self.ndim not in (3, 4):
         raise ValueError(f"adaptive_avg_pool2d: expected a 3-D or 4-D input, got shape {list(self.shape)}")
     oh, ow = _tuple(output_size, 2, "output_size")
-    mh = _adaptive_matrix(self.shape[-2], oh, self.dtype)
-    mw = _adaptive_matrix(self.shape[-1], ow, self.dtype)
-    return mh, mw
+    xp = array_module(like)
+    return (xp.asarray(_adaptive_matrix(self.shape[-2], oh, self.dtype)),
+            xp.asarray(_adaptive_matrix(self.shape[-1], ow, self.dtype)))
 
 
 @aten("_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor", "AdaptiveAvgPool2DBackward0",
       saves=False)
 def adaptive_avg_pool2d(self, output_size):
     # separable: each output averages a rectangle, rows by mh and columns by mw
-    mh, mw = _adaptive_avg_pool2d(self, output_size)
+    mh, mw = _adaptive_avg_pool2d(self, output_size, self)
     return as_dtype(np.einsum("...hw,ih,jw->...ij", self, mh, mw, optimize=True), self.dtype)
 
 
 def adaptive_avg_pool2d_backward(grad_output, self):
-    mh, mw = _adaptive_avg_pool2d(self, grad_output.shape[-2:])
+    mh, mw = _adaptive_avg_pool2d(self, grad_output.shape[-2:], grad_output)
     return as_dtype(np.einsum("...ij,ih,jw->...hw", grad_output, mh, mw, optimize=True), grad_output.dtype)
 
 
 # self: _adaptive_avg_pool2d_backward(grad, self)
-defvjp(adaptive_avg_pool2d, lambda g, ans, self, output_size: adaptive_avg_pool2d_backward(g, _Meta(self)))
+defvjp(adaptive_avg_pool2d, lambda g, ans, self, output_size: adaptive_avg_pool2d_backward(g, _Meta(self)),
+       first_order_only=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import library as L
-from .pointwise import as_dtype, scalar, zeros
+from .pointwise import array_module, as_dtype, scalar
 from .promotion import cast, result_type
 from .registry import aten, defvjp
 from .shape import _dim, t, transpose
@@ -238,8 +238,8 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     rows = grad_output.reshape(-1, d)
     keep = idx != padding_idx
     if scale_grad_by_freq:
-        counts = np.bincount(np.asarray(idx), minlength=num_weights)
-        rows = rows / counts[np.asarray(idx)][:, None].astype(rows.dtype)
+        counts = array_module(idx).bincount(idx, minlength=num_weights)
+        rows = rows / counts[idx][:, None].astype(rows.dtype)
     out = np.zeros_like(grad_output, shape=(num_weights, d))
     _index_add_rows(out, idx[keep], rows[keep])
     return out
@@ -299,7 +299,7 @@ def _nll_weights(self, target, weight, ignore_index):
         raise IndexError(f"nll_loss_forward: target {int(target[bad].reshape(-1)[0])} is out of bounds "
                          f"for {n_class} classes")
     safe = np.where(ignored, 0, target)
-    w = np.ones(target.shape, self.dtype) if weight is None else np.take(cast(weight, self.dtype), safe)
+    w = np.ones_like(target, dtype=self.dtype) if weight is None else np.take(cast(weight, self.dtype), safe)
     return np.where(ignored, np.zeros((), self.dtype), w)
 
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .pointwise import as_dtype
+from .pointwise import array_module, as_dtype
 from .registry import aten, defvjp_joint
 
 
@@ -174,7 +174,7 @@ def _attention_scores(query, key, is_causal, attn_mask, scale):
     s = np.matmul(query, np.swapaxes(key, -1, -2)) * scale
     if is_causal:
         lq, lk = s.shape[-2:]
-        s = np.where(np.tril(np.ones((lq, lk), bool)), s, -np.inf)
+        s = np.where(array_module(s).tril(array_module(s).ones((lq, lk), bool)), s, -np.inf)
     if attn_mask is not None:
         s = s + attn_mask
     return s, scale

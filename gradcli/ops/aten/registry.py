@@ -42,7 +42,7 @@ class AtenOp(Op):
     """An op defined by an ATen entry; called like the ATen overload it is."""
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
-                 "schema_vjps", "joint_vjp", "_list_pos")
+                 "schema_vjps", "joint_vjp", "first_order_only", "_list_pos")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs):
         multi = schema.list_output or schema.n_outputs > 1
@@ -59,6 +59,7 @@ class AtenOp(Op):
         self.differentiable_inputs = [True] * n
         self.schema_vjps = None
         self.joint_vjp = None
+        self.first_order_only = False
         self._list_pos = list_pos[0] if list_pos else None
 
     # -- inputs: schema layout <-> flat ------------------------------------------
@@ -145,6 +146,9 @@ class _FlatVJPs:
         op = self.op
 
         def vjp(g, ans, *flat, **args):
+            if op.first_order_only and any(type(x) is Tensor for x in (g if op.multi_output else [g])):
+                raise RuntimeError(f"{op.name}: its backward is computed by a NumPy kernel and cannot be "
+                                   f"differentiated again (create_graph) yet")
             n = len(flat)
             j = i if all(op.differentiable_inputs) else [
                 f for f, d in enumerate(op.differentiable_flat(n)) if d][i]   # edge -> flat input
@@ -177,18 +181,24 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None):
     return decorate
 
 
-def defvjp(op, *vjps):
-    """One VJP per schema tensor input (None: not differentiable, e.g. indices)."""
+def defvjp(op, *vjps, first_order_only=False):
+    """One VJP per schema tensor input (None: not differentiable, e.g. indices).
+
+    ``first_order_only``: the VJPs compute on raw arrays (a NumPy kernel), not
+    with ops, so a gradient that is itself a recording Tensor is refused.
+    """
     if len(vjps) != len(op.schema.tensors):
         raise ValueError(f"{op.name}: {len(vjps)} VJPs for {len(op.schema.tensors)} tensor inputs")
     op.schema_vjps = vjps
+    op.first_order_only = first_order_only
     op.differentiable_inputs = [v is not None for v in vjps]
     op.vjps = _FlatVJPs(op)
 
 
-def defvjp_joint(op, fn, differentiable_inputs):
+def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
     """``fn(g, ans, *inputs, output_mask, **args)`` -> one gradient (or None) per tensor input;
     ``differentiable_inputs``: one bool per tensor input (those the node has edges to)."""
     op.joint_vjp = fn
+    op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
     op.vjps = _FlatVJPs(op)

@@ -48,8 +48,8 @@ class AtenOp(Op):
         multi = schema.list_output or schema.n_outputs > 1
         n = len(schema.tensors)
         list_pos = [i for i, p in enumerate(schema.tensors) if p.is_list]
-        super().__init__(name=schema.name, fn=forward, node_name=node_name, saves=saves,
-                         arity=(n - 1 if list_pos else n, None) if list_pos else n,
+        # arity counts schema tensor inputs (a Tensor[] is one input: a list)
+        super().__init__(name=schema.name, fn=forward, node_name=node_name, saves=saves, arity=n,
                          args=schema.args, multi_output=multi, differentiable=True, file_only=False)
         self.schema = schema
         self.forward = forward
@@ -172,6 +172,9 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None):
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
     """
     parsed = Schema(schema)
+    if differentiable_outputs is not None and len(differentiable_outputs) != parsed.n_outputs:
+        raise ValueError(f"{parsed.name}: {len(differentiable_outputs)} differentiable_outputs flags for "
+                         f"{parsed.n_outputs} outputs")
 
     def decorate(forward):
         op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs)

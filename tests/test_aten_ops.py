@@ -700,3 +700,13 @@ def test_kernel_backwards_refuse_a_recording_gradient(op_name, inputs, args):
     grads = [g] + [None] * (len(outs) - 1) if OPS[op_name].multi_output else [g]
     with pytest.raises(RuntimeError, match="cannot be differentiated again"):
         node.apply(grads)
+
+
+@needs_torch
+def test_addmm_with_beta_zero_ignores_nan_in_self_like_torch():
+    bias = np.full((2, 2), np.nan)
+    ours = OPS["aten.addmm.default"](Tensor(bias), Tensor(np.eye(2)), Tensor(np.ones((2, 2))), beta=0)
+    theirs = torch.ops.aten.addmm.default(torch.tensor(bias), torch.eye(2, dtype=torch.float64),
+                                          torch.ones(2, 2, dtype=torch.float64), beta=0)
+    np.testing.assert_array_equal(ours.data, theirs.numpy())
+    np.testing.assert_array_equal(ours.data, np.ones((2, 2)))

@@ -112,7 +112,7 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:                   # self is ignored, NaNs included (BLAS semantics)
-        return as_dtype(np.broadcast_to(prod, prod.shape).copy(), prod.dtype)
+        return prod
     bias = cast(self, prod.dtype) if hasattr(self, "dtype") else self
     return as_dtype(np.add(prod, bias if beta == 1 else np.multiply(bias, beta)), prod.dtype)
 

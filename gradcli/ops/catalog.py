@@ -57,7 +57,9 @@ def describe_ops():
                      "node_name": _node_name(op), "doc": op.doc,
                      "broadcasts": op.broadcasts, "has_body": op.has_body,
                      "needs_code": op.needs_code, "supported": op.supported,
-                     "moves_device": op.moves_device})
+                     "moves_device": op.moves_device,
+                     # ATen ops (gradcli/ops/aten) carry PyTorch's schema
+                     "schema": getattr(getattr(op, "schema", None), "text", None)})
     return rows
 
 
@@ -87,9 +89,17 @@ def markdown_table(rows=None):
     lines = ["| op | inputs | outputs | args (default) | backward node | what it does |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
+        if r["schema"]:
+            continue
         doc = r["doc"] + (" (broadcasts)" if r["broadcasts"] else "")
         lines.append(f"| `{r['name']}` | {r['inputs']} | {r['outputs']} | {_cell(_args_text(r))} | "
                      f"{_cell(r['node_name'])} | {_cell(doc)} |")
+    aten = [r for r in rows if r["schema"]]
+    if aten:
+        lines += ["", f"ATen ops ({len(aten)} overloads; see \"ATen ops\" below):", "",
+                  "| op | backward node | schema (PyTorch 2.13) |", "| --- | --- | --- |"]
+        lines += [f"| `{r['name']}` | {_cell(r['node_name'])} | `{_cell(r['schema'])}` |"
+                  for r in aten]
     return "\n".join(lines) + "\n"
 
 

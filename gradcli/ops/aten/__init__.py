@@ -1,0 +1,9 @@
+"""PyTorch's ATen ops (``aten.NAME.OVERLOAD``), one table entry per overload.
+
+``registry`` turns entries into ops registered in ``OPS``; the entries live in
+``pointwise``, ``shape`` and ``nn``.
+"""
+from . import conv_pool, nn, norm_attention, pointwise, shape  # noqa: F401 - registers the entries
+from .registry import ATEN_OPS, AtenOp
+
+__all__ = ["ATEN_OPS", "AtenOp"]

@@ -1,0 +1,353 @@
+"""ATen reductions, matrix products, softmaxes, embedding and losses."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import library as L
+from .pointwise import array_module, as_dtype, scalar
+from .promotion import cast, result_type
+from .registry import aten, defvjp
+from .shape import _dim, t, transpose
+
+
+# -- reductions -----------------------------------------------------------------------
+def _axes(dim, ndim):
+    """``int[1]? dim``: None or [] reduces every dim."""
+    if dim is None or len(dim) == 0:
+        return tuple(range(ndim))
+    return tuple(sorted({_dim(d, ndim) for d in dim}))
+
+
+@aten("sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+      "SumBackward1", saves=False)
+def sum_dim(self, dim, keepdim=False, dtype=None):
+    if dtype is not None:
+        out_dt = np.dtype(dtype)
+    else:
+        out_dt = np.dtype(np.int64) if self.dtype.kind in "biu" else self.dtype
+    return as_dtype(np.sum(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt)
+
+
+# self: sum_backward(grad, self.sym_sizes(), dim, keepdim)
+defvjp(sum_dim, lambda g, ans, self, dim, keepdim=False, dtype=None: L.expand_reduced(
+    g, tuple(self.shape), _axes(dim, len(self.shape)), keepdim))
+
+
+@aten("mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+      "MeanBackward1", saves=False)
+def mean_dim(self, dim, keepdim=False, dtype=None):
+    out_dt = np.dtype(dtype) if dtype is not None else self.dtype
+    if out_dt.kind not in "fc":
+        raise ValueError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
+                         f"point or complex dtype. Got: {out_dt}")
+    return as_dtype(np.mean(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt)
+
+
+def _mean_vjp(g, ans, self, dim, keepdim=False, dtype=None):
+    # mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim): sum_backward(...) / n
+    shape = tuple(self.shape)
+    axes = _axes(dim, len(shape))
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return L.div(L.expand_reduced(g, shape, axes, keepdim), scalar(n, g))
+
+
+defvjp(mean_dim, _mean_vjp)
+
+
+@aten("sum(Tensor self, *, ScalarType? dtype=None) -> Tensor", "SumBackward0", saves=False)
+def sum_all(self, dtype=None):
+    return sum_dim.forward(self, None, dtype=dtype)
+
+
+@aten("mean(Tensor self, *, ScalarType? dtype=None) -> Tensor", "MeanBackward0", saves=False)
+def mean_all(self, dtype=None):
+    return mean_dim.forward(self, None, dtype=dtype)
+
+
+# self: grad.expand_symint(self.sym_sizes()); mean: ... / self.sym_numel()
+defvjp(sum_all, lambda g, ans, self, dtype=None: L.expand(g, shape=tuple(self.shape)))
+defvjp(mean_all, lambda g, ans, self, dtype=None: _mean_vjp(g, ans, self, None))
+
+
+# -- matrix products --------------------------------------------------------------------
+def _same_dtype(name, a, b):
+    if a.dtype != b.dtype:
+        raise TypeError(f"{name}: expected both operands to have the same dtype, but got "
+                        f"{a.dtype} != {b.dtype}")
+
+
+@aten("mm(Tensor self, Tensor mat2) -> Tensor", "MmBackward0")
+def mm(self, mat2):
+    if self.ndim != 2 or mat2.ndim != 2:
+        raise ValueError(f"mm: expected 2-D operands, got {self.ndim}-D and {mat2.ndim}-D")
+    _same_dtype("mm", self, mat2)
+    return np.matmul(self, mat2)
+
+
+# self: mm_mat1_backward(grad, mat2, ...) = grad.mm(mat2.t()); mat2: mm_mat2_backward(...) = self.t().mm(grad)
+defvjp(mm, lambda g, ans, self, mat2: mm(g, t(mat2)),
+       lambda g, ans, self, mat2: mm(t(self), g))
+
+
+@aten("bmm(Tensor self, Tensor mat2) -> Tensor", "BmmBackward0")
+def bmm(self, mat2):
+    if self.ndim != 3 or mat2.ndim != 3 or self.shape[0] != mat2.shape[0]:
+        raise ValueError(f"bmm: expected 3-D operands with equal batch sizes, got "
+                         f"{list(self.shape)} and {list(mat2.shape)}")
+    _same_dtype("bmm", self, mat2)
+    return np.matmul(self, mat2)
+
+
+# self: grad.bmm(mat2.transpose(1, 2).conj()); mat2: self.transpose(1, 2).conj().bmm(grad)
+defvjp(bmm, lambda g, ans, self, mat2: bmm(g, transpose(mat2, dim0=1, dim1=2)),
+       lambda g, ans, self, mat2: bmm(transpose(self, dim0=1, dim1=2), g))
+
+
+@aten("addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
+      "AddmmBackward0")
+def addmm(self, mat1, mat2, beta=1, alpha=1):
+    prod = mm.forward(mat1, mat2)
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:                   # self is ignored, NaNs included (BLAS semantics)
+        return prod
+    bias = cast(self, prod.dtype) if hasattr(self, "dtype") else self
+    return as_dtype(np.add(prod, bias if beta == 1 else np.multiply(bias, beta)), prod.dtype)
+
+
+# self: maybe_multiply(grad, beta.conj()) (summed to self's shape by the engine)
+# mat1: mm_mat1_backward(grad, mat2, ..., alpha); mat2: mm_mat2_backward(grad, mat1, ..., alpha)
+def _scaled(x, alpha):
+    return x if alpha == 1 else L.mul(x, alpha)
+
+
+defvjp(addmm,
+       lambda g, ans, self, mat1, mat2, beta=1, alpha=1: L.unbroadcast(_scaled(g, beta), self.shape),
+       lambda g, ans, self, mat1, mat2, beta=1, alpha=1: _scaled(mm(g, t(mat2)), alpha),
+       lambda g, ans, self, mat1, mat2, beta=1, alpha=1: _scaled(mm(t(mat1), g), alpha))
+
+
+# -- softmax ---------------------------------------------------------------------------
+def _softmax_dtype(self, half_to_float):
+    if half_to_float:
+        if self.dtype != np.float16:
+            raise ValueError("conversion is supported for Half type only")
+        return np.dtype(np.float32)
+    return self.dtype
+
+
+def _softmax_raw(x, dim):
+    m = np.max(x, axis=dim, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+@aten("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", "SoftmaxBackward0")
+def softmax(self, dim, half_to_float):
+    x = cast(self, _softmax_dtype(self, half_to_float))
+    return _softmax_raw(x, _dim(dim, x.ndim)) if x.ndim else np.ones_like(x)
+
+
+@aten("_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor",
+      "SoftmaxBackwardDataBackward0")
+def softmax_backward_data(grad_output, output, dim, input_dtype):
+    return _softmax_bwd(grad_output, output, dim, input_dtype)
+
+
+def _softmax_bwd(g, y, dim, input_dtype):
+    # grad_input = output * (grad - (grad * output).sum(dim, keepdim=True)), in input_dtype
+    d = _dim(dim, len(y.shape))
+    out = L.mul(y, L.sub(g, L.sum_(L.mul(g, y), axis=d, keepdims=True)))
+    return out if out.dtype == np.dtype(input_dtype) else L.cast(out, dtype=np.dtype(input_dtype).name)
+
+
+# self: _softmax_backward_data(grad, result, dim, self.scalar_type())
+defvjp(softmax, lambda g, ans, self, dim, half_to_float: _softmax_bwd(g, ans, dim, self.dtype))
+# grad_output: _softmax_backward_data(grad, output, dim, input_dtype) (it is linear in grad_output)
+# output: softmax_double_backward(grad, grad_output, dim, output)
+#   = grad * grad_output - grad * sum(grad_output * output) - grad_output * sum(grad * output)
+defvjp(softmax_backward_data,
+       lambda gg, ans, go, y, dim, input_dtype: _softmax_bwd(gg, y, dim, input_dtype),
+       lambda gg, ans, go, y, dim, input_dtype: L.sub(
+           L.mul(gg, go), L.add(L.mul(gg, L.sum_(L.mul(go, y), axis=_dim(dim, len(y.shape)), keepdims=True)),
+                                L.mul(go, L.sum_(L.mul(gg, y), axis=_dim(dim, len(y.shape)), keepdims=True)))))
+
+
+@aten("_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", "SafeSoftmaxBackward0")
+def safe_softmax(self, dim, dtype=None):
+    x = cast(self, np.dtype(dtype)) if dtype is not None else self
+    if x.ndim == 0:
+        return np.ones_like(x)
+    d = _dim(dim, x.ndim)
+    with np.errstate(invalid="ignore"):           # -inf - -inf in the rows zeroed below
+        out = _softmax_raw(x, d)
+    fully_masked = np.all(x == -np.inf, axis=d, keepdims=True)   # rows of -inf give 0, not NaN
+    return np.where(fully_masked, np.zeros((), out.dtype), out)
+
+
+# self: _softmax_backward_data(grad, result, dim, self.scalar_type())
+defvjp(safe_softmax, lambda g, ans, self, dim, dtype=None: _softmax_bwd(g, ans, dim, self.dtype))
+
+
+@aten("_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", "LogSoftmaxBackward0")
+def log_softmax(self, dim, half_to_float):
+    x = cast(self, _softmax_dtype(self, half_to_float))
+    if x.ndim == 0:
+        return np.zeros_like(x)
+    d = _dim(dim, x.ndim)
+    shifted = x - np.max(x, axis=d, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+
+
+def _log_softmax_bwd(g, y, dim, input_dtype):
+    # grad_input = grad - exp(output) * grad.sum(dim, keepdim=True)
+    d = _dim(dim, len(y.shape))
+    out = L.sub(g, L.mul(L.exp(y), L.sum_(g, axis=d, keepdims=True)))
+    return out if out.dtype == np.dtype(input_dtype) else L.cast(out, dtype=np.dtype(input_dtype).name)
+
+
+# self: _log_softmax_backward_data(grad, result, dim, self.scalar_type())
+defvjp(log_softmax, lambda g, ans, self, dim, half_to_float: _log_softmax_bwd(g, ans, dim, self.dtype))
+
+
+# -- embedding ----------------------------------------------------------------------------
+@aten("embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, "
+      "bool sparse=False) -> Tensor", "EmbeddingBackward0")
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
+    return np.take(weight, indices, axis=0)
+
+
+def _index_add_rows(out, idx, rows):
+    if type(out).__module__.startswith("cupy"):
+        import cupyx
+
+        cupyx.scatter_add(out, idx, rows)
+    else:
+        np.add.at(out, idx, rows)
+
+
+@aten("embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, "
+      "bool scale_grad_by_freq) -> Tensor", "EmbeddingDenseBackwardBackward0")
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    d = grad_output.shape[-1]
+    idx = indices.reshape(-1)
+    rows = grad_output.reshape(-1, d)
+    keep = idx != padding_idx
+    if scale_grad_by_freq:
+        counts = array_module(idx).bincount(idx, minlength=num_weights)
+        rows = rows / counts[idx][:, None].astype(rows.dtype)
+    out = np.zeros_like(grad_output, shape=(num_weights, d))
+    _index_add_rows(out, idx[keep], rows[keep])
+    return out
+
+
+# weight: embedding_backward(grad, indices, weight.sym_size(0), padding_idx, scale_grad_by_freq, sparse)
+defvjp(embedding,
+       lambda g, ans, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False:
+       embedding_dense_backward(g, indices, num_weights=weight.shape[0], padding_idx=padding_idx,
+                                scale_grad_by_freq=scale_grad_by_freq),
+       None)
+
+
+def _embedding_double_backward(gg, ans, go, indices, num_weights, padding_idx, scale_grad_by_freq):
+    # embedding_dense_double_backward(grad, indices, padding_idx): gather rows, padding rows zero.
+    # PyTorch ignores scale_grad_by_freq here (so it is not this op's exact derivative then).
+    out = embedding(gg, indices)
+    mask = (indices == padding_idx)[..., None]
+    return L.where(mask, scalar(0, gg), out)
+
+
+defvjp(embedding_dense_backward, _embedding_double_backward, None)
+
+
+# -- losses -------------------------------------------------------------------------------
+@aten("nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) "
+      "-> (Tensor output, Tensor total_weight)", "NllLossBackward0", differentiable_outputs=(True, False))
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    w = _nll_weights(self, target, weight, ignore_index)
+    picked = _nll_pick(self, target, ignore_index)
+    losses = -(w * picked)
+    total = np.sum(w)
+    if reduction == 0:
+        return losses, as_dtype(np.zeros_like(total), self.dtype)
+    out = np.sum(losses)
+    if reduction == 1:
+        out = out / total
+    return as_dtype(out, self.dtype), as_dtype(total, self.dtype)
+
+
+def _nll_check(self, target):
+    if self.ndim not in (1, 2) or target.ndim != self.ndim - 1 or (
+            self.ndim == 2 and target.shape[0] != self.shape[0]):
+        raise ValueError(f"nll_loss_forward: expected input [N, C] or [C] and target [N] or [], got "
+                         f"{list(self.shape)} and {list(target.shape)}")
+    if target.dtype.kind not in "iu":
+        raise TypeError(f"nll_loss_forward: target must be an integer tensor, got {target.dtype}")
+
+
+def _nll_weights(self, target, weight, ignore_index):
+    """Each sample's class weight, 0 where the target is ignore_index."""
+    _nll_check(self, target)
+    n_class = self.shape[-1]
+    ignored = target == ignore_index
+    bad = (~ignored) & ((target < 0) | (target >= n_class))
+    if np.any(bad):
+        raise IndexError(f"nll_loss_forward: target {int(target[bad].reshape(-1)[0])} is out of bounds "
+                         f"for {n_class} classes")
+    safe = np.where(ignored, 0, target)
+    w = np.ones_like(target, dtype=self.dtype) if weight is None else np.take(cast(weight, self.dtype), safe)
+    return np.where(ignored, np.zeros((), self.dtype), w)
+
+
+def _nll_pick(self, target, ignore_index):
+    safe = np.where(target == ignore_index, 0, target)
+    if self.ndim == 1:
+        return self[safe]
+    return np.take_along_axis(self, safe[:, None].astype(np.int64), axis=1)[:, 0]
+
+
+def _nll_vjp(gs, ans, self, target, weight, reduction, ignore_index):
+    # nll_loss_backward(grad, self, target, weight, reduction, ignore_index, total_weight):
+    # -weight[target] (/ total_weight for mean) at each sample's target class, times grad
+    g, total = gs[0], ans[1]
+    w = _nll_weights(self, target, weight, ignore_index)
+    if reduction == 1:
+        w = w / total
+    coef = np.zeros_like(self)
+    safe = np.where(target == ignore_index, 0, target)
+    if self.ndim == 1:
+        coef[safe] = -w
+    else:
+        np.put_along_axis(coef, safe[:, None].astype(np.int64), -w[:, None], axis=1)
+    if reduction == 0 and self.ndim == 2:
+        g = L.reshape(g, shape=(self.shape[0], 1))
+    return L.mul(g, coef)
+
+
+defvjp(nll_loss_forward, _nll_vjp, None, None)
+
+
+@aten("mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor", "MseLossBackward0")
+def mse_loss(self, target, reduction=1):
+    dt = result_type(self, target)
+    sq = np.square(np.subtract(cast(self, dt), cast(target, dt)))
+    if reduction == 0:
+        return as_dtype(sq, dt)
+    return as_dtype(np.mean(sq) if reduction == 1 else np.sum(sq), dt)
+
+
+def _mse_vjp(first):
+    def vjp(g, ans, self, target, reduction=1):
+        # mse_loss_backward(grad, a, b, reduction) = norm * (a - b) * grad, norm 2 (/ numel for mean)
+        a, b = (self, target) if first else (target, self)
+        diff = L.sub(a, b)
+        norm = 2.0 / max(diff.size, 1) if reduction == 1 else 2.0
+        return L.unbroadcast(L.mul(L.mul(diff, scalar(norm, diff)), g), a.shape)
+    return vjp
+
+
+defvjp(mse_loss, _mse_vjp(True), _mse_vjp(False))

@@ -1,0 +1,362 @@
+"""ATen elementwise ops: arithmetic, activations, ``where``.
+
+Formulas follow PyTorch 2.13's ``tools/autograd/derivatives.yaml``; the
+comment above each VJP names the formula there.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import library as L
+from .promotion import cast, result_type, to_float
+from .registry import aten, defvjp
+
+
+def as_dtype(x, dt):
+    """The result as an array of dtype ``dt`` (NumPy may hand back a scalar)."""
+    if not hasattr(x, "astype"):
+        return np.asarray(x, dtype=dt)
+    return x.astype(dt, copy=False)
+
+
+def array_module(x):
+    """NumPy, or CuPy for a CuPy array: where a kernel makes new arrays (aranges, masks)."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+def zeros(like_shape, like):
+    """Zeros of ``like_shape`` with the dtype (and array type) of ``like``."""
+    return np.zeros_like(like, shape=tuple(like_shape))
+
+
+def scalar(value, like):
+    """A zero-dim array of ``like``'s dtype (keeps VJPs in the gradient's dtype)."""
+    return np.full((), value, dtype=like.dtype)
+
+
+# -- arithmetic -------------------------------------------------------------------
+@aten("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "AddBackward0", saves=False)
+def add(self, other, alpha=1):
+    dt = result_type(self, other)
+    a, b = cast(self, dt), cast(other, dt)
+    return as_dtype(np.add(a, b) if alpha == 1 else np.add(a, np.multiply(b, alpha)), dt)
+
+
+# self: handle_r_to_c(self.scalar_type(), grad); other: maybe_multiply(grad, alpha)
+defvjp(add, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
+       lambda g, ans, self, other, alpha=1: L.unbroadcast(g if alpha == 1 else L.mul(g, alpha),
+                                                           other.shape))
+
+
+@aten("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "SubBackward0", saves=False)
+def sub(self, other, alpha=1):
+    dt = result_type(self, other)
+    a, b = cast(self, dt), cast(other, dt)
+    return as_dtype(np.subtract(a, b) if alpha == 1 else np.subtract(a, np.multiply(b, alpha)), dt)
+
+
+# self: handle_r_to_c(self.scalar_type(), grad); other: handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha))
+defvjp(sub, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
+       lambda g, ans, self, other, alpha=1: L.unbroadcast(
+           L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha), other.shape))
+
+
+@aten("mul.Tensor(Tensor self, Tensor other) -> Tensor", "MulBackward0")
+def mul(self, other):
+    dt = result_type(self, other)
+    return as_dtype(np.multiply(cast(self, dt), cast(other, dt)), dt)
+
+
+# self: mul_tensor_backward(grad, other, self.scalar_type()); other: mul_tensor_backward(grad, self, ...)
+defvjp(mul, lambda g, ans, self, other: L.unbroadcast(L.mul(g, other), self.shape),
+       lambda g, ans, self, other: L.unbroadcast(L.mul(g, self), other.shape))
+
+
+@aten("mul.Scalar(Tensor self, Scalar other) -> Tensor", "MulBackward1", saves=False)
+def mul_scalar(self, other):
+    dt = result_type(self, other)
+    return as_dtype(np.multiply(cast(self, dt), other), dt)
+
+
+# self: mul_tensor_backward(grad, other, self.scalar_type())
+defvjp(mul_scalar, lambda g, ans, self, other: L.mul(g, other))
+
+
+@aten("div.Tensor(Tensor self, Tensor other) -> Tensor", "DivBackward0")
+def div(self, other):
+    dt = to_float(result_type(self, other))
+    return as_dtype(np.true_divide(cast(self, dt), cast(other, dt)), dt)
+
+
+# self: div_tensor_self_backward(grad, other, self.scalar_type()) = grad / other
+# other: div_tensor_other_backward(grad, self, other) = -grad * ((self / other) / other)
+defvjp(div, lambda g, ans, self, other: L.unbroadcast(L.div(g, other), self.shape),
+       lambda g, ans, self, other: L.unbroadcast(
+           L.mul(L.neg(g), L.div(L.div(self, other), other)), other.shape))
+
+
+@aten("pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", "PowBackward0")
+def pow_tensor_scalar(self, exponent):
+    dt = result_type(self, exponent)
+    return as_dtype(np.power(cast(self, dt), exponent), dt)
+
+
+def _pow_vjp(g, ans, self, exponent):
+    # pow_backward(grad, self, exponent): zero for exponent 0, else grad * (exponent * self.pow(exponent - 1))
+    if exponent == 0:
+        return zeros(self.shape, g)
+    return L.mul(g, L.mul(pow_tensor_scalar(self, exponent=exponent - 1), exponent))
+
+
+defvjp(pow_tensor_scalar, _pow_vjp)
+
+
+@aten("rsqrt(Tensor self) -> Tensor", "RsqrtBackward0")
+def rsqrt(self):
+    dt = to_float(self.dtype)
+    x = cast(self, dt)
+    return as_dtype(np.reciprocal(np.sqrt(x)), dt)
+
+
+# self: -0.5 * grad * result.pow(3).conj()
+defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, exponent=3)))
+
+
+# -- activations ---------------------------------------------------------------------
+@aten("relu(Tensor self) -> Tensor", "ReluBackward0")
+def relu(self):
+    return np.maximum(self, np.zeros((), self.dtype))
+
+
+# self: threshold_backward(grad, result, 0): zero where result <= 0
+defvjp(relu, lambda g, ans, self: L.where(ans <= 0, scalar(0, g), g))
+
+
+@aten("sigmoid(Tensor self) -> Tensor", "SigmoidBackward0")
+def sigmoid(self):
+    dt = to_float(self.dtype)
+    x = cast(self, dt)
+    return as_dtype(np.reciprocal(np.add(np.exp(np.negative(x)), 1)), dt)
+
+
+# self: sigmoid_backward(grad, result) = grad * (1 - result) * result
+defvjp(sigmoid, lambda g, ans, self: L.mul(L.mul(g, L.sub(scalar(1, ans), ans)), ans))
+
+
+@aten("tanh(Tensor self) -> Tensor", "TanhBackward0")
+def tanh(self):
+    dt = to_float(self.dtype)
+    return as_dtype(np.tanh(cast(self, dt)), dt)
+
+
+# self: tanh_backward(grad, result) = grad * (1 - result * result)
+defvjp(tanh, lambda g, ans, self: L.mul(g, L.sub(scalar(1, ans), L.mul(ans, ans))))
+
+
+@aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0")
+def hardsigmoid(self):
+    return as_dtype(np.clip(self + 3, 0, 6) * (1 / 6), self.dtype)   # times 1/6, as the CPU kernel
+
+
+# self: hardsigmoid_backward(grad, self): grad * one_sixth strictly inside (-3, 3), else 0;
+# the CPU kernel's one_sixth is the float constant 1.0f / 6.0f, in every dtype
+_ONE_SIXTH_F32 = float(np.float32(1.0) / np.float32(6.0))
+defvjp(hardsigmoid, lambda g, ans, self: L.where(
+    (self > -3) & (self < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)))
+
+
+@aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0")
+def hardswish(self):
+    return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
+
+
+def _hardswish_vjp(g, ans, self):
+    # hardswish_backward(grad, self): 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
+    inner = L.mul(g, L.add(L.div(self, scalar(3, self)), scalar(0.5, self)))
+    return L.where(self < -3, scalar(0, g), L.where(self <= 3, inner, g))
+
+
+defvjp(hardswish, _hardswish_vjp)
+
+
+def erf(x):
+    """The error function, elementwise (libm's erf; CuPy's for CuPy arrays)."""
+    if type(x).__module__.startswith("cupy"):
+        from cupyx.scipy.special import erf as cupy_erf
+
+        return cupy_erf(x)
+    return _ERF(x).astype(x.dtype) if x.ndim else np.asarray(math.erf(x), x.dtype)
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+_SQRT1_2 = math.sqrt(0.5)
+_KBETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5
+_KKAPPA = 0.044715
+_KALPHA = (2.0 / math.sqrt(math.pi)) * _SQRT1_2 * 0.5
+
+
+@aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0")
+def gelu(self, approximate="none"):
+    if approximate == "tanh":
+        inner = _KBETA * (self + _KKAPPA * self * self * self)
+        return as_dtype(0.5 * self * (1 + np.tanh(inner)), self.dtype)
+    if approximate != "none":
+        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    return as_dtype(self * 0.5 * (1 + erf(self * _SQRT1_2)), self.dtype)
+
+
+def _gelu_vjp(g, ans, self, approximate="none"):
+    # gelu_backward(grad, self, approximate), as the CPU kernel computes it
+    x = self
+    if approximate == "tanh":
+        x_sq = x * x
+        inner = _KBETA * (x + _KKAPPA * x_sq * x)
+        t = np.tanh(inner)
+        left = 0.5 * x
+        right = 1 + t
+        left_derivative = 0.5 * right
+        right_derivative = left * (1 - t * t) * (_KBETA * (1 + 3 * _KKAPPA * x_sq))
+        d = left_derivative + right_derivative
+    else:
+        cdf = 0.5 * (1 + erf(x * _SQRT1_2))
+        pdf = _KALPHA * np.exp(-0.5 * x * x)
+        d = cdf + x * pdf
+    return L.mul(g, as_dtype(d, x.dtype))
+
+
+defvjp(gelu, _gelu_vjp)
+
+
+# -- selection and copies ------------------------------------------------------------------
+@aten("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", "WhereBackward0")
+def where(condition, self, other):
+    dt = result_type(self, other)
+    return as_dtype(np.where(condition, cast(self, dt), cast(other, dt)), dt)
+
+
+# condition: non_differentiable; self: where(condition, grad, 0); other: where(condition, 0, grad)
+defvjp(where, None,
+       lambda g, ans, c, self, other: L.unbroadcast(L.where(c, g, scalar(0, g)), self.shape),
+       lambda g, ans, c, self, other: L.unbroadcast(L.where(c, scalar(0, g), g), other.shape))
+
+
+@aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False)
+def clone(self, memory_format=None):
+    return self.copy()
+
+
+defvjp(clone, lambda g, ans, self, memory_format=None: g)
+
+
+@aten("alias(Tensor(a) self) -> Tensor(a)", "AliasBackward0", saves=False)
+def alias(self):
+    return self.view()
+
+
+defvjp(alias, lambda g, ans, self: g)
+
+
+# -- more unary and scalar-operand ops seen in traced models --------------------------------
+def _unary_float(fn):
+    def forward(self):
+        dt = to_float(self.dtype)
+        return as_dtype(fn(cast(self, dt)), dt)
+    forward.__doc__ = fn.__doc__
+    return forward
+
+
+neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False)(lambda self: np.negative(self))
+exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0")(_unary_float(np.exp))
+log = aten("log(Tensor self) -> Tensor", "LogBackward0")(_unary_float(np.log))
+sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0")(_unary_float(np.sqrt))
+abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0")(lambda self: np.abs(self))
+defvjp(neg, lambda g, ans, self: L.neg(g))                                   # -grad
+defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # grad * result
+defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
+defvjp(sqrt, lambda g, ans, self: L.div(g, L.mul(ans, scalar(2, ans))))      # grad / (2 * result)
+defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(self).astype(g.dtype)))  # grad * self.sgn()
+
+
+@aten("silu(Tensor self) -> Tensor", "SiluBackward0")
+def silu(self):
+    return as_dtype(self / (1 + np.exp(-self)), self.dtype)
+
+
+def _silu_vjp(g, ans, self):
+    # silu_backward(grad, self): grad * sigmoid(x) * (1 + x * (1 - sigmoid(x)))
+    s = sigmoid.forward(self)
+    return L.mul(g, as_dtype(s * (1 + self * (1 - s)), self.dtype))
+
+
+defvjp(silu, _silu_vjp)
+
+
+@aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0")
+def hardtanh(self, min_val=-1, max_val=1):
+    return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
+
+
+# self: hardtanh_backward(grad, self, min_val, max_val): 0 where x <= min_val or x >= max_val
+defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: L.where(
+    (self <= min_val) | (self >= max_val), scalar(0, g), g))
+
+
+@aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False)
+def add_scalar(self, other, alpha=1):
+    return add.forward(self, other, alpha=alpha)
+
+
+@aten("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "SubBackward1", saves=False)
+def sub_scalar(self, other, alpha=1):
+    return sub.forward(self, other, alpha=alpha)
+
+
+@aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False)
+def rsub_scalar(self, other, alpha=1):
+    dt = result_type(self, other)
+    return as_dtype(np.subtract(other, cast(self, dt) if alpha == 1 else np.multiply(cast(self, dt), alpha)), dt)
+
+
+@aten("div.Scalar(Tensor self, Scalar other) -> Tensor", "DivBackward1", saves=False)
+def div_scalar(self, other):
+    return div.forward(self, other)
+
+
+defvjp(add_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
+defvjp(sub_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
+defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha))
+defvjp(div_scalar, lambda g, ans, self, other: L.div(g, other))              # grad / other
+
+
+@aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0")
+def masked_fill(self, mask, value):
+    return np.where(mask, np.asarray(value).astype(self.dtype), self)
+
+
+def _masked_fill_vjp(g, ans, self, mask, value):
+    # self: grad.masked_fill(mask, 0), summed to self's shape; mask: non_differentiable
+    return L.unbroadcast(L.where(mask, scalar(0, g), g), tuple(self.shape))
+
+
+defvjp(masked_fill, _masked_fill_vjp, None)
+
+
+@aten("_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+      "bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor",
+      "ToCopyBackward0", saves=False)
+def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    if device is not None:
+        raise ValueError(f"_to_copy: device moves (device={device!r}) are not supported as ATen ops; "
+                         "place the graph's tensors with `device` instead")
+    return self.astype(np.dtype(dtype) if dtype is not None else self.dtype, copy=True)
+
+
+# self: _to_copy_backward(grad, self.options()): back to self's dtype
+defvjp(to_copy, lambda g, ans, self, **args: g if g.dtype == self.dtype else L.cast(g, dtype=self.dtype.name))

@@ -1,0 +1,207 @@
+"""The adapter that turns ATen table entries into registered ops.
+
+An entry is a forward on raw arrays declared with its PyTorch schema and its
+backward node's name::
+
+    @aten("addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
+          "AddmmBackward0")
+    def addmm(self, mat1, mat2, beta=1, alpha=1): ...
+
+    defvjp(addmm, vjp_self, vjp_mat1, vjp_mat2)    # one per schema tensor input
+
+The op is registered in ``OPS`` under ``aten.addmm.default`` (exactly
+``str(torch.ops.aten.addmm.default)``). The forward and the VJPs see the
+schema's tensor inputs in order: arrays, ``None`` for an absent ``Tensor?``,
+a list for a ``Tensor[]``, or a Python number passed for a Tensor (a wrapped
+number); the other arguments come by schema name, defaults filled in. A VJP
+is ``vjp(g, ans, *inputs, **args)`` (``g``/``ans`` are lists for several
+outputs); for a ``Tensor[]`` input it returns one gradient per element.
+``defvjp_joint`` gives instead one function computing several inputs'
+gradients, told which are wanted (``output_mask``, as PyTorch's
+``grad_input_mask``).
+
+Note [flattened inputs]: one call records one ``OpBackward`` node (through
+``core.record``) whose next edges are the tensor inputs flattened in schema
+order, a ``Tensor[]`` contributing its elements, less the inputs that are
+not differentiable (Note [non-differentiable inputs]), so that the engine sees
+exactly PyTorch's edges. ``fn`` therefore accepts the inputs both flattened
+(as ``record`` passes them) and as the schema lays them out (as callers on
+raw arrays do); the VJPs are indexed by edge and map it back to the flat input,
+schema input and list element it belongs to.
+"""
+from __future__ import annotations
+
+from ...autograd.tensor import Tensor
+from ..core import OPS, Op, record
+from .schema import Schema
+
+ATEN_OPS: dict[str, "AtenOp"] = {}
+
+
+class AtenOp(Op):
+    """An op defined by an ATen entry; called like the ATen overload it is."""
+
+    __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
+                 "schema_vjps", "joint_vjp", "first_order_only", "_list_pos")
+
+    def __init__(self, schema, forward, node_name, saves, differentiable_outputs):
+        multi = schema.list_output or schema.n_outputs > 1
+        n = len(schema.tensors)
+        list_pos = [i for i, p in enumerate(schema.tensors) if p.is_list]
+        # arity counts schema tensor inputs (a Tensor[] is one input: a list)
+        super().__init__(name=schema.name, fn=forward, node_name=node_name, saves=saves, arity=n,
+                         args=schema.args, multi_output=multi, doc=f"ATen {schema.text}")
+        self.schema = schema
+        self.forward = forward
+        self.fn = self._forward_any
+        self.defaults = {k: a.default for k, a in schema.args.items() if not a.required}
+        self.differentiable_outputs = differentiable_outputs
+        self.differentiable_inputs = [True] * n
+        self.schema_vjps = None
+        self.joint_vjp = None
+        self.first_order_only = False
+        self._list_pos = list_pos[0] if list_pos else None
+
+    # -- inputs: schema layout <-> flat ------------------------------------------
+    def flatten(self, inputs):
+        if self._list_pos is None:
+            return list(inputs)
+        p = self._list_pos
+        return list(inputs[:p]) + list(inputs[p]) + list(inputs[p + 1:])
+
+    def structure(self, flat):
+        p = self._list_pos
+        if p is None:
+            return flat
+        n_after = len(self.schema.tensors) - p - 1
+        end = len(flat) - n_after
+        return tuple(flat[:p]) + (list(flat[p:end]),) + tuple(flat[end:])
+
+    def _is_structured(self, inputs):
+        p = self._list_pos
+        return len(inputs) == len(self.schema.tensors) and (p is None or isinstance(inputs[p], (list, tuple)))
+
+    def locate(self, i, n_flat):
+        """The schema input (and list element, or None) of flat input ``i``."""
+        p = self._list_pos
+        if p is None or i < p:
+            return i, None
+        n_list = n_flat - (len(self.schema.tensors) - 1)
+        if i < p + n_list:
+            return p, i - p
+        return i - n_list + 1, None
+
+    def _forward_any(self, *inputs, **args):
+        if self._list_pos is not None and not self._is_structured(inputs):
+            inputs = self.structure(inputs)
+        full = self.defaults.copy()
+        full.update(args)
+        return self.forward(*inputs, **full)
+
+    # -- calling --------------------------------------------------------------------
+    def __call__(self, *inputs, **args):
+        if not self._is_structured(inputs):
+            raise TypeError(f"{self.name} takes {len(self.schema.tensors)} tensor inputs "
+                            f"({self.schema.text}), got {len(inputs)}")
+        full = self.defaults.copy()
+        full.update(args)
+        flat = self.flatten(inputs)
+        if not any(type(x) is Tensor for x in flat):
+            return self.forward(*inputs, **full)
+        diff = self.differentiable_flat(len(flat))
+        # Note [non-differentiable inputs]: PyTorch's node has edges only to the
+        # inputs derivatives.yaml differentiates (not where's condition, embedding's
+        # indices, nll_loss's target and weight): those are passed on as plain
+        # arrays, so they never make the output require grad, and their (empty)
+        # edge slots are dropped from the node below.
+        passed = [x if d or type(x) is not Tensor else x.data for x, d in zip(flat, diff)]
+        out = record(self, passed, full)
+        outs = out if self.multi_output else [out]
+        node = next((o.grad_fn for o in outs if o.grad_fn is not None), None)
+        if node is not None and not all(diff):
+            keep = [i for i, d in enumerate(diff) if d]
+            node.next_edges = [node.next_edges[i] for i in keep]
+            if node.input_devices is not None:
+                node.input_devices = [node.input_devices[i] for i in keep]
+        keep_out = self.differentiable_outputs
+        if keep_out is not None and self.multi_output:   # e.g. pooling indices: no grad_fn
+            out = [o if k < len(keep_out) and keep_out[k] or not o.requires_grad else Tensor(o.data)
+                   for k, o in enumerate(out)]
+        return out
+
+    def differentiable_flat(self, n_flat):
+        """For each flat input: does the node have an edge for it?"""
+        return [self.differentiable_inputs[self.locate(i, n_flat)[0]] for i in range(n_flat)]
+
+
+class _FlatVJPs:
+    """``op.vjps`` for an AtenOp: indexed by flat input position (Note [flattened inputs])."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op):
+        self.op = op
+
+    def __getitem__(self, i):
+        op = self.op
+
+        def vjp(g, ans, *flat, **args):
+            if op.first_order_only and any(type(x) is Tensor for x in (g if op.multi_output else [g])):
+                raise RuntimeError(f"{op.name}: its backward is computed by a NumPy kernel and cannot be "
+                                   f"differentiated again (create_graph) yet")
+            n = len(flat)
+            j = i if all(op.differentiable_inputs) else [
+                f for f, d in enumerate(op.differentiable_flat(n)) if d][i]   # edge -> flat input
+            p, k = op.locate(j, n)
+            inputs = op.structure(flat)
+            if op.joint_vjp is not None:
+                mask = [q == p for q in range(len(op.schema.tensors))]
+                grad = op.joint_vjp(g, ans, *inputs, output_mask=mask, **args)[p]
+            else:
+                fn = op.schema_vjps[p]
+                grad = None if fn is None else fn(g, ans, *inputs, **args)
+            return grad if k is None or grad is None else grad[k]
+        return vjp
+
+
+def aten(schema, node_name, saves=True, differentiable_outputs=None):
+    """Register ``forward(*inputs, **args)`` as the ATen overload ``schema`` declares.
+
+    ``differentiable_outputs``: one bool per output (PyTorch's
+    ``output_differentiability``); outputs marked False get no ``grad_fn``.
+    ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
+    """
+    parsed = Schema(schema)
+    if differentiable_outputs is not None and len(differentiable_outputs) != parsed.n_outputs:
+        raise ValueError(f"{parsed.name}: {len(differentiable_outputs)} differentiable_outputs flags for "
+                         f"{parsed.n_outputs} outputs")
+
+    def decorate(forward):
+        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs)
+        OPS[op.name] = op
+        ATEN_OPS[op.name] = op
+        return op
+    return decorate
+
+
+def defvjp(op, *vjps, first_order_only=False):
+    """One VJP per schema tensor input (None: not differentiable, e.g. indices).
+
+    ``first_order_only``: the VJPs compute on raw arrays (a NumPy kernel), not
+    with ops, so a gradient that is itself a recording Tensor is refused.
+    """
+    if len(vjps) != len(op.schema.tensors):
+        raise ValueError(f"{op.name}: {len(vjps)} VJPs for {len(op.schema.tensors)} tensor inputs")
+    op.schema_vjps = vjps
+    op.first_order_only = first_order_only
+    op.differentiable_inputs = [v is not None for v in vjps]
+    op.vjps = _FlatVJPs(op)
+
+
+def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
+    """``fn(g, ans, *inputs, output_mask, **args)`` -> one gradient (or None) per tensor input;
+    ``differentiable_inputs``: one bool per tensor input (those the node has edges to)."""
+    op.joint_vjp = fn
+    op.first_order_only = first_order_only
+    op.differentiable_inputs = list(differentiable_inputs)
+    op.vjps = _FlatVJPs(op)

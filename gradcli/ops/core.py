@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
+from ..autograd.saved import unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
@@ -99,8 +100,14 @@ class OpBackward(Node):
         saved = self.saved
         if saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
-        inputs, ans = saved
+        inputs, ans = saved[0], saved[1]
         op = self.op
+        if STATE.grad_enabled and op.saves:
+            # create_graph (or a backward called under enable_grad): the VJPs
+            # get the saved Tensors so they record (Note [Saved tensors]).
+            inputs = saved[2]
+            ans = ([unpack_output(o, self, i) for i, o in enumerate(ans)] if op.multi_output
+                   else unpack_output(ans, self, 0))
         if op.multi_output:
             g = [self._zeros(i) if gi is None else gi for i, gi in enumerate(grads)]
         else:
@@ -114,7 +121,8 @@ class OpBackward(Node):
             out.append(None if edge is None else vjps[i](g, ans, *inputs, **args))
         devices = self.input_devices
         if devices is not None:
-            out = [o if o is None else on_device(o, devices[i]) for i, o in enumerate(out)]
+            out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])
+                   for i, o in enumerate(out)]
         return out
 
     def _zeros(self, i):
@@ -172,7 +180,7 @@ def record(op, inputs, args):
     node.op = op
     node.args = args
     if op.saves:
-        node.saved = (datas, outs if op.multi_output else outs[0])
+        node.saved = (datas, outs if op.multi_output else outs[0], inputs)
     else:
         node.saved = ([InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas], None)
     node.input_devices = [device_of(d) for d in datas] if on_accel else None

@@ -100,12 +100,12 @@ class OpBackward(Node):
         saved = self.saved
         if saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
-        inputs, ans = saved[0], saved[1]
+        inputs, ans, tensors = saved
         op = self.op
-        if STATE.grad_enabled and op.saves:
+        if op.saves and STATE.grad_enabled:
             # create_graph (or a backward called under enable_grad): the VJPs
             # get the saved Tensors so they record (Note [Saved tensors]).
-            inputs = saved[2]
+            inputs = tensors
             ans = ([unpack_output(o, self, i) for i, o in enumerate(ans)] if op.multi_output
                    else unpack_output(ans, self, 0))
         if op.multi_output:
@@ -182,7 +182,7 @@ def record(op, inputs, args):
     if op.saves:
         node.saved = (datas, outs if op.multi_output else outs[0], inputs)
     else:
-        node.saved = ([InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas], None)
+        node.saved = ([InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas], None, None)
     node.input_devices = [device_of(d) for d in datas] if on_accel else None
     tensors = []
     for i, o in enumerate(outs):

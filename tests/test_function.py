@@ -539,3 +539,38 @@ def test_function_base_class_errors():
 def test_function_is_exported():
     assert autograd.Function is Function
     assert "Function" in autograd.__all__
+
+
+def test_as_function_wraps_a_plain_class():
+    """A class shaped like torch.autograd.Function that does not subclass gradcli's
+    (what a graph file's custom op names) runs through as_function, keeping its name."""
+    class Square:
+        @staticmethod
+        def forward(ctx, x, scale=1.0):
+            ctx.save_for_backward(x)
+            ctx.scale = scale
+            return x * x * scale
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 2 * x * ctx.scale, None
+
+    fn = autograd.as_function(Square)
+    assert issubclass(fn, Function) and fn.__name__ == "Square"
+    assert autograd.as_function(MyFunction) is MyFunction
+    x = leaf(3)
+    out = fn.apply(x, scale=3.0)
+    assert out.grad_fn.name == "SquareBackward"
+    (g,) = grad([out.sum()], [x], create_graph=True)
+    np.testing.assert_allclose(g.data, 6 * x.data)
+    (gg,) = grad([g.sum()], [x])
+    np.testing.assert_allclose(gg, np.full(3, 6.0))
+
+    class NotAFunction:
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+    with pytest.raises(TypeError, match="no backward method"):
+        autograd.as_function(NotAFunction)

@@ -222,3 +222,24 @@ def _save(to_save, inputs, is_tensor_input, outs, results):
             entry = SavedVariable(v)
         saved.append(entry)
     return saved
+
+
+def as_function(user_cls):
+    """A ``Function`` subclass running ``user_cls``'s static ``forward``/``backward``.
+
+    For classes shaped like ``torch.autograd.Function`` that do not subclass
+    gradcli's (a graph file's ``custom`` op): the wrapper keeps the class's
+    name, so its node is ``<Name>Backward``. A Function subclass is returned
+    as it is.
+    """
+    if isinstance(user_cls, type) and issubclass(user_cls, Function):
+        return user_cls
+    missing = [m for m in ("forward", "backward") if not callable(getattr(user_cls, m, None))]
+    if missing:
+        raise TypeError(f"{getattr(user_cls, '__qualname__', user_cls)!r} is not shaped like "
+                        f"torch.autograd.Function: no {' or '.join(missing)} method")
+    return type(user_cls.__name__, (Function,),
+                {"forward": staticmethod(user_cls.forward),
+                 "backward": staticmethod(user_cls.backward),
+                 "__qualname__": user_cls.__qualname__, "__module__": user_cls.__module__,
+                 "__doc__": user_cls.__doc__})

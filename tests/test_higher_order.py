@@ -419,3 +419,56 @@ def test_gradgrad(op_name):
         got = np.zeros(num.shape) if got is None else np.asarray(got, np.float64)
         np.testing.assert_allclose(got, num, rtol=1e-4, atol=1e-6,
                                    err_msg=f"{op_name}: d/d{'x' if holder is arrays else 'v'}{j}")
+
+
+def test_anomaly_mode_checks_tensor_gradients():
+    """detect_anomaly sees the gradients of a create_graph backward (Tensors) too."""
+    from gradcli.autograd import detect_anomaly
+
+    x = leaf(3)
+    y = O.nan(x * 2).sum()
+    with detect_anomaly():
+        with pytest.raises(RuntimeError, match="Function 'NanBackward0' returned nan values "
+                                               "in its 0th output"):
+            grad([y], [x], create_graph=True)
+
+
+def test_validate_outputs_fixes_tensor_gradients_differentiably():
+    """A Tensor gradient of a broadcast shape is summed back (recorded), one of another
+    dtype is cast (recorded), an incompatible one gets PyTorch's message."""
+    from gradcli.autograd import Function
+
+    class Broadcasting(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            # (2, 3) gradient for a (3,) input, and float32: both fixed by the engine
+            grad_x = O.expand(O.mul(O.mul(g, x), np.full((), 2.0)), shape=[2, 3])
+            return O.cast(grad_x, dtype="float32")
+
+    x = leaf(3)
+    (g,) = grad([Broadcasting.apply(x).sum()], [x], create_graph=True)
+    assert g.dtype == np.float64 and g.shape == (3,)
+    np.testing.assert_allclose(g.data, 4 * x.data, rtol=1e-6)
+    (gg,) = grad([g.sum()], [x])
+    np.testing.assert_allclose(gg, np.full(3, 4.0), rtol=1e-6)
+
+    class Wrong(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.copy()
+
+        @staticmethod
+        def backward(ctx, g):
+            return O.concat(g, g, axis=0)
+
+    y = leaf(3)
+    with pytest.raises(RuntimeError) as err:
+        grad([Wrong.apply(y).sum()], [y], create_graph=True)
+    assert str(err.value) == ("Function WrongBackward returned an invalid gradient at index 0 - "
+                              "got [6] but expected shape compatible with [3]")

@@ -273,6 +273,12 @@ def test_retain_grad_with_create_graph():
     np.testing.assert_allclose(h.grad.data, 2 * x.data ** 2)
     (gx,) = grad([h.grad.sum()], [x])
     np.testing.assert_allclose(gx, 4 * x.data)
+    # a gradient that carries no graph is still kept as a Tensor, as .grad of a leaf
+    h2 = x * 2
+    h2.retain_grad()
+    h2.sum().backward(create_graph=True)
+    assert isinstance(h2.grad, Tensor) and not h2.grad.requires_grad
+    np.testing.assert_array_equal(h2.grad.data, np.ones(3))
 
 
 # -- every op's second derivative (gradgradcheck) -------------------------------------------

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..devices import device_of, to_host
 from .node import AccumulateGrad, differentiable_accumulate
+from .state import STATE
 
 
 class Tensor:
@@ -96,7 +97,7 @@ class Tensor:
             return
 
         def retain(grad, _tensor=self):
-            if type(grad) is Tensor or type(_tensor.grad) is Tensor:   # create_graph
+            if STATE.grad_enabled or type(_tensor.grad) is Tensor:   # create_graph
                 _tensor.grad = differentiable_accumulate(_tensor.grad, grad)
             else:
                 _tensor.grad = grad.copy() if _tensor.grad is None else _tensor.grad + grad

@@ -574,3 +574,28 @@ def test_as_function_wraps_a_plain_class():
 
     with pytest.raises(TypeError, match="no backward method"):
         autograd.as_function(NotAFunction)
+
+
+def test_reentrant_create_graph_inside_create_graph_backward():
+    """The outer backward runs with create_graph and the node's backward calls
+    grad(..., create_graph=True) on the saved input (a Tensor here): the gradient it
+    returns carries that inner graph, so a second derivative goes through both."""
+    class SinViaGrad(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return np.sin(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            assert isinstance(x, Tensor) and is_grad_enabled()
+            (gx,) = grad([O.sin(x)], [x], grad_outputs=[g], create_graph=True)
+            return gx
+
+    x = leaf(4)
+    (g,) = grad([SinViaGrad.apply(x).sum()], [x], create_graph=True)
+    np.testing.assert_allclose(g.data, np.cos(x.data))
+    assert g.grad_fn is not None
+    (gg,) = grad([g.sum()], [x])
+    np.testing.assert_allclose(gg, -np.sin(x.data))

@@ -351,11 +351,11 @@ GRADGRAD = {
     "cast": ([R(3, 4)], {"dtype": "float64"}, None),
     "to": ([R(3, 4)], {"device": "sim:1"}, None),
     "delay": ([R(3, 4)], {"ms": 0}, None),
+    "reenter": ([R(3, 4)], {"depth": 3}, None),
 }
 EXCLUDED = {
     "fail": "its backward raises by design",
     "nan": "its backward returns NaN by design",
-    "reenter": "an engine exerciser whose backward runs a fresh first-order backward",
 }
 
 

@@ -1,5 +1,6 @@
 """The autograd core: nodes, tensors and the engine. Knows nothing of files or the CLI."""
 from .api import backward, grad, queue_callback
+from .function import BackwardCFunction, Function, as_function
 from .engine import (Engine, get_current_graph_task_execution_order, get_default_engine,
                      predicted_execution_order, set_default_engine)
 from .graph_task import GraphTask
@@ -11,8 +12,8 @@ from .state import (detect_anomaly, enable_grad, is_grad_enabled, no_grad, set_g
 from .tensor import Tensor
 
 __all__ = [
-    "AccumulateGrad", "Engine", "GraphRoot", "GraphTask", "InputBuffer", "InputMetadata", "Node",
-    "ReadyQueue", "Tensor", "backward", "detect_anomaly", "enable_grad",
+    "AccumulateGrad", "BackwardCFunction", "Engine", "Function", "GraphRoot", "GraphTask",
+    "InputBuffer", "InputMetadata", "Node", "ReadyQueue", "Tensor", "as_function", "backward", "detect_anomaly", "enable_grad",
     "get_current_graph_task_execution_order", "get_default_engine", "grad", "is_grad_enabled",
     "no_grad", "predicted_execution_order", "queue_callback", "set_default_engine",
     "set_grad_enabled", "set_multithreading_enabled",

@@ -16,12 +16,16 @@ def _as_list(x):
     return [x]
 
 
-def _make_grads(outputs, grad_outputs):
-    """Default each missing root gradient to ones, for single-element roots only."""
+def _make_grads(outputs, grad_outputs, create_graph=False):
+    """Default each missing root gradient to ones, for single-element roots only.
+
+    With ``create_graph`` a Tensor root gradient is kept as it is, so the
+    gradients computed from it are differentiable w.r.t. it too.
+    """
     grads = []
     for i, out in enumerate(outputs):
         g = grad_outputs[i] if grad_outputs is not None else None
-        if isinstance(g, Tensor):
+        if isinstance(g, Tensor) and not create_graph:
             g = g.data
         if g is None:
             if out.requires_grad:
@@ -55,12 +59,14 @@ def _root_edges(outputs):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None,
              engine=None, **options):
-    """Accumulate gradients of ``tensors`` into ``.grad`` of the leaves (or ``inputs``)."""
-    if create_graph:
-        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported "
-                                  "yet")
+    """Accumulate gradients of ``tensors`` into ``.grad`` of the leaves (or ``inputs``).
+
+    ``retain_graph`` defaults to ``create_graph``. With ``create_graph`` the
+    backward records itself: ``.grad`` becomes a Tensor that carries a
+    ``grad_fn`` (Note [Differentiable .grad]), so it can be differentiated.
+    """
     tensors = _as_list(tensors)
-    grads = _make_grads(tensors, _as_list(grad_tensors))
+    grads = _make_grads(tensors, _as_list(grad_tensors), create_graph)
     if retain_graph is None:
         retain_graph = create_graph
     outputs = []
@@ -81,13 +87,15 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=False, engine=None, **options):
-    """Return the gradients of ``outputs`` w.r.t. ``inputs`` without touching ``.grad``."""
-    if create_graph:
-        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported "
-                                  "yet")
+    """Return the gradients of ``outputs`` w.r.t. ``inputs`` without touching ``.grad``.
+
+    Raw arrays, or with ``create_graph`` Tensors that carry the graph of the
+    backward (their ``grad_fn``), for higher-order gradients.
+    ``retain_graph`` defaults to ``create_graph``.
+    """
     outputs = _as_list(outputs)
     inputs = _as_list(inputs)
-    grads = _make_grads(outputs, _as_list(grad_outputs))
+    grads = _make_grads(outputs, _as_list(grad_outputs), create_graph)
     if retain_graph is None:
         retain_graph = create_graph
     edges = []
@@ -101,6 +109,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if not allow_unused and any(g is None for g in result):
         raise RuntimeError("One of the differentiated Tensors appears to not have been used in "
                            "the graph. Set allow_unused=True if this is the desired behavior.")
+    if create_graph:
+        result = [g if g is None or type(g) is Tensor else Tensor(g) for g in result]
     return tuple(result)
 
 

@@ -26,6 +26,7 @@ from .node import GraphRoot
 from .ready_queue import SHUTDOWN, ReadyQueue, node_task, wakeup_task
 from . import streams
 from .state import STATE
+from .tensor import Tensor
 
 log = logging.getLogger("gradcli.engine")
 
@@ -655,6 +656,9 @@ def validate_outputs(edges, grads, fn_name):
         if (type(grad) is np.ndarray and meta.device is CPU and grad.shape == meta.shape
                 and grad.dtype is meta.dtype):
             continue                 # the common case: nothing to check or fix
+        if type(grad) is Tensor:
+            grads[i] = _validate_tensor_grad(grad, meta, i, fn_name)
+            continue
         shape = getattr(grad, "shape", None)
         if shape is None:
             raise RuntimeError(_format(fn_name, f"invalid gradient at index {i} - expected an "
@@ -677,6 +681,27 @@ def validate_outputs(edges, grads, fn_name):
         grads[i] = grad
 
 
+def _validate_tensor_grad(grad, meta, i, fn_name):
+    """validate_outputs for a Tensor gradient (create_graph): the same checks,
+    and fix-ups made with ops so that they record (Note [Differentiable VJPs])."""
+    from .node import _ops  # noqa: PLC0415
+
+    data = grad.data
+    if data.shape != meta.shape:
+        if not meta.is_expandable_to_shape(data.shape):
+            raise RuntimeError(_format(fn_name, meta.incompatible_shape_error_message(i, data)))
+        grad = _ops().unbroadcast(grad, meta.shape)
+    if grad.dtype != meta.dtype:
+        grad = _ops().cast(grad, dtype=meta.dtype.name)
+    dev = device_of(grad.data)
+    if dev is not meta.device:
+        if grad.ndim != 0:
+            raise RuntimeError(_format(fn_name, f"invalid gradient at index {i} - "
+                                                f"expected device {meta.device} but got {dev}"))
+        grad = _ops().to(grad, device=str(meta.device))
+    return grad
+
+
 def _format(fn_name, msg):
     return msg if fn_name is None else f"Function {fn_name} returned an {msg}"
 
@@ -685,7 +710,7 @@ def check_anomaly(fn, outputs, check_inf):
     for i, out in enumerate(outputs):
         if out is None:
             continue
-        data = to_host(out)
+        data = to_host(out.data if type(out) is Tensor else out)
         if np.isnan(data).any():
             raise AnomalyError(f"Function '{fn.name}' returned nan values in its {i}th output.", fn)
         if check_inf and np.isinf(data).any():

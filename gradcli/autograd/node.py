@@ -17,7 +17,7 @@ import numpy as np
 
 from ..devices import CPU, device_of
 from .streams import stream_of
-from .state import next_sequence_nr
+from .state import STATE, next_sequence_nr
 
 UINT64_MAX = 2**64 - 1
 _RACY = "racy_accumulate" in os.environ.get("GRADCLI_FAULT", "")  # see engine.FAULTS
@@ -206,6 +206,15 @@ class AccumulateGrad(Node):
         if new_grad is None:
             return []
         var = self.variable
+        if STATE.grad_enabled:
+            # Note [Differentiable .grad]: with create_graph the engine runs
+            # nodes with grad mode on; .grad must stay differentiable, so it
+            # is never updated in place: the first gradient is cloned (a
+            # recorded clone), later ones are added out of place, and .grad
+            # holds a Tensor (carrying a grad_fn when the gradient has one).
+            with self.lock:
+                var.grad = differentiable_accumulate(var.grad, new_grad)
+            return []
         if _RACY:
             old = var.grad
             time.sleep(0.001)   # planted fault: lets another thread's update be lost
@@ -230,6 +239,27 @@ class AccumulateGrad(Node):
             else:
                 var.grad = old + new_grad
         return []
+
+
+def _ops():
+    # The autograd core records ops only where a gradient must stay
+    # differentiable (create_graph); the op library imports the core, so it
+    # is imported here, late.
+    from ..ops import library  # noqa: PLC0415
+
+    return library
+
+
+def differentiable_accumulate(old, new_grad):
+    """``old + new_grad`` (or a clone of ``new_grad``) as a Tensor, recorded under grad mode."""
+    from .tensor import Tensor  # noqa: PLC0415 - tensor.py imports this module
+
+    if old is None:
+        if type(new_grad) is Tensor:
+            return _ops().clone(new_grad)
+        return Tensor(new_grad.copy())
+    total = old + new_grad
+    return total if type(total) is Tensor else Tensor(total)
 
 
 class GraphRoot(Node):

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..devices import device_of, to_host
-from .node import AccumulateGrad
+from .node import AccumulateGrad, differentiable_accumulate
+from .state import STATE
 
 
 class Tensor:
@@ -16,6 +17,10 @@ class Tensor:
 
     __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "grad", "name",
                  "retains_grad", "_grad_accumulator", "__weakref__")
+
+    # NumPy defers to the Tensor's reflected operators (``array + tensor``
+    # calls ``Tensor.__radd__``) instead of making an object array.
+    __array_ufunc__ = None
 
     def __init__(self, data, requires_grad=False, name=None):
         if requires_grad and data.dtype.kind != "f":
@@ -92,7 +97,10 @@ class Tensor:
             return
 
         def retain(grad, _tensor=self):
-            _tensor.grad = grad.copy() if _tensor.grad is None else _tensor.grad + grad
+            if STATE.grad_enabled or type(_tensor.grad) is Tensor:   # create_graph
+                _tensor.grad = differentiable_accumulate(_tensor.grad, grad)
+            else:
+                _tensor.grad = grad.copy() if _tensor.grad is None else _tensor.grad + grad
             return grad
 
         self.grad_fn.set_retains_grad_hook(self.output_nr, retain)

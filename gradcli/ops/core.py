@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
+from ..autograd.saved import unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
@@ -219,8 +220,14 @@ class OpBackward(Node):
         saved = self.saved
         if saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
-        inputs, ans = saved
+        inputs, ans, tensors = saved
         op = self.op
+        if op.saves and STATE.grad_enabled:
+            # create_graph (or a backward called under enable_grad): the VJPs
+            # get the saved Tensors so they record (Note [Saved tensors]).
+            inputs = tensors
+            ans = ([unpack_output(o, self, i) for i, o in enumerate(ans)] if op.multi_output
+                   else unpack_output(ans, self, 0))
         if op.multi_output:
             g = [self._zeros(i) if gi is None else gi for i, gi in enumerate(grads)]
         else:
@@ -234,7 +241,8 @@ class OpBackward(Node):
             out.append(None if edge is None else vjps[i](g, ans, *inputs, **args))
         devices = self.input_devices
         if devices is not None:
-            out = [o if o is None else on_device(o, devices[i]) for i, o in enumerate(out)]
+            out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])
+                   for i, o in enumerate(out)]
         return out
 
     def _zeros(self, i):
@@ -292,9 +300,9 @@ def record(op, inputs, args):
     node.op = op
     node.args = args
     if op.saves:
-        node.saved = (datas, outs if op.multi_output else outs[0])
+        node.saved = (datas, outs if op.multi_output else outs[0], inputs)
     else:
-        node.saved = ([InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas], None)
+        node.saved = ([InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas], None, None)
     node.input_devices = [device_of(d) for d in datas] if on_accel else None
     tensors = []
     for i, o in enumerate(outs):

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from ..autograd.tensor import Tensor
 from . import args as A
 from . import shapes as S
 from .core import Arg, declare, defvjp, primitive
@@ -25,7 +26,26 @@ def _normalize_axes(axis, ndim):
     return tuple(sorted(a % ndim if ndim else a for a in axes))
 
 
-# -- helpers built from ops (work on arrays and, later, on Tensors) -------------------
+# -- helpers built from ops (work on arrays and on Tensors) ---------------------------
+# Note [Differentiable VJPs]: with create_graph the engine runs each node's
+# backward with grad mode on and hands the VJPs Tensors (the node's saved
+# tensors, and gradients that carry grad_fns), so everything a gradient flows
+# through is written with ops: they record themselves on Tensors and just
+# compute on raw arrays. Masks computed from values (comparisons, signs,
+# tie shares) read the raw array through ``_value``: no gradient flows
+# through a comparison, exactly as in PyTorch's derivative formulas.
+def _value(x):
+    """The raw array of ``x`` (a Tensor's data, or ``x`` itself)."""
+    return x.data if type(x) is Tensor else x
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
 def unbroadcast(g, shape):
     """Sum a gradient of a broadcast result back to an operand's ``shape``."""
     if g.shape == shape:
@@ -99,7 +119,7 @@ def pow_(x, y):
 
 def _pow_grad_exponent(g, ans, x, y):
     # d/dy x**y = x**y * log(x); PyTorch defines it as 0 where x == 0 and y >= 0.
-    mask = (x == 0) & (y >= 0)
+    mask = (_value(x) == 0) & (_value(y) >= 0)
     safe_x = where(mask, np.ones((), dtype=x.dtype), x)
     return unbroadcast(where(mask, np.zeros((), dtype=ans.dtype), mul(g, mul(ans, log(safe_x)))),
                        y.shape)
@@ -107,8 +127,8 @@ def _pow_grad_exponent(g, ans, x, y):
 
 def _pow_grad_base(g, ans, x, y):
     # d/dx x**y = y * x**(y-1); 0 where y == 0 (PyTorch's pow_backward_self), not 0 * inf.
-    zero = y == 0
-    grad = mul(g, mul(y, pow_(x, sub(y, np.ones((), dtype=np.result_type(y, 1))))))
+    zero = _value(y) == 0
+    grad = mul(g, mul(y, pow_(x, sub(y, np.ones((), dtype=np.result_type(_value(y), 1))))))
     return unbroadcast(where(zero, np.zeros((), dtype=ans.dtype), grad), x.shape)
 
 
@@ -130,6 +150,7 @@ def minimum(x, y):
 def _select_grad(g, x, y, loses, shape):
     # PyTorch: half each on a tie, none to the operand that lost, all otherwise
     # (so a NaN operand, which neither wins nor loses, gets the whole gradient).
+    x, y = _value(x), _value(y)
     share = np.where(x == y, 0.5, np.where(loses(x, y), 0.0, 1.0)).astype(g.dtype)
     return unbroadcast(mul(g, share), shape)
 
@@ -220,7 +241,7 @@ def relu(x):
 
 
 # threshold_backward: zero where x <= 0, so a NaN input passes its gradient on.
-defvjp(relu, lambda g, ans, x: mul(g, np.logical_not(ans <= 0).astype(g.dtype)))
+defvjp(relu, lambda g, ans, x: mul(g, np.logical_not(_value(ans) <= 0).astype(g.dtype)))
 
 
 @primitive("abs", "AbsBackward0", infer=S.ELEMENTWISE)
@@ -229,7 +250,7 @@ def abs_(x):
     return np.abs(x)
 
 
-defvjp(abs_, lambda g, ans, x: mul(g, np.sign(x).astype(g.dtype)))
+defvjp(abs_, lambda g, ans, x: mul(g, np.sign(_value(x)).astype(g.dtype)))
 
 
 @primitive("sqrt", "SqrtBackward0", infer=S.ELEMENTWISE)
@@ -265,6 +286,7 @@ def clamp(x, min=None, max=None):  # noqa: A002 - the graph format's names
 
 
 def _clamp_vjp(g, ans, x, min=None, max=None):  # noqa: A002
+    x = _value(x)
     mask = np.ones(x.shape, dtype=bool)
     if min is not None:
         mask &= x >= min
@@ -333,6 +355,7 @@ def min_(x, axis=None, keepdims=False):
 
 def _extreme_vjp(g, ans, x, axis=None, keepdims=False):
     shape = x.shape
+    x, ans = _value(x), _value(ans)
     a = ans if keepdims else np.reshape(
         ans, tuple(1 if i in _normalize_axes(axis, len(shape)) else s for i, s in enumerate(shape)))
     hit = (x == a) | (np.isnan(x) & np.isnan(a))    # a NaN result came from the NaNs
@@ -441,7 +464,7 @@ def _concat_vjp(i):
         start = sum(x.shape[axis] for x in xs[:i])
         index = [slice(None)] * g.ndim
         index[axis] = slice(start, start + xs[i].shape[axis])
-        return g[tuple(index)]
+        return slice_(g, index=tuple(index))
     return vjp
 
 
@@ -454,7 +477,9 @@ def stack(*xs, axis=0):
 
 def _stack_vjp(i):
     def vjp(g, ans, *xs, axis=0):
-        return np.take(g, i, axis=axis)
+        index = [slice(None)] * g.ndim
+        index[axis] = i
+        return slice_(g, index=tuple(index))
     return vjp
 
 
@@ -665,7 +690,7 @@ def _cross_entropy_vjp(g, ans, logits, target):
     n = logits.shape[0]
     probs = softmax(logits, axis=1)
     onehot = np.zeros(logits.shape, dtype=logits.dtype)
-    np.put_along_axis(onehot, target[:, None].astype(np.int64), 1, axis=1)
+    np.put_along_axis(onehot, _value(target)[:, None].astype(np.int64), 1, axis=1)
     return mul(sub(probs, onehot), div(g, np.full((), n, logits.dtype)))
 
 
@@ -686,7 +711,7 @@ def mse_loss(a, b):
 def _mse_vjp(sign):
     def vjp(g, ans, a, b):
         diff = sub(a, b)
-        n = np.full((), max(diff.size, 1), diff.dtype)
+        n = np.full((), max(_numel(diff.shape), 1), diff.dtype)
         grad = mul(diff, div(mul(g, np.full((), 2 * sign, diff.dtype)), n))
         return unbroadcast(grad, (a if sign > 0 else b).shape)
     return vjp
@@ -706,9 +731,12 @@ def layer_norm(x, axis=-1, eps=1e-5):
 
 
 def _layer_norm_vjp(g, ans, x, axis=-1, eps=1e-5):
+    # rstd depends on x, so it is built from ops (its gradient matters for
+    # the second derivative); xhat is the saved output.
     axes = _normalize_axes(axis, x.ndim)
-    var = np.var(x, axis=axes, keepdims=True)
-    rstd = np.reciprocal(np.sqrt(var + eps)).astype(x.dtype, copy=False)
+    centered = sub(x, mean(x, axis=axes, keepdims=True))
+    var = mean(mul(centered, centered), axis=axes, keepdims=True)
+    rstd = div(np.ones((), x.dtype), sqrt(add(var, np.full((), eps, x.dtype))))
     xhat = ans
     mean_g = mean(g, axis=axes, keepdims=True)
     mean_gx = mean(mul(g, xhat), axis=axes, keepdims=True)
@@ -743,6 +771,8 @@ def to(x, device):
 def _to_vjp(g, ans, x, device):
     from ..devices import to_device
 
+    if type(g) is Tensor:          # create_graph: the copy back records ToCopyBackward0
+        return to(g, device=str(x.device))
     return to_device(g, x.device)
 
 

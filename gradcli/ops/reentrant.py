@@ -37,11 +37,13 @@ def _reenter_vjp(g, ans, x, depth=1):
         return g
     from ..autograd import enable_grad, grad
 
-    leaf = Tensor(np.asarray(g) if type(g).__module__ == "numpy" and not hasattr(g, "gradcli_device")
-                  else g, requires_grad=True)
+    create_graph = type(g) is Tensor       # a create_graph backward: g keeps its graph
+    data = g.data if create_graph else g
+    leaf = Tensor(np.asarray(data) if type(data).__module__ == "numpy"
+                  and not hasattr(data, "gradcli_device") else data, requires_grad=True)
     with enable_grad():
         inner = reenter(leaf, depth=depth - 1)
-    (result,) = grad([inner], [leaf], [g])
+    (result,) = grad([inner], [leaf], [g], create_graph=create_graph)
     return result
 
 

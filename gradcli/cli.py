@@ -61,18 +61,21 @@ def _run_graph(graph, *, inputs, retain_graph, repeat, multithreading, determini
     try:
         if retain_graph and repeat > 1:
             # One forward, N backwards on the retained graph: gradients add up.
-            result = graph.run(inputs, True, None, multithreading, deterministic, anomaly)
+            result = graph.run(inputs=inputs, retain_graph=True, multithreading=multithreading,
+                               deterministic=deterministic, anomaly=anomaly)
             times = [result.backward_s]
             for _ in range(repeat - 1):
-                grads, order, elapsed = graph.backward(inputs, True, None, multithreading,
-                                                       deterministic, anomaly)
+                grads, order, elapsed = graph.backward(
+                    inputs=inputs, retain_graph=True, multithreading=multithreading,
+                    deterministic=deterministic, anomaly=anomaly)
                 times.append(elapsed)
                 result.grads, result.order = grads, order
         else:
             times, fwd = [], []
             for _ in range(repeat):
-                result = graph.run(inputs, retain_graph or None, None, multithreading,
-                                   deterministic, anomaly)
+                result = graph.run(inputs=inputs, retain_graph=retain_graph or None,
+                                   multithreading=multithreading, deterministic=deterministic,
+                                   anomaly=anomaly)
                 times.append(result.backward_s)
                 fwd.append(result.forward_s)
             result.forward_s = statistics.median(fwd)
@@ -209,11 +212,9 @@ def order(graph_file, fmt, no_multithreading, predicted, **opts):
             nodes = graph.predicted_order()
         except GraphError as exc:
             _error(str(exc), EXIT_INVALID)
-        from .autograd.node import GraphRoot
-
-        records = [dict(node=n.name, op=n.op_id, sequence_nr=n.sequence_nr,
+        records = [dict(node=n.name, op=n.metadata.get("op_id"), sequence_nr=n.sequence_nr,
                         topological_nr=n.topological_nr, device=str(n.device), thread="-")
-                   for n in nodes if not isinstance(n, GraphRoot)]
+                   for n in nodes]
     else:
         result = _run_graph(graph, inputs=None, retain_graph=True, repeat=1,
                             multithreading=not no_multithreading)
@@ -249,8 +250,8 @@ def _dot(graph, records):
             continue
         seen.add(fn)
         ids[fn] = f"n{len(ids)}"
-        run = ",".join(runs.get((fn.name, fn.op_id, fn.sequence_nr), [])) or "-"
-        label = f"#{run} {fn.name}\\n{fn.op_id or ''}\\nseq={fn.sequence_nr} topo={fn.topological_nr}"
+        run = ",".join(runs.get((fn.name, fn.metadata.get("op_id"), fn.sequence_nr), [])) or "-"
+        label = f"#{run} {fn.name}\\n{fn.metadata.get('op_id') or ''}\\nseq={fn.sequence_nr} topo={fn.topological_nr}"
         lines.append(f'  {ids[fn]} [label="{label}"];')
         stack.extend(e[0] for e in fn.next_edges if e is not None)
     for fn in seen:

@@ -528,8 +528,8 @@ class _Loader:
             self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
         for out in outputs:
             defined[out] = None
-        return OpSpec(index=i, id=op_id, label=label,
-                      op=CheckpointOp(body_specs, list(inputs), list(outputs)),
+        function, raw = checkpoint_body(body_specs, list(inputs), list(outputs))
+        return OpSpec(index=i, id=op_id, label=label, op=CheckpointOp(function, raw),
                       inputs=list(inputs), outputs=list(outputs), args={}, retain_grad=retain,
                       line=self.doc.line(*path))
 
@@ -828,3 +828,31 @@ def _read_npy_header(fh):
     except Exception as exc:  # noqa: BLE001 - any malformed header
         raise ValueError(f"not a valid .npy file ({exc})") from None
     return tuple(shape), np.dtype(dtype)
+
+
+def checkpoint_body(body, input_names, output_names):
+    """The two callables of a checkpoint op, built from its body's op specs:
+    ``function`` on Tensors (run by ``checkpoint``, which re-runs it in
+    backward; it stamps each node it records with the body op's id and line)
+    and ``raw`` on arrays without recording (for gradcheck). The body is a
+    scope of its own: it reads the checkpoint's inputs by name."""
+
+    def function(*tensors):
+        scope = dict(zip(input_names, tensors))
+        for spec in body:
+            out = spec.op(*[scope[n] for n in spec.inputs], **spec.args)
+            outs = out if isinstance(out, list) else [out]
+            node = outs[0].grad_fn
+            if node is not None:
+                node.metadata.update(op_id=spec.id, line=spec.line)
+            scope.update(zip(spec.outputs, outs))
+        return [scope[n] for n in output_names]
+
+    def raw(*arrays, **args):
+        scope = dict(zip(input_names, arrays))
+        for spec in body:
+            out = spec.op.fn(*[scope[n] for n in spec.inputs], **spec.args)
+            scope.update(zip(spec.outputs, out if spec.op.multi_output else [out]))
+        return [scope[n] for n in output_names]
+
+    return function, raw

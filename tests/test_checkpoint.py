@@ -124,7 +124,7 @@ def test_failure_inside_a_checkpoint_body_reaches_the_caller():
 """)
     with pytest.raises(BackwardError) as info:
         g.run()
-    assert info.value.node.name == "FailBackward0" and info.value.node.op_id == "inner"
+    assert info.value.node.name == "FailBackward0" and info.value.node.metadata["op_id"] == "inner"
     assert "boom inside" in str(info.value)
     # The message says which body op made the failing node, and where.
     assert "(node created by op 'inner' at <ckpt>:" in str(info.value)

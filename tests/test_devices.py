@@ -468,7 +468,7 @@ def test_chrome_trace_with_reentrant_pool_thread(engine):
     t0 = perf_counter()
     backward([loss], engine=engine, trace=trace)
     names = thread_names()
-    order = [NodeRun(node=fn.name, op=fn.op_id, sequence_nr=fn.sequence_nr,
+    order = [NodeRun(node=fn.name, op=fn.metadata.get("op_id"), sequence_nr=fn.sequence_nr,
                      topological_nr=fn.topological_nr, device=str(fn.device),
                      thread=names.get(tid, str(tid)), graph_task=gt, depth=depth,
                      start_s=start - t0, end_s=end - t0)

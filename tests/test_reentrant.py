@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -9,11 +10,12 @@ import sys
 import numpy as np
 import pytest
 
+import faults
+
 import gradcli.ops as O
 from gradcli.autograd import Engine, Tensor, backward, set_multithreading_enabled
 from gradcli.autograd.engine import default_max_recursion_depth
-from gradcli.graph import OpSpec
-from gradcli.ops.reentrant import CheckpointOp
+from gradcli.ops.reentrant import checkpoint
 
 
 def _reenter_loss(x, depth, scale=3.0):
@@ -95,12 +97,15 @@ def test_reenter_from_device_thread():
 
 
 def _nested_checkpoints(levels):
-    body = [OpSpec(0, "sq", "sq", O.OPS["mul"], ["a", "a"], ["b"], {})]
-    op = None
-    for level in range(levels):
-        op = CheckpointOp(body, ["a"], ["b"])
-        body = [OpSpec(0, f"c{level}", f"c{level}", op, ["a"], ["b"], {})]
-    return op
+    """``checkpoint(checkpoint(...checkpoint(square, a)...))``, as torch.utils.checkpoint
+    takes a callable; returns a function of one Tensor giving a list of outputs."""
+    def square(a):
+        return [O.OPS["mul"](a, a)]
+
+    fn = square
+    for _ in range(levels):
+        fn = (lambda inner: lambda a: checkpoint(inner, a))(fn)
+    return fn
 
 
 @pytest.mark.timeout(60)
@@ -158,9 +163,11 @@ def test_deterministic_mode_is_bit_identical_to_single_threaded():
         engine.stop()
 
 
-def _gradcli(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "gradcli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+def _gradcli(*args, env=None, timeout=120, fault=None):
+    """Run the CLI in a subprocess; ``fault`` plants one of tests/faults.py's faults there."""
+    argv = faults.command([fault], *args) if fault else [sys.executable, "-m", "gradcli", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
 @pytest.mark.timeout(150)
@@ -185,7 +192,7 @@ def test_stress_all_scenarios_pass_with_json_and_junit(tmp_path):
 def test_stress_catches_racy_accumulation():
     """A planted fault (AccumulateGrad without its lock) must fail `concurrent`."""
     proc = _gradcli("stress", "--scenario", "concurrent", "--threads", "8", "--iterations", "3",
-                    "--format", "json", env={"GRADCLI_FAULT": "racy_accumulate"})
+                    "--format", "json", fault="racy_accumulate")
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
     assert not doc["ok"] and any("shared graph" in f for f in doc["scenarios"][0]["failures"])
@@ -195,10 +202,13 @@ def test_stress_catches_racy_accumulation():
 def test_stress_watchdog_catches_lost_wakeup():
     """A planted lost wake-up hangs the caller; the watchdog dumps stacks and fails."""
     proc = _gradcli("stress", "--scenario", "chaos", "--timeout", "5", "--duration", "30",
-                    env={"GRADCLI_FAULT": "lost_wakeup"}, timeout=60)
+                    fault="lost_wakeup", timeout=60)
     assert proc.returncode != 0
     assert "most recent call first" in proc.stderr       # faulthandler's stack dump
-    assert "gradcli-device" in proc.stderr or "Thread" in proc.stderr
+    # The dump shows where the owner hangs: asleep in its ready queue's pop()
+    # inside the engine's worker loop, waiting for the lost wake-up.
+    assert re.search(r'ready_queue\.py", line \d+ in pop', proc.stderr), proc.stderr
+    assert re.search(r'engine\.py", line \d+ in thread_main', proc.stderr), proc.stderr
 
 
 @pytest.mark.timeout(120)
@@ -226,9 +236,9 @@ def test_stress_given_graph_files():
 ])
 def test_each_stress_scenario_catches_its_planted_fault(scenario, fault, failure):
     """Prove each scenario's checks can fail: an engine switch breaks on purpose
-    what the scenario tests (see FAULTS in gradcli/autograd/engine.py)."""
+    what the scenario tests (see tests/faults.py, which patches it in the subprocess)."""
     proc = _gradcli("stress", "--scenario", scenario, "--iterations", "1", "--format", "json",
-                    env={"GRADCLI_FAULT": fault})
+                    fault=fault)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert not doc["ok"]

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..devices import device_of, to_device
-from .engine import current_engine
-from .tensor import Tensor
+from ..devices import device_of, to_device, xp_of_array
+from .engine import Engine, current_engine
 
 
 def _as_list(x):
@@ -21,25 +20,18 @@ def _make_grads(outputs, grad_outputs):
     grads = []
     for i, out in enumerate(outputs):
         g = grad_outputs[i] if grad_outputs is not None else None
-        if isinstance(g, Tensor):
+        if hasattr(g, "gradient_edge"):      # a Tensor (api.py sits below tensor.py)
             g = g.data
         if g is None:
             if out.requires_grad:
                 if out.data.size != 1:
                     raise RuntimeError("grad can be implicitly created only for scalar outputs")
-                xp = np if type(out.data) is np.ndarray else _xp(out.data)
-                g = xp.ones_like(out.data)
+                g = xp_of_array(out.data).ones_like(out.data)
         elif not hasattr(g, "shape"):
             g = np.full(out.shape, g, dtype=out.dtype)
             g = to_device(g, device_of(out.data))
         grads.append(g)
     return grads
-
-
-def _xp(array):
-    from ..devices import xp_of
-
-    return xp_of(device_of(array))
 
 
 def _root_edges(outputs):
@@ -106,6 +98,4 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 def queue_callback(callback):
     """Run ``callback()`` once the current backward has finished (final callback)."""
-    from .engine import Engine
-
     Engine.queue_callback(callback)

@@ -139,3 +139,63 @@ def test_hundred_nested_checkpoints_in_a_file():
     for name, expected in g.expect.grads.items():
         np.testing.assert_allclose(result.grads[name], expected.array(), rtol=1e-12)
     assert max(r.depth for r in result.order) == 100
+
+
+# -- the core's checkpoint takes a Python callable -----------------------------------------
+def test_checkpoint_takes_a_callable_like_torch_utils_checkpoint():
+    import gradcli.ops as O
+    from gradcli.autograd import Tensor, backward
+    from gradcli.ops.reentrant import checkpoint
+
+    calls = []
+
+    def block(a, b):
+        calls.append(a.requires_grad)
+        return O.exp(O.mul(a, b))
+
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    w = Tensor(np.array([3.0, -1.0]), requires_grad=True)
+    y = checkpoint(block, x, w)               # one Tensor in, one Tensor out
+    assert y.grad_fn.name == "CheckpointFunctionBackward"
+    assert calls == [True]                    # the forward ran once, without recording
+    backward([O.sum_(y)])
+    assert len(calls) == 2                    # and again inside the backward
+    np.testing.assert_allclose(x.grad, np.exp(x.data * w.data) * w.data)
+    np.testing.assert_allclose(w.grad, np.exp(x.data * w.data) * x.data)
+    pair = checkpoint(lambda a: (O.exp(a), O.mul(a, a)), x)
+    assert isinstance(pair, tuple) and len(pair) == 2
+
+
+def test_loader_stamps_op_ids_and_lines_in_node_metadata():
+    g = graph("""  - op: checkpoint
+    id: block
+    inputs: [x, w]
+    outputs: [y]
+    body:
+      - {op: mul, inputs: [x, w], output: y, id: inner}
+  - {op: sum, inputs: [y], output: loss}
+""")
+    values = g.forward()
+    node = values["loss"].grad_fn
+    assert node.metadata == {"op_id": "ops[1]", "line": 12}
+    assert values["y"].grad_fn.metadata["op_id"] == "block"
+    acc = values["x"].grad_accumulator
+    assert acc.metadata["op_id"] == "x" and acc.metadata["leaf"] is True
+    # The autograd core never stamps anything itself.
+    from gradcli.autograd import Tensor
+
+    assert Tensor(np.ones(1), requires_grad=True).grad_accumulator.metadata == {}
+    assert g.describe_node(acc) == " (node accumulates into tensor 'x' at <ckpt>:3)"
+    assert g.describe_node(node) == " (node created by op ops[1] at <ckpt>:12)"
+
+
+def test_graph_backward_and_run_options_are_keyword_only():
+    g = graph("""  - {op: mul, inputs: [x, w], output: h}
+  - {op: sum, inputs: [h], output: loss}
+""")
+    with pytest.raises(TypeError):
+        g.run(None)
+    with pytest.raises(TypeError):
+        g.backward(None, True)
+    grads, _, _ = g.backward(retain_graph=True, multithreading=False)
+    np.testing.assert_allclose(grads["x"], [3.0, -1.0])

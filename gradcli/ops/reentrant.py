@@ -60,6 +60,7 @@ def checkpoint(function, *inputs):
     with no_grad():
         outs = function(*inputs)
     single = not isinstance(outs, (list, tuple))
+    as_tuple = isinstance(outs, tuple)
     outs = [outs] if single else list(outs)
     needs = STATE.grad_enabled and any(
         isinstance(t, Tensor) and t.requires_grad for t in inputs)
@@ -78,7 +79,7 @@ def checkpoint(function, *inputs):
             result.append(t)
     if single:
         return result[0]
-    return result if isinstance(outs, list) else tuple(result)
+    return tuple(result) if as_tuple else result
 
 
 class CheckpointOp:

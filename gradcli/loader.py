@@ -84,7 +84,7 @@ def parse_device_map(text) -> dict:
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         src, sep, dst = part.partition("=")
         src, dst = src.strip(), dst.strip()
-        if not sep or src not in ("cpu", "cuda", "sim") or dst not in ("cpu", "cuda", "sim"):
+        if not sep or src not in D.DEVICE_TYPES or dst not in D.DEVICE_TYPES:
             raise ValueError(f"bad device map {part!r} (expected e.g. cuda=sim)")
         mapping[src] = dst
     return mapping

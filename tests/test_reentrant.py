@@ -251,3 +251,128 @@ def test_each_stress_scenario_passes_without_faults(scenario):
     proc = _gradcli("stress", "--scenario", scenario, "--iterations", "1", "--format", "json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["ok"]
+
+
+# -- bounded reentrant depth and threads (issue 11, item 1) -----------------------------
+def test_reenter_depth_is_bounded_at_load():
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    text = """version: 1
+tensors:
+  x: {value: [1.0, 2.0], requires_grad: true}
+ops:
+  - {op: reenter, inputs: [x], output: r, args: {depth: 1000000000}}
+  - {op: sum, inputs: [r], output: loss}
+backward:
+  roots: [loss]
+"""
+    with pytest.raises(GraphError) as info:
+        loads(text, name="deep")
+    assert "depth must be an int between 0 and 10000, got 1000000000" in str(info.value)
+    assert ":5:" in str(info.value)
+    loads(text.replace("1000000000", "8193"), name="deep")      # PyTorch's depth loads
+
+
+@pytest.mark.timeout(120)
+def test_pytorch_deep_reentrant_depth_runs_in_bounded_memory():
+    """8,193 levels (PyTorch's test_deep_reentrant) work, with pool threads on
+    small stacks: the process's resident memory stays within a few hundred MB."""
+    code = ("import resource, numpy as np, gradcli.ops as O\n"
+            "from gradcli.autograd import Tensor, backward, Engine\n"
+            "e = Engine()\n"
+            "x = Tensor(np.ones(3), requires_grad=True)\n"
+            "backward(O.sum_(O.OPS['reenter'](x, depth=8193)), engine=e)\n"
+            "assert (x.grad == 1).all(), x.grad\n"
+            "print(len(e._thread_pool.threads),"
+            " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    threads, rss_mb = map(int, proc.stdout.split())
+    assert threads >= 100          # one pool thread per ~60 levels
+    assert rss_mb < 400, f"{rss_mb} MB resident"
+
+
+def test_pool_threads_get_small_stacks(monkeypatch):
+    from gradcli.autograd import engine as engine_mod
+
+    sizes = []
+    real = engine_mod.start_with_stack
+
+    def spy(thread, stack_bytes):
+        sizes.append(stack_bytes)
+        real(thread, stack_bytes)
+
+    monkeypatch.setattr(engine_mod, "start_with_stack", spy)
+    engine = Engine()
+    try:
+        x = Tensor(np.ones(2), requires_grad=True)
+        backward(_reenter_loss(x, 130), engine=engine)
+    finally:
+        engine.stop()
+    assert sizes and set(sizes) == {engine_mod.POOL_THREAD_STACK_BYTES}
+    assert engine_mod.POOL_THREAD_STACK_BYTES <= 2 * 1024 * 1024
+    import threading
+
+    assert threading.stack_size() == 0          # the process default is restored
+
+
+@pytest.mark.timeout(60)
+def test_a_pool_thread_that_cannot_start_is_a_clean_error(monkeypatch):
+    """When the OS refuses a new thread, the reentrant backward that needed it
+    fails with a RuntimeError naming the cause: no hang, no crash, and the
+    engine keeps working."""
+    from gradcli.autograd import engine as engine_mod
+
+    started = []
+    real = engine_mod.start_with_stack
+
+    def refuse_after_one(thread, stack_bytes):
+        if started:
+            raise RuntimeError("can't start new thread")
+        started.append(thread)
+        real(thread, stack_bytes)
+
+    monkeypatch.setattr(engine_mod, "start_with_stack", refuse_after_one)
+    engine = Engine()
+    try:
+        x = Tensor(np.ones(2), requires_grad=True)
+        with pytest.raises(RuntimeError, match="could not start a reentrant backward thread "
+                                               r"\(can't start new thread\)"):
+            backward(_reenter_loss(x, 500), engine=engine)
+        monkeypatch.setattr(engine_mod, "start_with_stack", real)
+        x = Tensor(np.ones(2), requires_grad=True)
+        backward(_reenter_loss(x, 200), engine=engine)
+        np.testing.assert_allclose(x.grad, [3.0, 3.0])
+    finally:
+        engine.stop()
+
+
+@pytest.mark.timeout(120)
+def test_cli_reports_a_thread_that_cannot_start_as_exit_3(tmp_path):
+    graph = tmp_path / "deep.yaml"
+    graph.write_text("""version: 1
+tensors:
+  x: {value: [1.0, 2.0], requires_grad: true}
+ops:
+  - {op: reenter, inputs: [x], output: r, args: {depth: 500}}
+  - {op: sum, inputs: [r], output: loss}
+backward:
+  roots: [loss]
+""")
+    code = ("import sys, gradcli.autograd.engine as E\n"
+            "real = E.start_with_stack\n"
+            "n = []\n"
+            "def refuse(t, s):\n"
+            "    if n: raise RuntimeError(\"can't start new thread\")\n"
+            "    n.append(t); real(t, s)\n"
+            "E.start_with_stack = refuse\n"
+            "from gradcli.cli import main\n"
+            f"main(args=['run', {str(graph)!r}], prog_name='gradcli')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=110)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "could not start a reentrant backward thread" in lines[0], lines

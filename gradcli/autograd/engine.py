@@ -70,6 +70,30 @@ def default_shutdown_wait_limit() -> float:
     return limit if limit == limit else 10.0     # NaN: the default
 
 
+# Note [Pool thread stacks]: a reentrant pool thread only nests up to
+# max_recursion_depth (60) reentrant backwards before handing over to the next
+# one, so it needs far less than the platform's default 8 MiB stack; a deep
+# reentrant backward (PyTorch tests 8,193 levels: 137 pool threads) then fits
+# in a few hundred MB of address space instead of a gigabyte. The size is set
+# for the start of one thread only (threading.stack_size is process-wide).
+POOL_THREAD_STACK_BYTES = 2 * 1024 * 1024
+_stack_size_lock = threading.Lock()
+
+
+def start_with_stack(thread, stack_bytes):
+    """Start ``thread`` with a ``stack_bytes`` stack, restoring the default after."""
+    with _stack_size_lock:
+        try:
+            prev = threading.stack_size(stack_bytes)
+        except (ValueError, RuntimeError):        # platform cannot: default stack
+            thread.start()
+            return
+        try:
+            thread.start()
+        finally:
+            threading.stack_size(prev)
+
+
 class _ThreadPoolShared:
     """The reentrant thread pool's shared state (``ThreadPoolShared``)."""
 
@@ -465,8 +489,23 @@ class Engine:
             self._threads_pid = os.getpid()
             thread = threading.Thread(target=self._reentrant_thread_main,
                                       name=f"gradcli-reentrant-{len(pool.threads)}", daemon=True)
+            try:
+                start_with_stack(thread, POOL_THREAD_STACK_BYTES)
+            except (RuntimeError, MemoryError) as exc:
+                # Note [Pool threads that cannot start]: no thread will take
+                # the graph task over. Take it back and fail it, so that the
+                # caller (blocked in execute) raises instead of waiting forever.
+                with pool.cv:
+                    try:
+                        pool.graphtasks_queue.remove(graph_task)
+                    except ValueError:
+                        return            # an idle worker took it after all
+                graph_task.set_exception(RuntimeError(
+                    f"could not start a reentrant backward thread ({exc}); "
+                    f"{len(self.live_threads())} engine threads are running at reentrant "
+                    f"depth {graph_task.reentrant_depth}"), None)
+                return
             pool.threads.append(thread)
-            thread.start()
 
     def _reentrant_thread_main(self):
         pool = self._thread_pool

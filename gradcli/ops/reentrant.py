@@ -17,10 +17,17 @@ from . import args as A
 from .core import Arg, defvjp, primitive
 
 
+# The deepest `reenter` a graph may ask for. PyTorch's test_deep_reentrant
+# goes 8,193 levels deep; each 60 levels take one reentrant pool thread
+# (Note [Pool thread stacks] in autograd/engine.py), so this bound keeps a
+# file's thread count (and memory) bounded, as `delay`'s bound keeps its time.
+MAX_REENTER_DEPTH = 10_000
+
+
 def _depth(v):
-    if A.is_int(v) and v >= 0:
+    if A.is_int(v) and 0 <= v <= MAX_REENTER_DEPTH:
         return int(v)
-    raise ValueError(f"depth must be a non-negative int, got {v!r}")
+    raise ValueError(f"depth must be an int between 0 and {MAX_REENTER_DEPTH}, got {v!r}")
 
 
 @primitive("reenter", "ReenterBackward0", saves=False, args={"depth": Arg(1, _depth)})

@@ -418,7 +418,9 @@ def scenario_graphs(ctx, result):
                 ref, ref_error = None, type(exc.cause)
             i = 0
             while i < ctx.iterations and ctx.time_left() > 0:
-                graphs = [load() for _ in range(ctx.threads)]
+                # Odd iterations share one Graph among all threads (Note [Concurrent runs]).
+                graphs = ([load() for _ in range(ctx.threads)] if i % 2 == 0
+                          else [load()] * ctx.threads)
 
                 def one(k):
                     try:

@@ -199,3 +199,43 @@ def test_graph_backward_and_run_options_are_keyword_only():
         g.backward(None, True)
     grads, _, _ = g.backward(retain_graph=True, multithreading=False)
     np.testing.assert_allclose(grads["x"], [3.0, -1.0])
+
+
+# -- grad() reachability per output (issue 11, item 7b) ------------------------------------
+SPLIT = """version: 1
+tensors:
+  x: {value: [1.0, 2.0, 3.0, 4.0], requires_grad: true}
+ops:
+  - {op: split, inputs: [x], outputs: [p, q], args: {sections: 2}}
+  - {op: sum, inputs: [q], output: loss}
+backward:
+  roots: [loss]
+  inputs: [p]
+"""
+
+
+def test_unused_output_of_a_used_node_is_refused_like_pytorch():
+    """p and q come from one SplitBackward0 node, reached through q only: p is
+    unused. PyTorch refuses grad(loss, p); so does the loader's check, per output."""
+    with pytest.raises(GraphError) as info:
+        loads(SPLIT, name="split").run()
+    assert "input 'p' is not used to compute any root: One of the differentiated Tensors " \
+           "appears to not have been used in the graph" in str(info.value)
+    result = loads(SPLIT.replace("  inputs: [p]\n", "  inputs: [p]\n  allow_unused: true\n"),
+                   name="split").run()
+    assert result.grads == {"p": None}
+    both = loads(SPLIT.replace("inputs: [p]", "inputs: [q]"), name="split").run()
+    np.testing.assert_allclose(both.grads["q"], [1.0, 1.0])
+
+
+def test_autograd_grad_checks_each_output():
+    import gradcli.ops as O
+    from gradcli.autograd import Tensor, grad
+
+    x = Tensor(np.arange(4.0), requires_grad=True)
+    p, q = O.OPS["split"](x, sections=2)
+    loss = O.sum_(q)
+    with pytest.raises(RuntimeError, match="One of the differentiated Tensors appears to not "
+                                           "have been used in the graph"):
+        grad([loss], [p], retain_graph=True)
+    assert grad([loss], [p], allow_unused=True) == (None,)

@@ -650,3 +650,89 @@ def test_reentrant_pool_thread_runs_on_its_owners_device():
     assert pool, seen
     assert set(pool) == {1}, seen
     assert {idx for name, idx in seen if name.startswith("gradcli-device")} == {1}
+
+
+# -- one Graph from many threads (issue 11, item 6) ---------------------------------------
+@pytest.mark.timeout(120)
+def test_one_graph_run_from_8_threads_gives_every_run_its_own_result():
+    """Note [Concurrent runs]: Graph.run() runs its own forward, so runs of one
+    Graph from 8 threads never see each other's tensors (formerly: None grads)."""
+    from gradcli.loader import load
+
+    graph = load(str(Path(__file__).parent.parent / "graphs" / "multi_device.yaml"))
+    ref = graph.run(multithreading=False)
+    ref_grads = {k: np.asarray(to_host_(v)) for k, v in ref.grads.items()}
+    assert ref_grads and all(v is not None for v in ref_grads.values())
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(15):
+                results.append(graph.run())
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(100)
+    assert not errors, errors
+    assert len(results) == 120
+    for r in results:
+        assert set(r.grads) == set(ref_grads)
+        for k, v in r.grads.items():
+            assert v is not None, k
+            np.testing.assert_allclose(to_host_(v), ref_grads[k], rtol=1e-12)
+
+
+def to_host_(a):
+    from gradcli.devices import to_host
+
+    return to_host(a)
+
+
+# -- NumPy scalars are host values (issue 11, item 7) -----------------------------------------
+SLICE_GRAPHS = {
+    "stack_of_two_slices": ("""version: 1
+tensors:
+  x: {value: [1.0, 2.0, 3.0], requires_grad: true}
+ops:
+  - {op: slice, inputs: [x], output: a, args: {index: '0'}}
+  - {op: slice, inputs: [x], output: b, args: {index: '2'}}
+  - {op: stack, inputs: [a, b], output: s}
+  - {op: sum, inputs: [s], output: loss}
+backward:
+  roots: [loss]
+""", lambda torch, x: torch.stack([x[0], x[2]]).sum()),
+    "slice_then_exp": ("""version: 1
+tensors:
+  x: {value: [1.0, 2.0, 3.0], requires_grad: true}
+ops:
+  - {op: slice, inputs: [x], output: a, args: {index: '1'}}
+  - {op: exp, inputs: [a], output: loss}
+backward:
+  roots: [loss]
+""", lambda torch, x: torch.exp(x[1])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLICE_GRAPHS))
+@pytest.mark.parametrize("dev", ["cpu", "sim:1"])
+def test_zero_dim_slices_get_pytorchs_gradient(name, dev):
+    """A 0-d slice whose gradient an elementwise backward turned into a NumPy
+    scalar: the device check asks positively, so it is a host value, not a
+    CuPy array (formerly: exit 3 with "No module named 'cupy'")."""
+    from gradcli.loader import loads
+
+    text, torch_fn = SLICE_GRAPHS[name]
+    if dev != "cpu":
+        text = text.replace("requires_grad: true}", f"requires_grad: true, device: '{dev}'}}")
+    result = loads(text, name=name).run()
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    torch_fn(torch, xt).backward()
+    from gradcli.devices import to_host
+
+    np.testing.assert_allclose(to_host(result.grads["x"]), xt.grad.numpy())
+    assert device_of(result.grads["x"]) is device(dev)

@@ -157,7 +157,7 @@ def record(op, inputs, args):
     out = op.fn(*datas, **args)
     outs = list(out) if op.multi_output else [out]
     for i, o in enumerate(outs):
-        if not isinstance(o, np.ndarray) and type(o).__module__ != "cupy":
+        if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
             o = np.asarray(o)
         outs[i] = on_device(o, dev) if dev is not CPU else o
     needs_grad = (STATE.grad_enabled and op.differentiable

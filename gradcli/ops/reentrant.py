@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..devices import CPU, device_of
 from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
@@ -43,8 +44,7 @@ def _reenter_vjp(g, ans, x, depth=1):
         return g
     from ..autograd import enable_grad, grad
 
-    leaf = Tensor(np.asarray(g) if type(g).__module__ == "numpy" and not hasattr(g, "gradcli_device")
-                  else g, requires_grad=True)
+    leaf = Tensor(np.asarray(g) if device_of(g) is CPU else g, requires_grad=True)
     with enable_grad():
         inner = reenter(leaf, depth=depth - 1)
     (result,) = grad([inner], [leaf], [g])

@@ -534,3 +534,73 @@ def test_spawn_child_runs_sim_backward(tmp_path):
                           text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "spawn ok" in proc.stdout
+
+
+# -- Ctrl-C (issue 11, item 12) ------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_interrupt_while_a_device_thread_is_busy_cancels_the_backward(caplog):
+    """Note [Interrupted backwards]: KeyboardInterrupt in the caller fails the
+    graph task, the device thread's sleeping node wakes at once, and stop()
+    then ends every thread (no warning about busy threads)."""
+    import signal
+
+    eng = Engine()
+    trace = []
+
+    def interrupt_when_busy():     # a real SIGINT, as Ctrl-C sends, to the main thread
+        if wait_until(lambda: any(r[0].name == "DelayBackward0" for r in trace), 20):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    th = threading.Thread(target=interrupt_when_busy, daemon=True)
+    th.start()
+    with pytest.raises(KeyboardInterrupt):
+        sim_backward(eng, "sim:0", 60_000, trace)
+    th.join(20)
+    with caplog.at_level("WARNING", logger="gradcli.engine"):
+        eng.stop(wait_limit=30)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert wait_until(lambda: eng.live_threads() == [], 5), eng.live_threads()
+    delay = next(r for r in trace if r[0].name == "DelayBackward0")
+    assert delay[3] is not None and delay[3] - delay[2] < 30, "the 60 s node was not cut short"
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_on_the_cli_ends_the_run_before_its_device_work(tmp_path):
+    """SIGINT while sim:0's thread sleeps in a 60 s node: the process exits long
+    before the node would end, without waiting on (or warning about) the thread."""
+    import signal
+
+    graph = tmp_path / "sleepy.yaml"
+    graph.write_text(textwrap.dedent("""\
+        version: 1
+        tensors:
+          x: {value: [1.0, 2.0], requires_grad: true, device: 'sim:0'}
+        ops:
+          - {op: delay, inputs: [x], output: d, args: {ms: 60000}}
+          - {op: sum, inputs: [d], output: loss}
+        backward:
+          roots: [loss]
+        """))
+    code = textwrap.dedent(f"""\
+        import sys, threading
+        import gradcli.autograd.engine as E
+        real = E.Engine.evaluate_function
+        def announce(self, task, fn, inputs):
+            if fn.name == "DelayBackward0":
+                print("busy", flush=True)
+            return real(self, task, fn, inputs)
+        E.Engine.evaluate_function = announce
+        from gradcli.cli import main
+        main(args=["run", {str(graph)!r}], prog_name="gradcli")
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "busy"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=50)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 30, f"exit took {elapsed:.1f}s: it waited for the 60 s node"
+    assert proc.returncode != 0
+    assert "still busy" not in err and "still using" not in err, err
+    assert "Traceback" not in err, err

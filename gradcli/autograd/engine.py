@@ -172,6 +172,14 @@ class Engine:
         try:
             self.execute_with_graph_task(graph_task, graph_root, buffer)
             graph_task.wait()
+        except BaseException as exc:
+            # Note [Interrupted backwards]: Ctrl-C (KeyboardInterrupt) reaches
+            # the caller while device threads still work for this graph task.
+            # Fail the graph task: its queued nodes are skipped, and a node
+            # sleeping in sleep_unless_cancelled() wakes at once, so the device
+            # threads go idle and stop() ends them instead of waiting.
+            graph_task.set_exception(exc, None)
+            raise
         finally:
             if uses_devices:
                 with self._thread_count_cv:
@@ -695,6 +703,17 @@ def validate_outputs(edges, grads, fn_name):
 
 def _format(fn_name, msg):
     return msg if fn_name is None else f"Function {fn_name} returned an {msg}"
+
+
+def sleep_unless_cancelled(seconds):
+    """Sleep up to ``seconds`` inside a node; return early when the graph task
+    the calling thread works for has ended (an error or an interrupt:
+    Note [Interrupted backwards]). Outside a backward, a plain sleep."""
+    graph_task = TLS.current_graph_task
+    if graph_task is None:
+        time.sleep(seconds)
+    else:
+        graph_task.wait(seconds)
 
 
 def check_anomaly(fn, outputs, check_inf):

@@ -7,7 +7,6 @@ PyTorch where one PyTorch op corresponds.
 from __future__ import annotations
 
 import random
-import time
 
 import numpy as np
 
@@ -718,7 +717,9 @@ def _delay_vjp(g, ans, x, ms=0, jitter_ms=0, seed=None):
     if jitter_ms:
         pause += (random.Random(seed) if seed is not None else random).uniform(0, jitter_ms)
     if pause:
-        time.sleep(pause / 1000.0)
+        from ..autograd.engine import sleep_unless_cancelled   # wakes on Ctrl-C
+
+        sleep_unless_cancelled(pause / 1000.0)
     return g
 
 

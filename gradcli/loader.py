@@ -31,6 +31,12 @@ OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "de
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
 EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
 LATER_OPS = {"custom": "issue #5"}
+# Note [Checkpoint nesting]: the forward of nested checkpoints, and the re-run of
+# the body inside each checkpoint's backward, recurse one Python call chain per
+# level (~5 frames); 170 levels still run under Python's default recursion
+# limit, 200 do not. Deeper files are refused at load with one line instead of
+# a RecursionError in the loader, the forward or the backward.
+MAX_CHECKPOINT_NESTING = 128
 MAX_DELAY_MS = 60_000       # a `delay` op may sleep at most this long per backward call
 # Ops whose inputs broadcast against each other (NumPy rules) into the output.
 BROADCASTING_OPS = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "where", "mse_loss"}
@@ -488,6 +494,11 @@ class _Loader:
         """
         from .ops.reentrant import CheckpointOp  # noqa: PLC0415
 
+        nesting = where.count(".body[") + 1
+        if nesting > MAX_CHECKPOINT_NESTING:
+            self.fail(f"checkpoints nest {nesting} deep here; at most {MAX_CHECKPOINT_NESTING} "
+                      "levels are supported (each level nests the forward and a reentrant "
+                      "backward on the stack)", path, label)
         self.check_keys(entry, OP_KEYS - {"function", "device"}, path, label, "a checkpoint op")
         for key in ("args",):
             if entry.get(key):

@@ -239,3 +239,45 @@ def test_autograd_grad_checks_each_output():
                                            "have been used in the graph"):
         grad([loss], [p], retain_graph=True)
     assert grad([loss], [p], allow_unused=True) == (None,)
+
+
+# -- deep nesting (issue 11, item 5) -------------------------------------------------------
+def nested_checkpoints_yaml(levels):
+    lines = ["version: 1", "tensors:", "  x: {value: [1.0, 2.0], requires_grad: true}", "ops:",
+             "  - op: checkpoint", "    inputs: [x]", "    outputs: [y]", "    body:",
+             "      - {op: clone, inputs: [x], output: a}"]
+    indent = 6
+    for _ in range(levels - 1):
+        pad = " " * indent
+        lines += [pad + "- op: checkpoint", pad + "  inputs: [a]", pad + "  outputs: [b]",
+                  pad + "  body:"]
+        indent += 4
+    lines += [" " * indent + "- {op: mul, inputs: [a, a], output: b}",
+              "      - {op: clone, inputs: [b], output: y}",
+              "  - {op: sum, inputs: [y], output: loss}", "backward:", "  roots: [loss]"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(120)
+def test_deepest_supported_checkpoint_nesting_runs():
+    from gradcli.loader import MAX_CHECKPOINT_NESTING
+
+    result = loads(nested_checkpoints_yaml(MAX_CHECKPOINT_NESTING), name="deep").run()
+    np.testing.assert_allclose(result.grads["x"], [2.0, 4.0])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("levels", [129, 350, 480])
+def test_deeper_checkpoint_nesting_is_a_one_line_error(levels, tmp_path):
+    """Formerly a RecursionError in the loader (350-480 levels) or exit 3 at
+    backward (260-320): now refused at load, exit 2, one line, no traceback."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "deep.yaml"
+    path.write_text(nested_checkpoints_yaml(levels))
+    proc = subprocess.run([sys.executable, "-m", "gradcli", "run", str(path)],
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "checkpoints nest 129 deep here; at most 128 levels" in lines[0]

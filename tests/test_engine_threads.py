@@ -604,3 +604,26 @@ def test_ctrl_c_on_the_cli_ends_the_run_before_its_device_work(tmp_path):
     assert proc.returncode != 0
     assert "still busy" not in err and "still using" not in err, err
     assert "Traceback" not in err, err
+
+
+@pytest.mark.timeout(60)
+def test_a_device_thread_that_cannot_start_fails_the_backward_cleanly(monkeypatch):
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name.startswith("gradcli-device-") and self.name.endswith("sim:1"):
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    eng = Engine()
+    with pytest.raises(RuntimeError, match=r"could not start the device thread for index 1 "
+                                           r"\(can't start new thread\)"):
+        sim_backward(eng)
+    assert wait_until(lambda: eng.live_threads() == [], 5), eng.live_threads()
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    try:
+        w = sim_backward(eng)                  # the engine tries again and works
+        np.testing.assert_allclose(host(w.grad), 2 * np.arange(4.0))
+    finally:
+        eng.stop()

@@ -464,7 +464,16 @@ class Engine:
             thread = threading.Thread(target=self._device_thread_main,
                                       args=(i, self.device_ready_queues[i]),
                                       name=f"gradcli-device-{label}", daemon=True)
-            thread.start()
+            try:
+                thread.start()
+            except (RuntimeError, MemoryError) as exc:
+                # A device thread that cannot start: end those that did and
+                # fail this backward (the engine may try again later).
+                for queue in self.device_ready_queues[:i]:
+                    queue.push_shutdown()
+                self.device_threads = []
+                raise RuntimeError(f"could not start the device thread for index {i} "
+                                   f"({exc})") from exc
             self.device_threads.append(thread)
         with self._thread_count_cv:   # wait for the threads to start
             self._thread_count_cv.wait_for(lambda: self._non_reentrant_thread_count == num_devices)

@@ -20,17 +20,13 @@ class InputBuffer(list):
             return
         old = self[pos]
         if old is None:
-            self[pos] = grad
-            self.disown(pos)
+            self[pos] = grad         # a slot is filled once from None: never owned before
         else:
             self[pos] = old + grad
             self._owned = self._bits() | (1 << pos)
 
     def _bits(self):
-        try:
-            return self._owned
-        except AttributeError:
-            return 0
+        return getattr(self, "_owned", 0)
 
     def owns(self, pos) -> bool:
         """True when slot ``pos`` holds a sum this buffer created."""

@@ -253,7 +253,8 @@ class _Loader:
             dev = D.device(spec)
             mapped = self.options.device_map.get(dev.type)
             if mapped and mapped != dev.type:
-                dev = D.device("cpu" if mapped == "cpu" else f"{mapped}:{max(dev.index, 0)}")
+                kind = D.DEVICE_TYPES[mapped]
+                dev = D.device(f"{mapped}:{max(dev.index, 0)}" if kind.is_accelerator else mapped)
             D.check_available(dev)
         except D.DeviceError as exc:
             self.fail(str(exc), path, where)

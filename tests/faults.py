@@ -84,11 +84,6 @@ FAULTS = {f.__name__: f for f in (lost_wakeup, racy_accumulate, no_reentrant_poo
                                   swallow_errors, no_shutdown_tasks, no_fork_check)}
 
 
-def command(faults, *args):
-    """The argv that runs ``gradcli *args`` with ``faults`` planted."""
-    return [sys.executable, os.path.abspath(__file__), ",".join(faults), *args]
-
-
 def main(argv):
     names, args = argv[0], argv[1:]
     for name in filter(None, names.split(",")):

@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-
-import faults
 
 import gradcli.ops as O
 from gradcli.autograd import Engine, Tensor, backward, set_multithreading_enabled
@@ -163,9 +162,13 @@ def test_deterministic_mode_is_bit_identical_to_single_threaded():
         engine.stop()
 
 
+FAULTS_PY = Path(__file__).with_name("faults.py")     # plants a fault, then runs the CLI
+
+
 def _gradcli(*args, env=None, timeout=120, fault=None):
     """Run the CLI in a subprocess; ``fault`` plants one of tests/faults.py's faults there."""
-    argv = faults.command([fault], *args) if fault else [sys.executable, "-m", "gradcli", *args]
+    argv = ([sys.executable, str(FAULTS_PY), fault, *args] if fault
+            else [sys.executable, "-m", "gradcli", *args])
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
 

@@ -3,7 +3,7 @@
 ``import gradcli`` stays light: the loader, the ops and NumPy-heavy parts are
 imported on first use.
 """
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = ["load", "loads", "GraphError", "__version__"]
 

@@ -1,4 +1,14 @@
-"""Devices: ``cpu`` (NumPy), ``cuda:N`` (CuPy, imported lazily) and ``sim:N``.
+"""Devices: a registry of device types, ``cpu`` (NumPy), ``cuda:N`` (CuPy,
+imported lazily) and ``sim:N``.
+
+A :class:`DeviceType` says everything the engine, the loader and the op core
+ask about a kind of device: its name, how many devices of it there are, the
+array module that computes on it, whether it owns an array (a positive test:
+nothing is taken for a device's array because it is not some other kind),
+how to copy a host array onto one of its devices and back, how to make one of
+its devices the calling thread's current device, and the current stream of a
+device. Callers loop over :data:`DEVICE_TYPES` instead of naming types; a new
+kind of device is one ``register_device_type`` call.
 
 A ``sim:N`` device is a simulated accelerator: its arrays are NumPy arrays of
 the subclass :class:`SimArray`, tagged with their device. The engine treats
@@ -10,27 +20,203 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 import numpy as np
 
 CPU_DEVICE = -1          # worker_device of a CPU thread (engine.cpp's CPU_DEVICE)
 NO_DEVICE = -2           # worker_device of a thread that is not running the engine
 
-_DEVICE_RE = re.compile(r"^(cpu|cuda|sim)(?::(\d+))?$")
+# ASCII digits only, the whole string (no `$` matching before a trailing newline),
+# and an index of at most 9 digits (no int-size limit to hit).
+_DEVICE_RE = re.compile(r"([a-z]+)(?::([0-9]{1,9}))?", re.ASCII)
 _INTERNED: dict[str, "Device"] = {}
+_INTERN_LOCK = threading.Lock()
 
 
 class DeviceError(ValueError):
     """A device string is malformed or names a device that is not there."""
 
 
-class Device:
-    __slots__ = ("type", "index", "_str")
+class DeviceType:
+    """A kind of device. Subclasses override what differs from the host."""
 
-    def __init__(self, type_: str, index: int):
-        self.type = type_
+    name = "?"
+    is_accelerator = True
+
+    def count(self) -> int:
+        return 0
+
+    def array_module(self):
+        return np
+
+    def owns(self, array) -> bool:
+        """True when ``array`` lives on a device of this type (positive test)."""
+        return False
+
+    def index_of(self, array) -> int:
+        return 0
+
+    def copy_to(self, host_array, index: int):
+        """A copy of the NumPy array ``host_array`` on device ``index``."""
+        raise NotImplementedError
+
+    def to_host(self, array):
+        """``array`` as a NumPy array on the host."""
+        return np.asarray(array)
+
+    def tag(self, array, index: int):
+        """Mark a freshly computed array as living on device ``index`` (no copy)."""
+        return array
+
+    def set_current(self, index: int) -> None:
+        """Make device ``index`` the calling thread's current device."""
+
+    def current_stream(self, index: int):
+        """The calling thread's current stream on device ``index`` (None: no streams)."""
+        return None
+
+    def check_available(self, dev) -> None:
+        n = self.count()
+        if dev.index >= n:
+            raise DeviceError(f"device {dev} is not available ({n} {self.name} device(s) here)")
+
+
+class CpuType(DeviceType):
+    name = "cpu"
+    is_accelerator = False
+
+    def count(self) -> int:
+        return 1
+
+    def owns(self, array) -> bool:
+        return isinstance(array, (np.ndarray, np.generic)) and getattr(
+            array, "gradcli_device", None) is None
+
+    def copy_to(self, host_array, index):
+        return np.array(host_array)
+
+    def check_available(self, dev) -> None:
+        return None
+
+
+class SimArray(np.ndarray):
+    """A NumPy array that lives on a simulated accelerator ``sim:N``."""
+
+    gradcli_device = None
+
+    def __array_finalize__(self, obj):
+        self.gradcli_device = getattr(obj, "gradcli_device", None)
+
+
+class _SimCurrent(threading.local):
+    index = 0
+
+
+class SimType(DeviceType):
+    """Simulated accelerators: NumPy compute, SimArray storage, a per-thread
+    current device (as ``cudaSetDevice``) so device placement can be tested
+    without a GPU."""
+
+    name = "sim"
+
+    def __init__(self):
+        self._current = _SimCurrent()
+
+    def count(self) -> int:
+        return sim_device_count()
+
+    def owns(self, array) -> bool:
+        dev = getattr(array, "gradcli_device", None)
+        return dev is not None and dev.type == "sim"
+
+    def index_of(self, array) -> int:
+        return array.gradcli_device.index
+
+    def copy_to(self, host_array, index):
+        return self.tag(np.array(host_array), index)
+
+    def to_host(self, array):
+        return np.asarray(array).view(np.ndarray) if isinstance(array, np.ndarray) else array
+
+    def tag(self, array, index):
+        if type(array) is not SimArray:
+            array = np.asarray(array).view(SimArray)
+        array.gradcli_device = device(f"sim:{index}")
+        return array
+
+    def set_current(self, index):
+        self._current.index = index
+
+    def current_index(self) -> int:
+        return self._current.index
+
+
+class CudaType(DeviceType):
+    """CUDA GPUs through CuPy (imported on first use)."""
+
+    name = "cuda"
+
+    def count(self) -> int:
+        cp = cupy_module()
+        return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
+
+    def array_module(self):
+        return cupy_module()
+
+    def owns(self, array) -> bool:
+        return type(array).__module__.split(".")[0] == "cupy" and hasattr(array, "device")
+
+    def index_of(self, array) -> int:
+        return array.device.id
+
+    def copy_to(self, host_array, index):
+        cp = cupy_module()
+        with cp.cuda.Device(index):
+            return cp.asarray(host_array)
+
+    def to_host(self, array):
+        return array.get()
+
+    def set_current(self, index):
+        cupy_module().cuda.Device(index).use()
+
+    def current_stream(self, index):
+        cp = cupy_module()
+        with cp.cuda.Device(index):
+            return cp.cuda.get_current_stream()
+
+    def check_available(self, dev) -> None:
+        if cupy_module() is None:
+            raise DeviceError(f"device {dev} needs CuPy and a CUDA GPU, and none was found "
+                              "(run with --device-map cuda=sim to simulate it)")
+        super().check_available(dev)
+
+
+DEVICE_TYPES: dict[str, DeviceType] = {}
+
+
+def register_device_type(kind: DeviceType) -> DeviceType:
+    DEVICE_TYPES[kind.name] = kind
+    return kind
+
+
+for _kind in (CpuType(), CudaType(), SimType()):
+    register_device_type(_kind)
+
+
+def accelerator_types() -> list[DeviceType]:
+    return [k for k in DEVICE_TYPES.values() if k.is_accelerator]
+
+
+class Device:
+    __slots__ = ("type", "index", "kind", "_str")
+
+    def __init__(self, kind: DeviceType, index: int):
+        self.kind = kind
+        self.type = kind.name
         self.index = index
-        self._str = "cpu" if type_ == "cpu" else f"{type_}:{index}"
+        self._str = kind.name if not kind.is_accelerator else f"{kind.name}:{index}"
 
     def __repr__(self):
         return f"device({self._str!r})"
@@ -40,7 +226,11 @@ class Device:
 
     @property
     def is_cpu(self) -> bool:
-        return self.type == "cpu"
+        return not self.kind.is_accelerator
+
+
+def _names():
+    return ", ".join("cpu" if not k.is_accelerator else f"{k.name}:N" for k in DEVICE_TYPES.values())
 
 
 def device(spec: "str | Device") -> Device:
@@ -50,19 +240,23 @@ def device(spec: "str | Device") -> Device:
     dev = _INTERNED.get(spec)
     if dev is not None:
         return dev
-    m = _DEVICE_RE.match(str(spec))
-    if not m:
-        raise DeviceError(f"unknown device {spec!r} (expected cpu, cuda:N or sim:N)")
-    type_, index = m.group(1), m.group(2)
-    if type_ == "cpu":
+    text = str(spec)
+    m = _DEVICE_RE.fullmatch(text)
+    kind = DEVICE_TYPES.get(m.group(1)) if m else None
+    if kind is None:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise DeviceError(f"unknown device {shown!r} (expected {_names()})")
+    index = m.group(2)
+    if not kind.is_accelerator:
         if index is not None:
-            raise DeviceError(f"unknown device {spec!r} (cpu takes no index)")
-        dev = _INTERNED.setdefault("cpu", Device("cpu", CPU_DEVICE))
+            raise DeviceError(f"unknown device {text!r} ({kind.name} takes no index)")
+        idx = CPU_DEVICE
     else:
         idx = 0 if index is None else int(index)
-        key = f"{type_}:{idx}"
-        dev = _INTERNED.setdefault(key, Device(type_, idx))
-    _INTERNED[str(spec)] = dev
+    key = kind.name if not kind.is_accelerator else f"{kind.name}:{idx}"
+    with _INTERN_LOCK:
+        dev = _INTERNED.setdefault(key, Device(kind, idx))
+        _INTERNED[text] = dev
     return dev
 
 
@@ -95,59 +289,46 @@ def cupy_module():
 
 
 def cuda_device_count() -> int:
-    cp = cupy_module()
-    return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
+    return DEVICE_TYPES["cuda"].count()
 
 
 def device_count(type_: str) -> int:
-    if type_ == "sim":
-        return sim_device_count()
-    if type_ == "cuda":
-        return cuda_device_count()
-    return 1
+    return DEVICE_TYPES[type_].count()
 
 
 def check_available(dev: Device) -> None:
     """Raise DeviceError if ``dev`` does not exist on this machine."""
-    if dev.is_cpu:
-        return
-    if dev.type == "cuda" and cupy_module() is None:
-        raise DeviceError(f"device {dev} needs CuPy and a CUDA GPU, and none was found "
-                          "(run with --device-map cuda=sim to simulate it)")
-    n = device_count(dev.type)
-    if dev.index >= n:
-        raise DeviceError(f"device {dev} is not available ({n} {dev.type} device(s) here)")
+    dev.kind.check_available(dev)
 
 
-class SimArray(np.ndarray):
-    """A NumPy array that lives on a simulated accelerator ``sim:N``."""
-
-    gradcli_device = None
-
-    def __array_finalize__(self, obj):
-        self.gradcli_device = getattr(obj, "gradcli_device", None)
+def kind_of(array) -> DeviceType:
+    """The device type that owns ``array``; the host for plain numbers."""
+    if type(array) is np.ndarray:
+        return CPU.kind
+    for kind in DEVICE_TYPES.values():
+        if kind.owns(array):
+            return kind
+    return CPU.kind      # Python scalars and other host values
 
 
 def device_of(array) -> Device:
     """The device an array lives on."""
     if type(array) is np.ndarray:
         return CPU
-    dev = getattr(array, "gradcli_device", None)
-    if dev is not None:
-        return dev
-    if isinstance(array, (np.ndarray, np.generic)):
+    kind = kind_of(array)
+    if not kind.is_accelerator:
         return CPU
-    cuda_dev = getattr(array, "device", None)
-    if cuda_dev is not None and hasattr(cuda_dev, "id"):
-        return device(f"cuda:{cuda_dev.id}")
-    return CPU
+    return device(f"{kind.name}:{kind.index_of(array)}")
 
 
 def xp_of(dev: Device):
     """The array module that computes on ``dev``: NumPy, or CuPy for CUDA."""
-    if dev.type == "cuda":
-        return cupy_module()
-    return np
+    return dev.kind.array_module()
+
+
+def xp_of_array(array):
+    """The array module that computes on ``array`` (a positive test of its type)."""
+    return kind_of(array).array_module()
 
 
 def to_device(array, dev: Device):
@@ -155,17 +336,7 @@ def to_device(array, dev: Device):
     src = device_of(array)
     if src is dev:
         return array
-    if src.type == "cuda":
-        array = array.get()
-    if dev.is_cpu:
-        return np.array(array)
-    if dev.type == "sim":
-        out = np.array(array).view(SimArray)
-        out.gradcli_device = dev
-        return out
-    cp = cupy_module()
-    with cp.cuda.Device(dev.index):
-        return cp.asarray(array)
+    return dev.kind.copy_to(src.kind.to_host(array), dev.index)
 
 
 def to_host(array):
@@ -173,16 +344,21 @@ def to_host(array):
     transfer for CuPy ones; None stays None."""
     if array is None:
         return None
-    if hasattr(array, "get") and not isinstance(array, np.ndarray):
-        return array.get()
-    return np.asarray(array)
+    if type(array) is np.ndarray:
+        return array
+    return np.asarray(kind_of(array).to_host(array))
 
 
 def on_device(array, dev: Device):
     """Tag a freshly computed array with ``dev`` without copying (sim only)."""
-    if dev.type != "sim":
-        return array
-    if type(array) is not SimArray:
-        array = np.asarray(array).view(SimArray)
-    array.gradcli_device = dev
-    return array
+    return dev.kind.tag(array, dev.index)
+
+
+def set_current_device(worker_device: int) -> None:
+    """Make device index ``worker_device`` current on this thread, for every
+    accelerator type that has it (engine.cpp's ``set_device``)."""
+    if worker_device < 0:
+        return
+    for kind in accelerator_types():
+        if worker_device < kind.count():
+            kind.set_current(worker_device)

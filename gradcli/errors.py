@@ -46,49 +46,19 @@ def _one_line(text):
 
 
 class BackwardError(GradcliError):
-    """The backward raised. ``str()`` is one line: the file and line of the op
-    whose node failed, the node and the message, and which op (or leaf) created
-    the node, e.g. ``g.yaml:14: backward failed in FailBackward0: boom (node
-    created by op ops[3] 'mylog' at g.yaml:14)``. Anomaly errors keep PyTorch's
-    own wording ("Function 'LogBackward0' returned nan values ...")."""
+    """The backward raised. ``str()`` is one line, composed by the graph that
+    ran it (``Graph.describe_failure``): the file and line of the op whose node
+    failed, the node and the message, and which op (or leaf) created the node,
+    e.g. ``g.yaml:14: backward failed in FailBackward0: boom (node created by op
+    ops[3] 'mylog' at g.yaml:14)``. ``cause`` is the exception, ``node`` the
+    innermost node that failed (or None)."""
 
-    def __init__(self, cause, node=None, graph=None):
+    def __init__(self, message, cause=None, node=None, file=None):
+        self.message = _one_line(str(message))
         self.cause = cause
         self.node = node
-        self.graph = graph
-        self.file = graph.file if graph is not None else None
-        super().__init__(str(self))
+        self.file = file
+        super().__init__(self.message)
 
     def __str__(self):
-        from .autograd.engine import AnomalyError  # noqa: PLC0415 - avoid an import cycle
-
-        node = self.node
-        msg = str(self.cause).strip().replace("\n", " ") or type(self.cause).__name__
-        line = getattr(node, "source", None)
-        loc = "" if not self.file else (f"{self.file}:{line}: " if line else f"{self.file}: ")
-        if node is None:
-            return f"{loc}backward failed: {msg}"
-        if not isinstance(self.cause, AnomalyError):
-            msg = f"backward failed in {node.name}: {msg}"
-        return f"{loc}{msg}{self.origin()}"
-
-    def origin(self):
-        """`` (node created by op ops[3] 'mylog' at g.yaml:14)``, or for a leaf's
-        accumulator `` (node accumulates into tensor 'W' at g.yaml:5)``."""
-        node, graph = self.node, self.graph
-        op_id, line = node.op_id, node.source
-        if not op_id:
-            return ""
-        at = f" at {self.file}:{line}" if self.file and line else ""
-        for spec in graph.ops if graph is not None else ():
-            if spec.id == op_id and (line is None or spec.line == line):
-                default = f"ops[{spec.index}]"
-                label = default if spec.id == default else f"{default} {spec.id!r}"
-                return f" (node created by op {label}{at})"
-        leaf = graph.leaves.get(op_id) if graph is not None else None
-        if leaf is not None:
-            at = f" at {self.file}:{leaf.line}" if leaf.line else ""
-            return f" (node accumulates into tensor {op_id!r}{at})"
-        # An op inside a checkpoint body, or a graph-less backward.
-        label = op_id if op_id.startswith("ops[") else repr(op_id)
-        return f" (node created by op {label}{at})"
+        return self.message

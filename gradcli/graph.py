@@ -129,35 +129,32 @@ class Graph:
 
     # -- forward -----------------------------------------------------------------------
     def forward(self):
-        """Run the ops in order with recording on; returns the named tensors."""
+        """Run the ops in order with recording on; returns the named tensors
+        (kept as ``values`` for ``backward()``)."""
+        values = self._forward()
+        self.values = values
+        return values
+
+    def _forward(self):
         from .autograd import Tensor, set_grad_enabled
-        from .ops.core import DeviceMismatch
 
         values = {}
         for name, leaf in self.leaves.items():
-            values[name] = Tensor(leaf.array(), requires_grad=leaf.requires_grad, name=name)
+            t = values[name] = Tensor(leaf.array(), requires_grad=leaf.requires_grad, name=name)
+            if t.requires_grad:
+                t.grad_accumulator.metadata.update(op_id=name, line=leaf.line, leaf=True)
         with set_grad_enabled(True):
             for spec in self.ops:
                 inputs = [values[n] for n in spec.inputs]
-                try:
-                    out = spec.op(*inputs, **spec.args)
-                except DeviceMismatch as exc:
-                    self.fail(str(exc), spec.line, spec.label)
-                except GraphError:
-                    raise
-                except (ValueError, TypeError, IndexError) as exc:  # AxisError is both
-                    shapes = ", ".join(f"{n} {list(t.shape)} {t.dtype}" for n, t in zip(spec.inputs, inputs))
-                    self.fail(f"{_first_line(exc)} (inputs: {shapes})", spec.line, spec.label)
-                except FloatingPointError as exc:
-                    self.fail(str(exc), spec.line, spec.label)
+                # The loader's checked ops turn every failure into a GraphError.
+                out = spec.op(*inputs, **spec.args)
                 outs = out if isinstance(out, list) else [out]
                 if len(outs) != len(spec.outputs):
                     self.fail(f"produces {len(outs)} outputs but {len(spec.outputs)} names are given",
                               spec.line, spec.label)
                 node = outs[0].grad_fn
                 if node is not None:
-                    node.op_id = spec.id
-                    node.source = spec.line
+                    node.metadata.update(op_id=spec.id, line=spec.line)
                 for name, t in zip(spec.outputs, outs):
                     t.name = name
                     values[name] = t
@@ -166,15 +163,15 @@ class Graph:
                             self.fail(f"retain_grad on {name!r}, which does not require grad",
                                       spec.line, spec.label)
                         t.retain_grad()
-        self.values = values
         return values
 
     # -- backward ------------------------------------------------------------------------
-    def root_grads(self):
+    def root_grads(self, values=None):
+        values = self.values if values is None else values
         spec = self.backward_spec
         roots, grads = [], []
         for name in spec.roots:
-            t = self.values[name]
+            t = values[name]
             if not t.requires_grad:
                 self.fail(f"root {name!r} does not require grad (no input of the ops that "
                           "compute it requires grad)", spec.line, "backward")
@@ -195,115 +192,151 @@ class Graph:
             grads.append(to_device(g, t.device))
         return roots, grads
 
-    def check_inputs_reachable(self, roots, inputs):
-        reachable = set()
-        stack = [r.grad_fn or r.grad_accumulator for r in roots]
+    def check_inputs_reachable(self, roots, inputs, values=None):
+        """Each input must receive a gradient from some root: its own edge (the
+        node *and* the output of it), as PyTorch's grad() checks per tensor."""
+        edges = set()
+        seen = set()
+        stack = []
+        for r in roots:
+            edge = r.gradient_edge()
+            edges.add(edge)
+            stack.append(edge[0])
         while stack:
             fn = stack.pop()
-            if fn is None or fn in reachable:
+            if fn in seen:
                 continue
-            reachable.add(fn)
-            stack.extend(e[0] for e in fn.next_edges if e is not None)
+            seen.add(fn)
+            for e in fn.next_edges:
+                if e is not None:
+                    edges.add(e)
+                    stack.append(e[0])
+        values = self.values if values is None else values
         for name in inputs:
-            t = self.values[name]
+            t = values[name]
             if not t.requires_grad:
                 self.fail(f"input {name!r} does not require grad", self.backward_spec.line, "backward")
-            edge = t.gradient_edge()
-            if edge[0] not in reachable and not self.backward_spec.allow_unused:
-                self.fail(f"input {name!r} is not used to compute any root (set allow_unused: "
-                          "true to allow it)", self.backward_spec.line, "backward")
+            if t.gradient_edge() not in edges and not self.backward_spec.allow_unused:
+                self.fail(f"input {name!r} is not used to compute any root: One of the "
+                          "differentiated Tensors appears to not have been used in the graph "
+                          "(set allow_unused: true to allow it)", self.backward_spec.line,
+                          "backward")
 
-    def backward(self, inputs=None, retain_graph=None, engine=None, multithreading=True,
+    def backward(self, *, inputs=None, retain_graph=None, engine=None, multithreading=True,
                  deterministic=False, anomaly=None):
         """Run the backward; returns (grads by name, [NodeRun], seconds)."""
+        values = self.values if self.values is not None else self.forward()
+        return self._backward(values, inputs, retain_graph, engine, multithreading,
+                              deterministic, anomaly)
+
+    def _backward(self, values, inputs, retain_graph, engine, multithreading, deterministic,
+                  anomaly):
         from .autograd import backward as autograd_backward
         from .autograd import detect_anomaly, grad as autograd_grad, set_multithreading_enabled
 
-        if self.values is None:
-            self.forward()
         spec = self.backward_spec
         inputs = spec.inputs if inputs is None else inputs
         retain = spec.retain_graph if retain_graph is None else retain_graph
-        roots, grads = self.root_grads()
+        roots, grads = self.root_grads(values)
         if inputs:
             for name in inputs:
-                if name not in self.values:
+                if name not in values:
                     self.fail(f"input {name!r} is not defined", spec.line, "backward")
-            self.check_inputs_reachable(roots, inputs)
+            self.check_inputs_reachable(roots, inputs, values)
         trace = []
         anomaly_ctx = detect_anomaly(*anomaly) if anomaly else contextlib.nullcontext()
         start = time.perf_counter()
         try:
             with set_multithreading_enabled(multithreading), anomaly_ctx:
                 if inputs:
-                    result = autograd_grad(roots, [self.values[n] for n in inputs], grads,
-                                           retain_graph=retain, allow_unused=True, engine=engine,
-                                           trace=trace, deterministic=deterministic)
+                    result = autograd_grad(roots, [values[n] for n in inputs], grads,
+                                           retain_graph=retain, allow_unused=spec.allow_unused,
+                                           engine=engine, trace=trace,
+                                           deterministic=deterministic)
                     named = dict(zip(inputs, result))
                 else:
                     autograd_backward(roots, grads, retain_graph=retain, engine=engine,
                                       trace=trace, deterministic=deterministic)
                     named = None
         except Exception as exc:  # noqa: BLE001 - reported with the node and op
-            raise BackwardError(exc, getattr(exc, "gradcli_node", None), self) from exc
+            node = getattr(exc, "gradcli_node", None)
+            raise BackwardError(self.describe_failure(exc, node), exc, node, self.file) from exc
         elapsed = time.perf_counter() - start
         if named is None:
             named = {}
-            for name, t in self.values.items():
+            for name, t in values.items():
                 if (t.is_leaf and t.requires_grad) or t.retains_grad:
                     named[name] = t.grad
         return named, self._order(trace, start), elapsed
 
+    # -- naming nodes in messages ------------------------------------------------------
+    def describe_failure(self, exc, node):
+        """The one-line message of a failed backward (see BackwardError)."""
+        from .autograd.engine import AnomalyError
+
+        msg = str(exc).strip().replace("\n", " ") or type(exc).__name__
+        line = node.metadata.get("line") if node is not None else None
+        loc = "" if not self.file else (f"{self.file}:{line}: " if line else f"{self.file}: ")
+        if node is None:
+            return f"{loc}backward failed: {msg}"
+        if not isinstance(exc, AnomalyError):     # anomaly errors keep PyTorch's wording
+            msg = f"backward failed in {node.name}: {msg}"
+        return f"{loc}{msg}{self.describe_node(node)}"
+
+    def describe_node(self, node):
+        """`` (node created by op ops[3] 'mylog' at g.yaml:14)``, or for a leaf's
+        accumulator `` (node accumulates into tensor 'W' at g.yaml:5)``; empty
+        for a node the graph did not record."""
+        meta = node.metadata
+        op_id, line = meta.get("op_id"), meta.get("line")
+        if not op_id:
+            return ""
+        at = f" at {self.file}:{line}" if self.file and line else ""
+        if meta.get("leaf"):
+            return f" (node accumulates into tensor {op_id!r}{at})"
+        for spec in self.ops:
+            if spec.id == op_id and (line is None or spec.line == line):
+                default = f"ops[{spec.index}]"
+                label = default if spec.id == default else f"{default} {spec.id!r}"
+                return f" (node created by op {label}{at})"
+        # An op inside a checkpoint body.
+        label = op_id if op_id.startswith("ops[") else repr(op_id)
+        return f" (node created by op {label}{at})"
+
     def _order(self, trace, t0):
         import threading
 
-        from .autograd.node import GraphRoot
-
         names = {t.ident: t.name for t in threading.enumerate()}
-        # GraphRoot is the engine's own seed node for several roots, not a node
-        # of the graph: it is left out, as in get_current_graph_task_execution_order.
-        return [NodeRun(node=fn.name, op=fn.op_id, sequence_nr=fn.sequence_nr,
+        return [NodeRun(node=fn.name, op=fn.metadata.get("op_id"), sequence_nr=fn.sequence_nr,
                         topological_nr=fn.topological_nr, device=str(fn.device),
                         thread=names.get(tid, str(tid)), graph_task=gt, depth=depth,
                         start_s=start - t0, end_s=(end or start) - t0)
-                for fn, tid, start, end, gt, depth in trace if not isinstance(fn, GraphRoot)]
+                for fn, tid, start, end, gt, depth in trace]
 
-    def run(self, inputs=None, retain_graph=None, engine=None, multithreading=True,
+    def run(self, *, inputs=None, retain_graph=None, engine=None, multithreading=True,
             deterministic=False, anomaly=None) -> Result:
-        """Forward then backward, timed separately."""
+        """Forward then backward, timed separately.
+
+        Note [Concurrent runs]: each call runs its own forward (its own leaf
+        tensors, nodes and gradients) and returns its own Result, so one Graph
+        may be run from several threads at once. ``values`` is left holding
+        the last forward that finished.
+        """
         t0 = time.perf_counter()
-        self.forward()
+        values = self._forward()
         forward_s = time.perf_counter() - t0
-        grads, order, backward_s = self.backward(inputs, retain_graph, engine, multithreading,
-                                                 deterministic, anomaly)
+        grads, order, backward_s = self._backward(values, inputs, retain_graph, engine,
+                                                  multithreading, deterministic, anomaly)
+        self.values = values
         return Result(self.name, grads, order, forward_s, backward_s)
 
     def predicted_order(self):
         """The order a single-threaded backward runs nodes in (before running it)."""
         from .autograd import predicted_execution_order
 
-        if self.values is None:
-            self.forward()
-        from .autograd.graph_task import GraphTask
-
-        roots, _ = self.root_grads()
-        root_nodes = [r.gradient_edge()[0] for r in roots]
+        values = self.values if self.values is not None else self.forward()
+        roots, _ = self.root_grads(values)
         inputs = self.backward_spec.inputs
-        if not inputs:
-            return predicted_execution_order(root_nodes)
-        # grad(): only nodes on a path to an input run (Note [Exec info]).
-        from .autograd.node import GraphRoot
-
-        root_edges = [r.gradient_edge() for r in roots]
-        graph_root = root_edges[0][0] if len(roots) == 1 else GraphRoot(root_edges, [])
-        outputs = [self.values[n].gradient_edge() for n in inputs]
-        task = GraphTask(False, False, 0, None, root_nodes)
-        task.init_to_execute(graph_root, outputs, False,
-                             min(e[0].topological_nr for e in outputs))
-        return [fn for fn in predicted_execution_order(root_nodes, task.exec_info)
-                if task.exec_info[fn].needed]
-
-
-def _first_line(exc):
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+        return predicted_execution_order(
+            [r.gradient_edge() for r in roots],
+            [values[n].gradient_edge() for n in inputs] if inputs else None)

@@ -35,6 +35,12 @@ OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "de
            "function"}
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
 EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
+# Note [Checkpoint nesting]: the forward of nested checkpoints, and the re-run of
+# the body inside each checkpoint's backward, recurse one Python call chain per
+# level (~5 frames); 170 levels still run under Python's default recursion
+# limit, 200 do not. Deeper files are refused at load with one line instead of
+# a RecursionError in the loader, the forward or the backward.
+MAX_CHECKPOINT_NESTING = 128
 
 
 def default_max_tensor_bytes() -> int:
@@ -85,7 +91,7 @@ def parse_device_map(text) -> dict:
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         src, sep, dst = part.partition("=")
         src, dst = src.strip(), dst.strip()
-        if not sep or src not in ("cpu", "cuda", "sim") or dst not in ("cpu", "cuda", "sim"):
+        if not sep or src not in D.DEVICE_TYPES or dst not in D.DEVICE_TYPES:
             raise ValueError(f"bad device map {part!r} (expected e.g. cuda=sim)")
         mapping[src] = dst
     return mapping
@@ -248,7 +254,8 @@ class _Loader:
             dev = D.device(spec)
             mapped = self.options.device_map.get(dev.type)
             if mapped and mapped != dev.type:
-                dev = D.device("cpu" if mapped == "cpu" else f"{mapped}:{max(dev.index, 0)}")
+                kind = D.DEVICE_TYPES[mapped]
+                dev = D.device(f"{mapped}:{max(dev.index, 0)}" if kind.is_accelerator else mapped)
             D.check_available(dev)
         except D.DeviceError as exc:
             self.fail(str(exc), path, where)
@@ -540,6 +547,11 @@ class _Loader:
         """
         from .ops.reentrant import CheckpointOp  # noqa: PLC0415
 
+        nesting = where.count(".body[") + 1
+        if nesting > MAX_CHECKPOINT_NESTING:
+            self.fail(f"checkpoints nest {nesting} deep here; at most {MAX_CHECKPOINT_NESTING} "
+                      "levels are supported (each level nests the forward and a reentrant "
+                      "backward on the stack)", path, label)
         self.check_keys(entry, OP_KEYS - {"function", "device"}, path, label, "a checkpoint op")
         for key in ("args",):
             if entry.get(key):
@@ -580,8 +592,8 @@ class _Loader:
             self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
         for out in outputs:
             defined[out] = _Defined(scope[out].shape, scope[out].dtype, False)
-        return OpSpec(index=i, id=op_id, label=label,
-                      op=CheckpointOp(body_specs, list(inputs), list(outputs)),
+        function, raw = checkpoint_body(body_specs, list(inputs), list(outputs))
+        return OpSpec(index=i, id=op_id, label=label, op=CheckpointOp(function, raw),
                       inputs=list(inputs), outputs=list(outputs), args={}, retain_grad=retain,
                       line=self.doc.line(*path))
 
@@ -854,3 +866,31 @@ def _read_npy_header(fh):
     except Exception as exc:  # noqa: BLE001 - any malformed header
         raise ValueError(f"not a valid .npy file ({exc})") from None
     return tuple(shape), np.dtype(dtype)
+
+
+def checkpoint_body(body, input_names, output_names):
+    """The two callables of a checkpoint op, built from its body's op specs:
+    ``function`` on Tensors (run by ``checkpoint``, which re-runs it in
+    backward; it stamps each node it records with the body op's id and line)
+    and ``raw`` on arrays without recording (for gradcheck). The body is a
+    scope of its own: it reads the checkpoint's inputs by name."""
+
+    def function(*tensors):
+        scope = dict(zip(input_names, tensors))
+        for spec in body:
+            out = spec.op(*[scope[n] for n in spec.inputs], **spec.args)
+            outs = out if isinstance(out, list) else [out]
+            node = outs[0].grad_fn
+            if node is not None:
+                node.metadata.update(op_id=spec.id, line=spec.line)
+            scope.update(zip(spec.outputs, outs))
+        return [scope[n] for n in output_names]
+
+    def raw(*arrays, **args):
+        scope = dict(zip(input_names, arrays))
+        for spec in body:
+            out = spec.op.fn(*[scope[n] for n in spec.inputs], **spec.args)
+            scope.update(zip(spec.outputs, out if spec.op.multi_output else [out]))
+        return [scope[n] for n in output_names]
+
+    return function, raw

@@ -124,7 +124,7 @@ def test_failure_inside_a_checkpoint_body_reaches_the_caller():
 """)
     with pytest.raises(BackwardError) as info:
         g.run()
-    assert info.value.node.name == "FailBackward0" and info.value.node.op_id == "inner"
+    assert info.value.node.name == "FailBackward0" and info.value.node.metadata["op_id"] == "inner"
     assert "boom inside" in str(info.value)
     # The message says which body op made the failing node, and where.
     assert "(node created by op 'inner' at <ckpt>:" in str(info.value)
@@ -139,3 +139,145 @@ def test_hundred_nested_checkpoints_in_a_file():
     for name, expected in g.expect.grads.items():
         np.testing.assert_allclose(result.grads[name], expected.array(), rtol=1e-12)
     assert max(r.depth for r in result.order) == 100
+
+
+# -- the core's checkpoint takes a Python callable -----------------------------------------
+def test_checkpoint_takes_a_callable_like_torch_utils_checkpoint():
+    import gradcli.ops as O
+    from gradcli.autograd import Tensor, backward
+    from gradcli.ops.reentrant import checkpoint
+
+    calls = []
+
+    def block(a, b):
+        calls.append(a.requires_grad)
+        return O.exp(O.mul(a, b))
+
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    w = Tensor(np.array([3.0, -1.0]), requires_grad=True)
+    y = checkpoint(block, x, w)               # one Tensor in, one Tensor out
+    assert y.grad_fn.name == "CheckpointFunctionBackward"
+    assert calls == [True]                    # the forward ran once, without recording
+    backward([O.sum_(y)])
+    assert len(calls) == 2                    # and again inside the backward
+    np.testing.assert_allclose(x.grad, np.exp(x.data * w.data) * w.data)
+    np.testing.assert_allclose(w.grad, np.exp(x.data * w.data) * x.data)
+    pair = checkpoint(lambda a: (O.exp(a), O.mul(a, a)), x)
+    assert isinstance(pair, tuple) and len(pair) == 2
+
+
+def test_loader_stamps_op_ids_and_lines_in_node_metadata():
+    g = graph("""  - op: checkpoint
+    id: block
+    inputs: [x, w]
+    outputs: [y]
+    body:
+      - {op: mul, inputs: [x, w], output: y, id: inner}
+  - {op: sum, inputs: [y], output: loss}
+""")
+    values = g.forward()
+    node = values["loss"].grad_fn
+    assert node.metadata == {"op_id": "ops[1]", "line": 12}
+    assert values["y"].grad_fn.metadata["op_id"] == "block"
+    acc = values["x"].grad_accumulator
+    assert acc.metadata["op_id"] == "x" and acc.metadata["leaf"] is True
+    # The autograd core never stamps anything itself.
+    from gradcli.autograd import Tensor
+
+    assert Tensor(np.ones(1), requires_grad=True).grad_accumulator.metadata == {}
+    assert g.describe_node(acc) == " (node accumulates into tensor 'x' at <ckpt>:3)"
+    assert g.describe_node(node) == " (node created by op ops[1] at <ckpt>:12)"
+
+
+def test_graph_backward_and_run_options_are_keyword_only():
+    g = graph("""  - {op: mul, inputs: [x, w], output: h}
+  - {op: sum, inputs: [h], output: loss}
+""")
+    with pytest.raises(TypeError):
+        g.run(None)
+    with pytest.raises(TypeError):
+        g.backward(None, True)
+    grads, _, _ = g.backward(retain_graph=True, multithreading=False)
+    np.testing.assert_allclose(grads["x"], [3.0, -1.0])
+
+
+# -- grad() reachability per output (issue 11, item 7b) ------------------------------------
+SPLIT = """version: 1
+tensors:
+  x: {value: [1.0, 2.0, 3.0, 4.0], requires_grad: true}
+ops:
+  - {op: split, inputs: [x], outputs: [p, q], args: {sections: 2}}
+  - {op: sum, inputs: [q], output: loss}
+backward:
+  roots: [loss]
+  inputs: [p]
+"""
+
+
+def test_unused_output_of_a_used_node_is_refused_like_pytorch():
+    """p and q come from one SplitBackward0 node, reached through q only: p is
+    unused. PyTorch refuses grad(loss, p); so does the loader's check, per output."""
+    with pytest.raises(GraphError) as info:
+        loads(SPLIT, name="split").run()
+    assert "input 'p' is not used to compute any root: One of the differentiated Tensors " \
+           "appears to not have been used in the graph" in str(info.value)
+    result = loads(SPLIT.replace("  inputs: [p]\n", "  inputs: [p]\n  allow_unused: true\n"),
+                   name="split").run()
+    assert result.grads == {"p": None}
+    both = loads(SPLIT.replace("inputs: [p]", "inputs: [q]"), name="split").run()
+    np.testing.assert_allclose(both.grads["q"], [1.0, 1.0])
+
+
+def test_autograd_grad_checks_each_output():
+    import gradcli.ops as O
+    from gradcli.autograd import Tensor, grad
+
+    x = Tensor(np.arange(4.0), requires_grad=True)
+    p, q = O.OPS["split"](x, sections=2)
+    loss = O.sum_(q)
+    with pytest.raises(RuntimeError, match="One of the differentiated Tensors appears to not "
+                                           "have been used in the graph"):
+        grad([loss], [p], retain_graph=True)
+    assert grad([loss], [p], allow_unused=True) == (None,)
+
+
+# -- deep nesting (issue 11, item 5) -------------------------------------------------------
+def nested_checkpoints_yaml(levels):
+    lines = ["version: 1", "tensors:", "  x: {value: [1.0, 2.0], requires_grad: true}", "ops:",
+             "  - op: checkpoint", "    inputs: [x]", "    outputs: [y]", "    body:",
+             "      - {op: clone, inputs: [x], output: a}"]
+    indent = 6
+    for _ in range(levels - 1):
+        pad = " " * indent
+        lines += [pad + "- op: checkpoint", pad + "  inputs: [a]", pad + "  outputs: [b]",
+                  pad + "  body:"]
+        indent += 4
+    lines += [" " * indent + "- {op: mul, inputs: [a, a], output: b}",
+              "      - {op: clone, inputs: [b], output: y}",
+              "  - {op: sum, inputs: [y], output: loss}", "backward:", "  roots: [loss]"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(120)
+def test_deepest_supported_checkpoint_nesting_runs():
+    from gradcli.loader import MAX_CHECKPOINT_NESTING
+
+    result = loads(nested_checkpoints_yaml(MAX_CHECKPOINT_NESTING), name="deep").run()
+    np.testing.assert_allclose(result.grads["x"], [2.0, 4.0])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("levels", [129, 350, 480])
+def test_deeper_checkpoint_nesting_is_a_one_line_error(levels, tmp_path):
+    """Formerly a RecursionError in the loader (350-480 levels) or exit 3 at
+    backward (260-320): now refused at load, exit 2, one line, no traceback."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "deep.yaml"
+    path.write_text(nested_checkpoints_yaml(levels))
+    proc = subprocess.run([sys.executable, "-m", "gradcli", "run", str(path)],
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "checkpoints nest 129 deep here; at most 128 levels" in lines[0]

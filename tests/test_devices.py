@@ -468,7 +468,7 @@ def test_chrome_trace_with_reentrant_pool_thread(engine):
     t0 = perf_counter()
     backward([loss], engine=engine, trace=trace)
     names = thread_names()
-    order = [NodeRun(node=fn.name, op=fn.op_id, sequence_nr=fn.sequence_nr,
+    order = [NodeRun(node=fn.name, op=fn.metadata.get("op_id"), sequence_nr=fn.sequence_nr,
                      topological_nr=fn.topological_nr, device=str(fn.device),
                      thread=names.get(tid, str(tid)), graph_task=gt, depth=depth,
                      start_s=start - t0, end_s=end - t0)
@@ -572,3 +572,167 @@ def test_device_index_out_of_range_error_names_the_device(engine):
         assert f"sim:{n + 2}" in str(exc), f"{type(exc).__name__}: {exc}"
     else:
         pytest.fail("no error for a nonexistent device")
+
+
+# -- device types as a registry ------------------------------------------------------------
+def test_device_types_registry_answers_for_every_kind():
+    from gradcli.devices import DEVICE_TYPES, accelerator_types, kind_of
+
+    assert set(DEVICE_TYPES) >= {"cpu", "cuda", "sim"}
+    assert [k.name for k in accelerator_types()] == ["cuda", "sim"]
+    sim = DEVICE_TYPES["sim"]
+    a = to_device(np.arange(3.0), device("sim:2"))
+    assert sim.owns(a) and not DEVICE_TYPES["cpu"].owns(a) and not DEVICE_TYPES["cuda"].owns(a)
+    assert kind_of(a) is sim and device_of(a) is device("sim:2")
+    assert sim.count() == sim_device_count()
+    assert sim.array_module() is np and sim.current_stream(0) is None
+
+
+@pytest.mark.parametrize("value", [np.float64(2.0), np.int64(3), np.array(1.5), 2.0, 3])
+def test_host_values_are_cpu_by_a_positive_test(value):
+    """A NumPy scalar (what elementwise backward formulas return for 0-d
+    arrays) is a host value: never taken for a CuPy array by elimination."""
+    from gradcli.devices import DEVICE_TYPES, kind_of, to_host, xp_of_array
+
+    assert kind_of(value) is DEVICE_TYPES["cpu"]
+    assert device_of(value) is CPU
+    assert xp_of_array(value) is np
+    assert not DEVICE_TYPES["cuda"].owns(value)
+    np.testing.assert_array_equal(to_host(value), np.asarray(value))
+
+
+@pytest.mark.parametrize("spec", ["sim:0\n", "sim:\u0661", "cpu:0", "tpu:0", "sim:" + "9" * 5000])
+def test_device_strings_are_exact(spec):
+    from gradcli.devices import DeviceError
+
+    with pytest.raises(DeviceError) as info:
+        device(spec)
+    assert len(str(info.value)) < 200
+
+
+@pytest.mark.timeout(60)
+def test_reentrant_pool_thread_runs_on_its_owners_device():
+    """reentrant_thread_init: a pool thread that takes over a graph task owned by
+    the device thread of sim:1 makes sim:1 its current device, as the owner."""
+    from gradcli.devices import DEVICE_TYPES
+
+    sim = DEVICE_TYPES["sim"]
+    seen = []
+
+    class Probe(Node):
+        """Records the thread's current sim device, then nests a reentrant backward."""
+
+        def __init__(self, edges, metas, depth):
+            super().__init__("ProbeBackward", edges, metas)
+            self.depth = depth
+
+        def apply(self, grads):
+            seen.append((threading.current_thread().name, sim.current_index()))
+            if self.depth:
+                inner = Tensor(grads[0].copy(), requires_grad=True)
+                out = Tensor(inner.data, requires_grad=True)
+                out.grad_fn = Probe([inner.gradient_edge()], [InputMetadata.of(inner.data)],
+                                    self.depth - 1)
+                backward([out], [grads[0]])
+            return [grads[0]]
+
+    engine = Engine(max_recursion_depth=1)     # the second level goes to the pool
+    try:
+        x = Tensor(to_device(np.ones(2), device("sim:1")), requires_grad=True)
+        y = Tensor(x.data.copy(), requires_grad=True)
+        y.grad_fn = Probe([x.gradient_edge()], [InputMetadata.of(x.data)], 3)
+        sim.set_current(0)                     # the caller's own current device
+        backward([y], [to_device(np.ones(2), device("sim:1"))], engine=engine)
+        assert sim.current_index() == 0        # the caller's is untouched
+    finally:
+        engine.stop()
+    pool = [idx for name, idx in seen if name.startswith("gradcli-reentrant")]
+    assert pool, seen
+    assert set(pool) == {1}, seen
+    assert {idx for name, idx in seen if name.startswith("gradcli-device")} == {1}
+
+
+# -- one Graph from many threads (issue 11, item 6) ---------------------------------------
+@pytest.mark.timeout(120)
+def test_one_graph_run_from_8_threads_gives_every_run_its_own_result():
+    """Note [Concurrent runs]: Graph.run() runs its own forward, so runs of one
+    Graph from 8 threads never see each other's tensors (formerly: None grads)."""
+    from gradcli.loader import load
+
+    graph = load(str(Path(__file__).parent.parent / "graphs" / "multi_device.yaml"))
+    ref = graph.run(multithreading=False)
+    ref_grads = {k: np.asarray(to_host_(v)) for k, v in ref.grads.items()}
+    assert ref_grads and all(v is not None for v in ref_grads.values())
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(15):
+                results.append(graph.run())
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(100)
+    assert not errors, errors
+    assert len(results) == 120
+    for r in results:
+        assert set(r.grads) == set(ref_grads)
+        for k, v in r.grads.items():
+            assert v is not None, k
+            np.testing.assert_allclose(to_host_(v), ref_grads[k], rtol=1e-12)
+
+
+def to_host_(a):
+    from gradcli.devices import to_host
+
+    return to_host(a)
+
+
+# -- NumPy scalars are host values (issue 11, item 7) -----------------------------------------
+SLICE_GRAPHS = {
+    "stack_of_two_slices": ("""version: 1
+tensors:
+  x: {value: [1.0, 2.0, 3.0], requires_grad: true}
+ops:
+  - {op: slice, inputs: [x], output: a, args: {index: '0'}}
+  - {op: slice, inputs: [x], output: b, args: {index: '2'}}
+  - {op: stack, inputs: [a, b], output: s}
+  - {op: sum, inputs: [s], output: loss}
+backward:
+  roots: [loss]
+""", lambda torch, x: torch.stack([x[0], x[2]]).sum()),
+    "slice_then_exp": ("""version: 1
+tensors:
+  x: {value: [1.0, 2.0, 3.0], requires_grad: true}
+ops:
+  - {op: slice, inputs: [x], output: a, args: {index: '1'}}
+  - {op: exp, inputs: [a], output: loss}
+backward:
+  roots: [loss]
+""", lambda torch, x: torch.exp(x[1])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLICE_GRAPHS))
+@pytest.mark.parametrize("dev", ["cpu", "sim:1"])
+def test_zero_dim_slices_get_pytorchs_gradient(name, dev):
+    """A 0-d slice whose gradient an elementwise backward turned into a NumPy
+    scalar: the device check asks positively, so it is a host value, not a
+    CuPy array (formerly: exit 3 with "No module named 'cupy'")."""
+    from gradcli.loader import loads
+
+    text, torch_fn = SLICE_GRAPHS[name]
+    if dev != "cpu":
+        text = text.replace("requires_grad: true}", f"requires_grad: true, device: '{dev}'}}")
+    result = loads(text, name=name).run()
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    torch_fn(torch, xt).backward()
+    from gradcli.devices import to_host
+
+    np.testing.assert_allclose(to_host(result.grads["x"]), xt.grad.numpy())
+    assert device_of(result.grads["x"]) is device(dev)

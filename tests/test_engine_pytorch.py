@@ -1271,3 +1271,96 @@ def test_private_engine_instance():
     backward((x * x).sum(), engine=engine)
     np.testing.assert_array_equal(x.grad, [2.0, 4.0])
     engine.stop()
+
+
+# -- Note [Stealing gradients] -----------------------------------------------------------
+def test_accumulate_grad_steals_only_a_sum_the_buffer_created():
+    """The rule holds on any interpreter: no reference count is consulted. A
+    sum the InputBuffer made is the engine's own and is kept; any array that
+    came from outside the buffer (a node's output, the caller's gradient) is
+    copied."""
+    from gradcli.autograd.input_buffer import DeterministicInputBuffer, InputBuffer
+    from gradcli.autograd.node import AccumulateGrad
+    from gradcli.autograd.state import no_grad
+
+    # The engine applies nodes with grad mode off unless create_graph is set
+    # (Note [Differentiable .grad]); applied by hand here, so the same.
+    with no_grad():
+        _steal_only_sums(leaf)
+
+
+def _steal_only_sums(leaf):
+    from gradcli.autograd.input_buffer import DeterministicInputBuffer, InputBuffer
+    from gradcli.autograd.node import AccumulateGrad
+
+    x = leaf([1.0, 2.0])
+    acc = AccumulateGrad(x)
+    single = InputBuffer([None])
+    g = np.ones(2)
+    single.add(0, g)
+    assert not single.owns(0)
+    acc.apply(single)
+    assert x.grad is not g and not np.shares_memory(x.grad, g)
+
+    y = leaf([1.0, 2.0])
+    summed = InputBuffer([None])
+    summed.add(0, np.ones(2))
+    summed.add(0, np.ones(2))
+    assert summed.owns(0)
+    total = summed[0]
+    AccumulateGrad(y).apply(summed)
+    assert y.grad is total                       # stolen: nobody else holds it
+
+    det = DeterministicInputBuffer([None])
+    det.add(0, np.ones(2), 1, 0)
+    det.add(0, np.ones(2), 2, 0)
+    variables = det.variables()
+    assert variables.owns(0)
+    one = DeterministicInputBuffer([None])
+    one.add(0, g, 1, 0)
+    assert not one.variables().owns(0)
+
+
+def test_a_hook_result_is_never_stolen():
+    """A tensor hook that replaces a summed gradient gives the slot an array from
+    outside the engine: .grad must not alias what the hook returned."""
+    x = leaf([1.0, 2.0])
+    kept = []
+
+    def hook(g):
+        out = g * 1.0
+        kept.append(out)
+        return out
+
+    x.register_hook(hook)
+    (x * 2.0 + x * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [5.0, 5.0])
+    assert not np.shares_memory(x.grad, kept[0])
+
+
+def test_summed_leaf_gradient_is_stolen_in_a_real_backward():
+    """x feeds two ops: its buffer sums two contributions into a fresh array,
+    which AccumulateGrad keeps instead of copying (checked with a post hook
+    on the accumulator that sees the very array stored)."""
+    x = leaf([1.0, 2.0])
+    seen = []
+    acc = x.grad_accumulator
+    acc.register_prehook(lambda grads: seen.append(grads[0]))
+    (x * 2.0 + x * 3.0).sum().backward()
+    assert x.grad is seen[0]
+
+
+# -- GraphRoot is the engine's own node -------------------------------------------------------
+def test_predicted_order_and_trace_never_show_graph_root():
+    a, b = leaf([1.0, 2.0]), leaf([3.0])
+    y1, y2 = (a * 2.0).sum(), (b * b).sum()
+    order = predicted_execution_order([y1.gradient_edge(), y2.gradient_edge()])
+    assert order and not [fn for fn in order if fn.name == "GraphRoot"]
+    trace = []
+    with set_multithreading_enabled(False):
+        backward([y1, y2], retain_graph=True, trace=trace)
+    assert [r[0] for r in trace] == order
+    # grad() semantics: only the nodes on a path to an input.
+    only_a = predicted_execution_order([y1.gradient_edge(), y2.gradient_edge()],
+                                       [a.gradient_edge()])
+    assert [fn.name for fn in only_a] == ["SumBackward0", "MulBackward0"]

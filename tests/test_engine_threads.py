@@ -210,15 +210,17 @@ def test_concurrent_backwards_without_patching(engine):
 
 # -- stop() --------------------------------------------------------------------------------------
 @pytest.mark.timeout(30)
-def test_stop_idle_engine_ends_device_and_pool_threads():
+def test_stop_idle_engine_ends_device_and_pool_threads(caplog):
     eng = Engine()
     sim_backward(eng)
     reentrant_backward(eng, depth=100)
     assert eng._thread_pool.threads, "depth 100 > 60 must have used a pool thread"
     assert len(eng.live_threads()) == NUM_DEVICES + len(eng._thread_pool.threads)
-    t0 = time.monotonic()
-    eng.stop()
-    assert time.monotonic() - t0 < 2
+    with caplog.at_level("WARNING", logger="gradcli.engine"):
+        eng.stop(wait_limit=20)
+    # An idle engine's threads end on their shutdown tasks: stop() did not
+    # give up on any of them (no warning), and they are gone when it returns.
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
     assert wait_until(lambda: eng.live_threads() == [], 5), eng.live_threads()
     eng.stop()                 # idempotent
 
@@ -250,38 +252,30 @@ def test_stopped_engine_raises_and_new_engine_works():
 
 
 @pytest.mark.timeout(30)
-def test_stop_during_long_node_returns_within_wait_limit(monkeypatch):
-    monkeypatch.setenv("GRADCLI_SHUTDOWN_WAIT_LIMIT", "0.5")
+def test_stop_during_long_node_returns_within_wait_limit():
     eng = Engine()
     trace = []
-    th, box = run_in_thread(sim_backward, eng, "sim:0", 2000, trace)
+    th, box = run_in_thread(sim_backward, eng, "sim:0", 5000, trace)
     # Wait until the delay node is running on the device thread.
     assert wait_until(lambda: any(r[0].name == "DelayBackward0" for r in trace), 10)
-    t0 = time.monotonic()
-    eng.stop()
-    elapsed = time.monotonic() - t0
-    assert elapsed < 1.0, f"stop() took {elapsed:.2f}s with a wait limit of 0.5s"
-    th.join(0.01)
+    eng.stop(wait_limit=0.5)
+    # stop() gave up after its limit instead of waiting for the node: the
+    # backward (a 5 s delay) is still running when it returns.
+    assert th.is_alive(), "stop() waited for the running node instead of its wait limit"
+    th.join(30)             # no backward thread left running into later tests
+    assert not th.is_alive() and "error" not in box, box
 
 
 @pytest.mark.timeout(30)
 def test_backward_in_flight_at_stop_finishes_or_fails():
     """A backward running when stop() gives up waiting (wait limit 0.5 s) must not hang its
     caller: it should complete (the threads were left to finish) or raise."""
-    env_prev = os.environ.get("GRADCLI_SHUTDOWN_WAIT_LIMIT")
-    os.environ["GRADCLI_SHUTDOWN_WAIT_LIMIT"] = "0.5"
-    try:
-        eng = Engine()
-        trace = []
-        th, box = run_in_thread(sim_backward, eng, "sim:0", 1000, trace)
-        assert wait_until(lambda: any(r[0].name == "DelayBackward0" for r in trace), 10)
-        eng.stop()
-    finally:
-        if env_prev is None:
-            os.environ.pop("GRADCLI_SHUTDOWN_WAIT_LIMIT", None)
-        else:
-            os.environ["GRADCLI_SHUTDOWN_WAIT_LIMIT"] = env_prev
-    th.join(3)      # the delay ends 1 s after it started
+    eng = Engine()
+    trace = []
+    th, box = run_in_thread(sim_backward, eng, "sim:0", 1000, trace)
+    assert wait_until(lambda: any(r[0].name == "DelayBackward0" for r in trace), 10)
+    eng.stop(wait_limit=0.5)
+    th.join(20)     # the delay ends 1 s after it started
     assert not th.is_alive(), "the backward running at stop() never returned"
 
 
@@ -325,6 +319,7 @@ started = threading.Event()
 def work():
     started.set()
     backward([loss], engine=engine)
+    print("backward finished", flush=True)
 
 threading.Thread(target=work, daemon=daemon).start()
 started.wait()
@@ -340,13 +335,14 @@ print("main thread exits", flush=True)
 def test_process_exit_never_hangs(use_default, daemon):
     env = {**os.environ, "GRADCLI_SHUTDOWN_WAIT_LIMIT": "1"}
     code = EXIT_CODE.format(use_default=use_default, daemon=daemon)
-    t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], timeout=30, capture_output=True,
                           text=True, env=env, cwd=REPO)
-    elapsed = time.monotonic() - t0
     assert "main thread exits" in proc.stdout, proc.stderr
     assert proc.returncode == 0, proc.stderr
-    assert elapsed < 10, f"process took {elapsed:.1f}s to exit"
+    # A daemon thread's backward is abandoned at exit (the process gave up on
+    # the busy device thread after its 1 s limit instead of waiting 5 s); a
+    # non-daemon thread is waited for by Python, so its backward completes.
+    assert ("backward finished" in proc.stdout) == (not daemon), proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
@@ -425,7 +421,9 @@ def test_engine_with_threads_fails_at_once_after_fork(engine, what):
 
     code, message, elapsed = fork_and_wait(_expect_fork_error(use))
     assert code == 0, message
-    assert elapsed < 5, f"the child took {elapsed:.1f}s to fail"
+    # "At once": well before fork_and_wait's 20 s hang detection (a generous
+    # margin for a loaded machine; the fault it guards against hangs forever).
+    assert elapsed < 15, f"the child took {elapsed:.1f}s to fail"
     assert FORK_MSG in FORK_ERROR
     # The parent's engine is unharmed.
     np.testing.assert_allclose(host(sim_backward(engine).grad), 2 * np.arange(4.0))
@@ -487,7 +485,7 @@ def test_stop_in_forked_child_does_not_hang(engine):
 
     code, message, elapsed = fork_and_wait(child)
     assert code == 0, message
-    assert elapsed < 5
+    assert elapsed < 15       # a hang is caught at 20 s by fork_and_wait
 
 
 SPAWN_CODE = textwrap.dedent("""
@@ -536,3 +534,96 @@ def test_spawn_child_runs_sim_backward(tmp_path):
                           text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "spawn ok" in proc.stdout
+
+
+# -- Ctrl-C (issue 11, item 12) ------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_interrupt_while_a_device_thread_is_busy_cancels_the_backward(caplog):
+    """Note [Interrupted backwards]: KeyboardInterrupt in the caller fails the
+    graph task, the device thread's sleeping node wakes at once, and stop()
+    then ends every thread (no warning about busy threads)."""
+    import signal
+
+    eng = Engine()
+    trace = []
+
+    def interrupt_when_busy():     # a real SIGINT, as Ctrl-C sends, to the main thread
+        if wait_until(lambda: any(r[0].name == "DelayBackward0" for r in trace), 20):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    th = threading.Thread(target=interrupt_when_busy, daemon=True)
+    th.start()
+    with pytest.raises(KeyboardInterrupt):
+        sim_backward(eng, "sim:0", 60_000, trace)
+    th.join(20)
+    with caplog.at_level("WARNING", logger="gradcli.engine"):
+        eng.stop(wait_limit=30)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert wait_until(lambda: eng.live_threads() == [], 5), eng.live_threads()
+    delay = next(r for r in trace if r[0].name == "DelayBackward0")
+    assert delay[3] is not None and delay[3] - delay[2] < 30, "the 60 s node was not cut short"
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_on_the_cli_ends_the_run_before_its_device_work(tmp_path):
+    """SIGINT while sim:0's thread sleeps in a 60 s node: the process exits long
+    before the node would end, without waiting on (or warning about) the thread."""
+    import signal
+
+    graph = tmp_path / "sleepy.yaml"
+    graph.write_text(textwrap.dedent("""\
+        version: 1
+        tensors:
+          x: {value: [1.0, 2.0], requires_grad: true, device: 'sim:0'}
+        ops:
+          - {op: delay, inputs: [x], output: d, args: {ms: 60000}}
+          - {op: sum, inputs: [d], output: loss}
+        backward:
+          roots: [loss]
+        """))
+    code = textwrap.dedent(f"""\
+        import sys, threading
+        import gradcli.autograd.engine as E
+        real = E.Engine.evaluate_function
+        def announce(self, task, fn, inputs):
+            if fn.name == "DelayBackward0":
+                print("busy", flush=True)
+            return real(self, task, fn, inputs)
+        E.Engine.evaluate_function = announce
+        from gradcli.cli import main
+        main(args=["run", {str(graph)!r}], prog_name="gradcli")
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "busy"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=50)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 30, f"exit took {elapsed:.1f}s: it waited for the 60 s node"
+    assert proc.returncode != 0
+    assert "still busy" not in err and "still using" not in err, err
+    assert "Traceback" not in err, err
+
+
+@pytest.mark.timeout(60)
+def test_a_device_thread_that_cannot_start_fails_the_backward_cleanly(monkeypatch):
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name.startswith("gradcli-device-") and self.name.endswith("sim:1"):
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    eng = Engine()
+    with pytest.raises(RuntimeError, match=r"could not start the device thread for index 1 "
+                                           r"\(can't start new thread\)"):
+        sim_backward(eng)
+    assert wait_until(lambda: eng.live_threads() == [], 5), eng.live_threads()
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    try:
+        w = sim_backward(eng)                  # the engine tries again and works
+        np.testing.assert_allclose(host(w.grad), 2 * np.arange(4.0))
+    finally:
+        eng.stop()

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..devices import device_of, to_device
-from .engine import current_engine
-from .tensor import Tensor
+from ..devices import device_of, to_device, xp_of_array
+from . import dispatch
+from .engine import Engine, current_engine
 
 
 def _as_list(x):
@@ -25,25 +25,18 @@ def _make_grads(outputs, grad_outputs, create_graph=False):
     grads = []
     for i, out in enumerate(outputs):
         g = grad_outputs[i] if grad_outputs is not None else None
-        if isinstance(g, Tensor) and not create_graph:
+        if hasattr(g, "gradient_edge") and not create_graph:   # a Tensor (api.py sits below tensor.py)
             g = g.data
         if g is None:
             if out.requires_grad:
                 if out.data.size != 1:
                     raise RuntimeError("grad can be implicitly created only for scalar outputs")
-                xp = np if type(out.data) is np.ndarray else _xp(out.data)
-                g = xp.ones_like(out.data)
+                g = xp_of_array(out.data).ones_like(out.data)
         elif not hasattr(g, "shape"):
             g = np.full(out.shape, g, dtype=out.dtype)
             g = to_device(g, device_of(out.data))
         grads.append(g)
     return grads
-
-
-def _xp(array):
-    from ..devices import xp_of
-
-    return xp_of(device_of(array))
 
 
 def _root_edges(outputs):
@@ -110,12 +103,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         raise RuntimeError("One of the differentiated Tensors appears to not have been used in "
                            "the graph. Set allow_unused=True if this is the desired behavior.")
     if create_graph:
+        Tensor = dispatch.Tensor     # Note [Core dispatch]
         result = [g if g is None or type(g) is Tensor else Tensor(g) for g in result]
     return tuple(result)
 
 
 def queue_callback(callback):
     """Run ``callback()`` once the current backward has finished (final callback)."""
-    from .engine import Engine
-
     Engine.queue_callback(callback)

@@ -8,7 +8,6 @@ each accelerator device index has one long-lived worker thread and queue.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -18,28 +17,17 @@ from time import perf_counter
 
 import numpy as np
 
-from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, device_count, device_of, to_device,
-                       to_host)
+from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, accelerator_types, device_of,
+                       set_current_device, to_device, to_host)
 from .graph_task import GraphTask
 from .input_buffer import DeterministicInputBuffer, InputBuffer
 from .node import GraphRoot
 from .ready_queue import SHUTDOWN, ReadyQueue, node_task, wakeup_task
 from . import streams
-from .state import STATE
-from .tensor import Tensor
+from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
+from . import dispatch
 
 log = logging.getLogger("gradcli.engine")
-
-# Planted faults, for proving that `gradcli stress` and the tests catch real
-# bugs (GRADCLI_FAULT=a,b; never set in normal use):
-#   lost_wakeup       drop the wake-up task a device thread sends to a graph
-#                     task's owner (Note [Wake-up tasks])
-#   racy_accumulate   AccumulateGrad read-modify-writes without its lock
-#   no_reentrant_pool nest every reentrant backward on the caller's stack
-#   swallow_errors    a node's exception is dropped instead of recorded
-#   no_shutdown_tasks stop() never pushes shutdown tasks
-#   no_fork_check     an engine's threads are trusted after fork()
-FAULTS = frozenset(filter(None, os.environ.get("GRADCLI_FAULT", "").split(",")))
 
 
 def default_max_recursion_depth() -> int:
@@ -61,33 +49,7 @@ def default_max_recursion_depth() -> int:
     return 60
 
 
-class _EngineTLS(threading.local):
-    # Note [Worker device]: NO_DEVICE for a thread outside the engine,
-    # CPU_DEVICE while a thread drives its own backward on the CPU, the
-    # device index for a device thread, the owner's device for a pool thread.
-    # A call to execute() from a thread whose worker_device is not NO_DEVICE
-    # is therefore a reentrant backward.
-    worker_device = NO_DEVICE
-    current_depth = 0          # reentrant backwards nested on this thread's stack
-    total_depth = 0            # reentrant depth of the graph task being driven
-    local_ready_queue = None   # this thread's ready queue (kept across calls)
-    current_graph_task = None  # for queue_callback and the execution order
-    engine = None              # the engine this thread works for (reentrant calls use it)
-
-
-TLS = _EngineTLS()
-
-
-@contextlib.contextmanager
-def graph_task_guard(graph_task):
-    """Set the thread's current graph task, restoring the previous one after."""
-    tls = TLS
-    prev = tls.current_graph_task
-    tls.current_graph_task = graph_task
-    try:
-        yield
-    finally:
-        tls.current_graph_task = prev
+TLS = ENGINE_TLS   # the engine's thread-locals (Note [Worker device] in state.py)
 
 
 # -- forks -----------------------------------------------------------------
@@ -98,6 +60,39 @@ def graph_task_guard(graph_task):
 FORK_ERROR = ("Unable to handle autograd's threading in combination with fork-based "
               "multiprocessing. Use the 'spawn' start method, or run the child's backward "
               "with multithreading disabled on a fresh Engine.")
+
+
+def default_shutdown_wait_limit() -> float:
+    """Seconds stop() waits for device threads (``GRADCLI_SHUTDOWN_WAIT_LIMIT``, default 10)."""
+    try:
+        limit = float(os.environ.get("GRADCLI_SHUTDOWN_WAIT_LIMIT", "10"))
+    except ValueError:
+        return 10.0
+    return limit if limit == limit else 10.0     # NaN: the default
+
+
+# Note [Pool thread stacks]: a reentrant pool thread only nests up to
+# max_recursion_depth (60) reentrant backwards before handing over to the next
+# one, so it needs far less than the platform's default 8 MiB stack; a deep
+# reentrant backward (PyTorch tests 8,193 levels: 137 pool threads) then fits
+# in a few hundred MB of address space instead of a gigabyte. The size is set
+# for the start of one thread only (threading.stack_size is process-wide).
+POOL_THREAD_STACK_BYTES = 2 * 1024 * 1024
+_stack_size_lock = threading.Lock()
+
+
+def start_with_stack(thread, stack_bytes):
+    """Start ``thread`` with a ``stack_bytes`` stack, restoring the default after."""
+    with _stack_size_lock:
+        try:
+            prev = threading.stack_size(stack_bytes)
+        except (ValueError, RuntimeError):        # platform cannot: default stack
+            thread.start()
+            return
+        try:
+            thread.start()
+        finally:
+            threading.stack_size(prev)
 
 
 class _ThreadPoolShared:
@@ -178,6 +173,14 @@ class Engine:
         try:
             self.execute_with_graph_task(graph_task, graph_root, buffer)
             graph_task.wait()
+        except BaseException as exc:
+            # Note [Interrupted backwards]: Ctrl-C (KeyboardInterrupt) reaches
+            # the caller while device threads still work for this graph task.
+            # Fail the graph task: its queued nodes are skipped, and a node
+            # sleeping in sleep_unless_cancelled() wakes at once, so the device
+            # threads go idle and stop() ends them instead of waiting.
+            graph_task.set_exception(exc, None)
+            raise
         finally:
             if uses_devices:
                 with self._thread_count_cv:
@@ -200,7 +203,7 @@ class Engine:
             if fn.device is not CPU:
                 uses_devices = True
                 if fn.stream is not None:
-                    stream_devices.add(fn.stream.device_id)
+                    stream_devices.add(fn.device)
             for edge in fn.next_edges:
                 if edge is not None:
                     nxt = edge[0]
@@ -248,7 +251,7 @@ class Engine:
             graph_task.outstanding_tasks += 1
             queue.push(node_task(graph_task, graph_root, input_buffer))
             graph_task.lock.release()
-            if tls.current_depth >= self.max_recursion_depth and "no_reentrant_pool" not in FAULTS:
+            if tls.current_depth >= self.max_recursion_depth:
                 self.add_thread_pool_task(graph_task)
             else:
                 tls.total_depth += 1
@@ -302,8 +305,7 @@ class Engine:
                 # the lock it already held (one lock per node on the hot path).
                 with local_task.lock:
                     local_task.outstanding_tasks -= 1
-                    done = local_task.outstanding_tasks == 0 or (
-                        local_task.exit_on_error and local_task.has_error)
+                    done = local_task.completed()
             if done:
                 local_task.mark_as_completed_and_run_post_processing()
                 # Note [Wake-up tasks]: the owner of the graph task may be
@@ -311,14 +313,12 @@ class Engine:
                 # Send it an empty task so it wakes, sees the graph task
                 # completed and returns. Not needed when we are the owner.
                 owner = local_task.owner
-                if tls.worker_device != owner and "lost_wakeup" not in FAULTS:
+                if tls.worker_device != owner:
                     with local_task.lock:
                         local_task.outstanding_tasks += 1
                     self.ready_queue_by_index(local_task, owner).push(wakeup_task(local_task))
 
     def thread_on_exception(self, graph_task, fn, exc):
-        if "swallow_errors" in FAULTS:
-            return
         if getattr(exc, "gradcli_node", None) is None:
             try:
                 exc.gradcli_node = fn        # the innermost node that failed
@@ -351,7 +351,7 @@ class Engine:
                 return
 
         trace = graph_task.trace
-        if trace is not None:
+        if trace is not None and type(fn) is not GraphRoot:   # the seed is not a graph node
             record = [fn, threading.get_ident(), perf_counter(), None, graph_task.id,
                       graph_task.reentrant_depth]
             trace.append(record)
@@ -421,8 +421,7 @@ class Engine:
                 graph_task.outstanding_tasks += 1
                 queue.push(node_task(graph_task, nxt, buffer))
             graph_task.outstanding_tasks -= 1      # this node's own task is done
-            return graph_task.outstanding_tasks == 0 or (
-                graph_task.exit_on_error and graph_task.has_error)
+            return graph_task.completed()
 
     # -- queues -----------------------------------------------------------------
     def ready_queue(self, graph_task, device):
@@ -438,31 +437,44 @@ class Engine:
 
     # -- device threads -------------------------------------------------------------
     def initialize_device_threads_pool(self, graph_task):
-        if (self._threads_pid is not None and self._threads_pid != os.getpid()
-                and "no_fork_check" not in FAULTS):
-            raise RuntimeError(FORK_ERROR)
+        self.check_not_forked()
         if graph_task.uses_devices and graph_task.multithreading and not self._device_threads_started:
             with self._start_lock:
                 if not self._device_threads_started:
                     self.start_device_threads()
                     self._device_threads_started = True
 
+    def check_not_forked(self):
+        """Note [Engine threads and fork]: fail at once in a forked child whose
+        parent started this engine's threads."""
+        if self._threads_pid is not None and self._threads_pid != os.getpid():
+            raise RuntimeError(FORK_ERROR)
+
     def start_device_threads(self):
         # Note [Allocating GPUs to autograd threads]: one thread per device
         # *index*, shared by the device types of that index (cuda:0 and
         # sim:0 run on one thread), as PyTorch colocates CUDA and XLA.
-        counts = {t: device_count(t) for t in ("sim", "cuda")}
-        num_devices = max(counts.values())
+        counts = {kind.name: kind.count() for kind in accelerator_types()}
+        num_devices = max(counts.values(), default=0)
         if num_devices == 0:
             return
         self._threads_pid = os.getpid()
         self.device_ready_queues = [ReadyQueue() for _ in range(num_devices)]
         for i in range(num_devices):
-            label = "+".join(f"{t}:{i}" for t in ("cuda", "sim") if counts[t] > i)
+            label = "+".join(f"{t}:{i}" for t, n in counts.items() if n > i)
             thread = threading.Thread(target=self._device_thread_main,
                                       args=(i, self.device_ready_queues[i]),
                                       name=f"gradcli-device-{label}", daemon=True)
-            thread.start()
+            try:
+                thread.start()
+            except (RuntimeError, MemoryError) as exc:
+                # A device thread that cannot start: end those that did and
+                # fail this backward (the engine may try again later).
+                for queue in self.device_ready_queues[:i]:
+                    queue.push_shutdown()
+                self.device_threads = []
+                raise RuntimeError(f"could not start the device thread for index {i} "
+                                   f"({exc})") from exc
             self.device_threads.append(thread)
         with self._thread_count_cv:   # wait for the threads to start
             self._thread_count_cv.wait_for(lambda: self._non_reentrant_thread_count == num_devices)
@@ -475,10 +487,7 @@ class Engine:
         tls.worker_device = index
         tls.local_ready_queue = queue
         tls.engine = self
-        if index < device_count("cuda"):      # set_device: CuPy work here goes to GPU `index`
-            from ..devices import cupy_module
-
-            cupy_module().cuda.Device(index).use()
+        set_current_device(index)     # CuPy work here goes to GPU `index`
         try:
             self.thread_main(None)
         finally:
@@ -498,8 +507,23 @@ class Engine:
             self._threads_pid = os.getpid()
             thread = threading.Thread(target=self._reentrant_thread_main,
                                       name=f"gradcli-reentrant-{len(pool.threads)}", daemon=True)
+            try:
+                start_with_stack(thread, POOL_THREAD_STACK_BYTES)
+            except (RuntimeError, MemoryError) as exc:
+                # Note [Pool threads that cannot start]: no thread will take
+                # the graph task over. Take it back and fail it, so that the
+                # caller (blocked in execute) raises instead of waiting forever.
+                with pool.cv:
+                    try:
+                        pool.graphtasks_queue.remove(graph_task)
+                    except ValueError:
+                        return            # an idle worker took it after all
+                graph_task.set_exception(RuntimeError(
+                    f"could not start a reentrant backward thread ({exc}); "
+                    f"{len(self.live_threads())} engine threads are running at reentrant "
+                    f"depth {graph_task.reentrant_depth}"), None)
+                return
             pool.threads.append(thread)
-            thread.start()
 
     def _reentrant_thread_main(self):
         pool = self._thread_pool
@@ -515,6 +539,8 @@ class Engine:
                 return
             # Serve the owner's ready queue, from the owner's depth.
             tls.worker_device = graph_task.owner
+            # reentrant_thread_init: run on the owner's device, as the owner does.
+            set_current_device(graph_task.owner)
             tls.local_ready_queue = self.ready_queue_by_index(graph_task, graph_task.owner)
             tls.total_depth = graph_task.reentrant_depth
             tls.current_depth = 0
@@ -530,13 +556,13 @@ class Engine:
             graph_task.final_callbacks.append(callback)
 
     # -- shutdown -----------------------------------------------------------------
-    def stop(self):
+    def stop(self, wait_limit=None):
         """Stop the device threads and the reentrant pool (``Engine::stop``).
 
         Note [Engine shutdown]: a shutdown task outranks every other task, so
         pushing one while a backward still has device work would strand that
         work (the device thread would exit first). So wait, up to
-        GRADCLI_SHUTDOWN_WAIT_LIMIT seconds (default 10), until no backward
+        ``wait_limit`` seconds (default: GRADCLI_SHUTDOWN_WAIT_LIMIT, else 10), until no backward
         using the devices is in flight and every device queue is empty; then
         push a shutdown task to each queue and wait for the device threads
         within the same limit. If the limit runs out first, leave the threads
@@ -546,10 +572,8 @@ class Engine:
         if self.stopped:
             return
         self.stopped = True
-        try:
-            wait_limit = float(os.environ.get("GRADCLI_SHUTDOWN_WAIT_LIMIT", "10"))
-        except ValueError:
-            wait_limit = 10.0
+        if wait_limit is None:
+            wait_limit = default_shutdown_wait_limit()
         deadline = time.monotonic() + max(wait_limit, 0.0)
         forked = self._threads_pid is not None and self._threads_pid != os.getpid()
         if self.device_threads and not forked:
@@ -561,7 +585,7 @@ class Engine:
             with cv:   # poll: a queue draining does not notify
                 while not idle() and time.monotonic() < deadline:
                     cv.wait(min(0.01, max(0.0, deadline - time.monotonic())))
-            if wait_limit <= 0 or "no_shutdown_tasks" in FAULTS:
+            if wait_limit <= 0:
                 pass    # as PyTorch: a zero limit leaves the threads at once
             elif idle():
                 for queue in self.device_ready_queues:
@@ -594,15 +618,24 @@ def call_tensor_pre_hooks(fn, inputs):
         for input_nr, hook in list(hooks):
             result = hook(inputs[input_nr])
             if result is not None:
-                inputs[input_nr] = result
+                _replace(inputs, input_nr, result)
     retains = fn.retains_grad_hooks
     if retains:
         for input_nr, hook in list(retains.items()):
             if inputs[input_nr] is not None:
                 result = hook(inputs[input_nr])
                 if result is not None:
-                    inputs[input_nr] = result
+                    _replace(inputs, input_nr, result)
     return inputs
+
+
+def _replace(inputs, input_nr, value):
+    """A hook's result replaces a gradient: the buffer no longer owns that slot
+    (Note [Stealing gradients])."""
+    if value is not inputs[input_nr]:
+        inputs[input_nr] = value
+        if isinstance(inputs, InputBuffer):
+            inputs.disown(input_nr)
 
 
 def call_pre_hooks(fn, inputs):
@@ -656,7 +689,7 @@ def validate_outputs(edges, grads, fn_name):
         if (type(grad) is np.ndarray and meta.device is CPU and grad.shape == meta.shape
                 and grad.dtype is meta.dtype):
             continue                 # the common case: nothing to check or fix
-        if type(grad) is Tensor:
+        if type(grad) is dispatch.Tensor:
             grads[i] = _validate_tensor_grad(grad, meta, i, fn_name)
             continue
         shape = getattr(grad, "shape", None)
@@ -684,21 +717,20 @@ def validate_outputs(edges, grads, fn_name):
 def _validate_tensor_grad(grad, meta, i, fn_name):
     """validate_outputs for a Tensor gradient (create_graph): the same checks,
     and fix-ups made with ops so that they record (Note [Differentiable VJPs])."""
-    from .node import _ops  # noqa: PLC0415
-
+    ops = dispatch.ops               # Note [Core dispatch]
     data = grad.data
     if data.shape != meta.shape:
         if not meta.is_expandable_to_shape(data.shape):
             raise RuntimeError(_format(fn_name, meta.incompatible_shape_error_message(i, data)))
-        grad = _ops().unbroadcast(grad, meta.shape)
+        grad = ops.unbroadcast(grad, meta.shape)
     if grad.dtype != meta.dtype:
-        grad = _ops().cast(grad, dtype=meta.dtype.name)
+        grad = ops.cast(grad, dtype=meta.dtype.name)
     dev = device_of(grad.data)
     if dev is not meta.device:
         if grad.ndim != 0:
             raise RuntimeError(_format(fn_name, f"invalid gradient at index {i} - "
                                                 f"expected device {meta.device} but got {dev}"))
-        grad = _ops().to(grad, device=str(meta.device))
+        grad = ops.to(grad, device=str(meta.device))
     return grad
 
 
@@ -706,11 +738,22 @@ def _format(fn_name, msg):
     return msg if fn_name is None else f"Function {fn_name} returned an {msg}"
 
 
+def sleep_unless_cancelled(seconds):
+    """Sleep up to ``seconds`` inside a node; return early when the graph task
+    the calling thread works for has ended (an error or an interrupt:
+    Note [Interrupted backwards]). Outside a backward, a plain sleep."""
+    graph_task = TLS.current_graph_task
+    if graph_task is None:
+        time.sleep(seconds)
+    else:
+        graph_task.wait(seconds)
+
+
 def check_anomaly(fn, outputs, check_inf):
     for i, out in enumerate(outputs):
         if out is None:
             continue
-        data = to_host(out.data if type(out) is Tensor else out)
+        data = to_host(out.data if type(out) is dispatch.Tensor else out)
         if np.isnan(data).any():
             raise AnomalyError(f"Function '{fn.name}' returned nan values in its {i}th output.", fn)
         if check_inf and np.isinf(data).any():
@@ -775,11 +818,32 @@ def get_current_graph_task_execution_order():
             "executed with multithreading disabled, e.g. by running:\n\n"
             ">>> with gradcli.autograd.set_multithreading_enabled(False):\n"
             "...     gradcli.autograd.grad(...)\n")
-    return predicted_execution_order(graph_task.graph_roots, graph_task.exec_info)
+    return _simulate_order(graph_task.graph_roots, graph_task.exec_info)
 
 
-def predicted_execution_order(roots, exec_info=None):
-    """Simulate a single-threaded backward from ``roots``: the order nodes would run.
+def predicted_execution_order(roots, inputs=None):
+    """The nodes a single-threaded backward from ``roots`` would run, in order.
+
+    ``roots`` are nodes or gradient edges ``(node, input_nr)``; ``inputs``
+    (edges, or None for a plain backward) selects grad() semantics: only the
+    nodes on a path to an input run (Note [Exec info]). The engine's own
+    GraphRoot (the seed node of a backward with several roots) is never part
+    of the order: it is not a node of the user's graph.
+    """
+    root_edges = [r if isinstance(r, tuple) else (r, 0) for r in roots]
+    root_nodes = [e[0] for e in root_edges]
+    if not inputs:
+        return _simulate_order(root_nodes)
+    graph_root = root_nodes[0] if len(root_edges) == 1 else GraphRoot(root_edges, [])
+    task = GraphTask(False, False, 0, None, root_nodes)
+    task.init_to_execute(graph_root, list(inputs), False,
+                         min(e[0].topological_nr for e in inputs))
+    return [fn for fn in _simulate_order(root_nodes, task.exec_info)
+            if task.exec_info[fn].needed]
+
+
+def _simulate_order(roots, exec_info=None):
+    """Simulate a single-threaded backward from the nodes ``roots``.
 
     Like the engine, a node becomes ready when every edge into it has
     delivered (dependency counts), and among ready nodes the highest

@@ -4,6 +4,9 @@ from __future__ import annotations
 import itertools
 import threading
 
+from . import streams
+from .state import graph_task_guard
+
 _graph_task_ids = itertools.count()
 
 
@@ -31,7 +34,7 @@ class GraphTask:
 
     __slots__ = ("id", "keep_graph", "create_graph", "reentrant_depth", "cpu_ready_queue",
                  "graph_roots", "exit_on_error", "multithreading", "anomaly", "deterministic",
-                 "outstanding_tasks", "has_error", "future_completed", "error", "error_node",
+                 "outstanding_tasks", "has_error", "future_completed", "error",
                  "lock", "dependencies", "not_ready", "exec_info",
                  "captured_vars", "owner", "final_callbacks", "final_callbacks_lock",
                  "uses_devices", "trace", "leaf_streams", "caller_streams", "_done")
@@ -53,7 +56,6 @@ class GraphTask:
         self.has_error = False
         self.future_completed = False
         self.error = None
-        self.error_node = None
         # Guards outstanding_tasks, dependencies, not_ready, captured_vars:
         # device threads and the owner update them concurrently, and a
         # read-modify-write is not atomic even under the GIL.
@@ -72,6 +74,8 @@ class GraphTask:
         self._done = threading.Event()
 
     def completed(self) -> bool:
+        """Every task is done, or an error ends the graph task early (call
+        under ``lock``)."""
         return self.outstanding_tasks == 0 or (self.exit_on_error and self.has_error)
 
     def wait(self, timeout=None) -> bool:
@@ -96,13 +100,9 @@ class GraphTask:
         self._done.set()
 
     def exec_post_processing(self):
-        from .engine import graph_task_guard  # noqa: PLC0415 - avoid an import cycle
-
         if self.not_ready:
             raise RuntimeError("could not compute gradients for some functions")
         if self.leaf_streams and self.caller_streams:
-            from . import streams  # noqa: PLC0415
-
             streams.sync_leaf_streams(self.caller_streams, self.leaf_streams)
         # Final callbacks may queue more callbacks (from this or another
         # thread): index the list afresh each time round, unlocked while a
@@ -125,7 +125,6 @@ class GraphTask:
                 return
             self.future_completed = True
             self.error = exc
-            self.error_node = fn
         self._done.set()
 
     # -- grad() ---------------------------------------------------------------

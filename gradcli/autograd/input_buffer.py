@@ -6,10 +6,12 @@ class InputBuffer(list):
     """One slot per input of a node; contributions to a slot are summed.
 
     Summation is out of place: a gradient array may be shared by several
-    edges (``AddBackward0`` hands the same array to both operands).
+    edges (``AddBackward0`` hands the same array to both operands). A slot
+    holding such a sum holds an array the engine created and nobody else
+    refers to: ``owns(pos)`` says so (Note [Stealing gradients]).
     """
 
-    __slots__ = ()
+    __slots__ = ("_owned",)
 
     def add(self, pos, grad, producer_nr=0, index=0):
         """Sum ``grad`` into slot ``pos`` (the producer is only used by the
@@ -17,7 +19,24 @@ class InputBuffer(list):
         if grad is None:
             return
         old = self[pos]
-        self[pos] = grad if old is None else old + grad
+        if old is None:
+            self[pos] = grad         # a slot is filled once from None: never owned before
+        else:
+            self[pos] = old + grad
+            self._owned = self._bits() | (1 << pos)
+
+    def _bits(self):
+        return getattr(self, "_owned", 0)
+
+    def owns(self, pos) -> bool:
+        """True when slot ``pos`` holds a sum this buffer created."""
+        return bool(self._bits() >> pos & 1)
+
+    def disown(self, pos) -> None:
+        """Slot ``pos`` was replaced by an array from outside (a hook's result)."""
+        bits = self._bits()
+        if bits >> pos & 1:
+            self._owned = bits & ~(1 << pos)
 
 
 class DeterministicInputBuffer(list):
@@ -43,8 +62,8 @@ class DeterministicInputBuffer(list):
             slot.append(entry)
 
     def variables(self):
-        out = []
-        for slot in self:
+        out = InputBuffer()
+        for pos, slot in enumerate(self):
             if slot is None:
                 out.append(None)
                 continue
@@ -53,4 +72,6 @@ class DeterministicInputBuffer(list):
             for _, g in slot[1:]:
                 total = total + g
             out.append(total)
+            if len(slot) > 1:
+                out._owned = out._bits() | (1 << pos)
         return out

@@ -8,19 +8,16 @@ did not require grad (PyTorch's invalid edge).
 """
 from __future__ import annotations
 
-import os
-import sys
 import threading
-import time
 
 import numpy as np
 
 from ..devices import CPU, device_of
+from . import dispatch
 from .streams import stream_of
 from .state import STATE, next_sequence_nr
 
 UINT64_MAX = 2**64 - 1
-_RACY = "racy_accumulate" in os.environ.get("GRADCLI_FAULT", "")  # see engine.FAULTS
 
 ERR_BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved "
@@ -45,7 +42,7 @@ class InputMetadata:
     @classmethod
     def of(cls, array):
         device = device_of(array)
-        stream = stream_of(array) if device.type == "cuda" else None
+        stream = stream_of(array) if device is not CPU else None
         return cls(array.shape, array.dtype, device, stream)
 
     def is_expandable_to_shape(self, grad_shape) -> bool:
@@ -89,7 +86,7 @@ class Node:
     """A function of the backward graph (``torch::autograd::Node``)."""
 
     __slots__ = ("name", "next_edges", "sequence_nr", "topological_nr", "input_metadata",
-                 "device", "stream", "op_id", "source", "tensor_pre_hooks", "retains_grad_hooks",
+                 "device", "stream", "_metadata", "tensor_pre_hooks", "retains_grad_hooks",
                  "pre_hooks", "post_hooks", "__weakref__")
 
     def __init__(self, name, next_edges, input_metadata, sequence_nr=None):
@@ -114,8 +111,7 @@ class Node:
                 break
         self.device = dev            # the ready queue this node runs on
         self.stream = stream         # the CUDA stream it runs on (Note [Streaming backwards])
-        self.op_id = None            # the graph file's op id (ops[i] or its `id`)
-        self.source = None           # the graph file's line of the op that recorded it
+        self._metadata = None        # see ``metadata``
         self.tensor_pre_hooks = None  # [(input_nr, fn)]
         self.retains_grad_hooks = None  # {input_nr: fn}
         self.pre_hooks = None        # [fn(grad_outputs) -> None | tuple]
@@ -125,8 +121,14 @@ class Node:
     def apply(self, grads: list) -> list:
         raise NotImplementedError
 
-    def num_inputs(self) -> int:
-        return len(self.input_metadata)
+    @property
+    def metadata(self) -> dict:
+        """A dict for whoever recorded the node (PyTorch's ``Node.metadata``):
+        the core never reads it. The graph loader stamps ``op_id`` and ``line``."""
+        meta = self._metadata
+        if meta is None:
+            meta = self._metadata = {}
+        return meta
 
     def release_variables(self) -> None:
         """Free saved tensors (a backward without ``retain_graph``)."""
@@ -165,7 +167,8 @@ class Node:
         return tuple((e[0], e[1]) if e is not None else (None, 0) for e in self.next_edges)
 
     def __repr__(self):
-        where = f" {self.op_id}" if self.op_id else ""
+        op_id = self._metadata.get("op_id") if self._metadata else None
+        where = f" {op_id}" if op_id else ""
         return f"<{self.name}{where} seq={self.sequence_nr} topo={self.topological_nr}>"
 
 
@@ -198,7 +201,6 @@ class AccumulateGrad(Node):
         super().__init__("AccumulateGrad", [], [InputMetadata.of(variable.data)],
                          sequence_nr=UINT64_MAX)
         self.variable = variable
-        self.op_id = variable.name
         self.lock = threading.Lock()
 
     def apply(self, grads):
@@ -215,20 +217,21 @@ class AccumulateGrad(Node):
             with self.lock:
                 var.grad = differentiable_accumulate(var.grad, new_grad)
             return []
-        if _RACY:
-            old = var.grad
-            time.sleep(0.001)   # planted fault: lets another thread's update be lost
-            var.grad = new_grad if old is None else old + new_grad
-            return []
         with self.lock:
             old = var.grad
             if old is None:
                 # Note [Stealing gradients]: keep the incoming array itself only
-                # when nothing else refers to it (the grads list, the local name
-                # and getrefcount's argument make 3) and it owns writable memory;
-                # else copy, so that .grad never aliases another leaf's gradient
-                # or the caller's array (PyTorch's AccumulateGrad does the same).
-                if (sys.getrefcount(new_grad) <= 3 and isinstance(new_grad, np.ndarray)
+                # when the engine created it and nothing outside the engine can
+                # hold it: the InputBuffer that delivered it summed several
+                # contributions into a fresh array (``grads.owns(0)``). Any
+                # other array (a node's output, which it may hand to several
+                # edges; the caller's root gradient; a hook's result) is copied,
+                # so .grad never aliases another leaf's gradient or the caller's
+                # array. PyTorch steals when the tensor's use count is 1; a
+                # reference count is not a stable fact across interpreters, so
+                # ownership is tracked instead.
+                owns = getattr(grads, "owns", None)
+                if (owns is not None and owns(0) and isinstance(new_grad, np.ndarray)
                         and new_grad.flags.owndata and new_grad.flags.writeable):
                     var.grad = new_grad
                 else:
@@ -241,22 +244,12 @@ class AccumulateGrad(Node):
         return []
 
 
-def _ops():
-    # The autograd core records ops only where a gradient must stay
-    # differentiable (create_graph); the op library imports the core, so it
-    # is imported here, late.
-    from ..ops import library  # noqa: PLC0415
-
-    return library
-
-
 def differentiable_accumulate(old, new_grad):
     """``old + new_grad`` (or a clone of ``new_grad``) as a Tensor, recorded under grad mode."""
-    from .tensor import Tensor  # noqa: PLC0415 - tensor.py imports this module
-
+    Tensor = dispatch.Tensor         # Note [Core dispatch]
     if old is None:
         if type(new_grad) is Tensor:
-            return _ops().clone(new_grad)
+            return dispatch.ops.clone(new_grad)
         return Tensor(new_grad.copy())
     total = old + new_grad
     return total if type(total) is Tensor else Tensor(total)

@@ -13,24 +13,19 @@ them), so the logic is tested with fake streams on machines without a GPU.
 """
 from __future__ import annotations
 
+from ..devices import device_of
+
 
 def stream_of(array):
-    """The current CuPy stream for a CUDA array's device; None for others."""
-    device = getattr(array, "device", None)
-    if device is None or not hasattr(device, "id") or type(array).__module__.split(".")[0] != "cupy":
-        return None
-    import cupy  # noqa: PLC0415 - only reached for CuPy arrays
-
-    with cupy.cuda.Device(device.id):
-        return cupy.cuda.get_current_stream()
+    """The current stream of the device ``array`` lives on; None where its
+    device type has no streams (the host, sim devices)."""
+    dev = device_of(array)
+    return dev.kind.current_stream(dev.index) if not dev.is_cpu else None
 
 
-def current_stream(device_id):
-    """The calling thread's current stream on ``device_id`` (the caller's ambient stream)."""
-    import cupy  # noqa: PLC0415
-
-    with cupy.cuda.Device(device_id):
-        return cupy.cuda.get_current_stream()
+def current_stream(dev):
+    """The calling thread's current stream on device ``dev`` (the caller's ambient stream)."""
+    return dev.kind.current_stream(dev.index)
 
 
 def sync(producer, consumer):
@@ -39,9 +34,10 @@ def sync(producer, consumer):
         consumer.wait_event(producer.record())
 
 
-def stash_current_streams(device_ids):
-    """Remember the caller's current stream on each device (at execute time)."""
-    return {d: current_stream(d) for d in device_ids}
+def stash_current_streams(devices):
+    """Remember the caller's current stream on each device (at execute time),
+    by device index (a stream's ``device_id``)."""
+    return {d.index: current_stream(d) for d in devices}
 
 
 def sync_leaf_streams(caller_streams, leaf_streams):

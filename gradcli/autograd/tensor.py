@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..devices import device_of, to_host
+from . import dispatch
 from .node import AccumulateGrad, differentiable_accumulate
 from .state import STATE
 
@@ -114,3 +115,6 @@ class Tensor:
 
     def detach(self):
         return Tensor(self.data, False, self.name)
+
+
+dispatch.register_tensor(Tensor)   # Note [Core dispatch]

@@ -17,7 +17,7 @@ import warnings
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from . import core
 
 

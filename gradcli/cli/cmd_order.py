@@ -31,11 +31,9 @@ def order(graph_file, fmt, no_multithreading, predicted, load: core.LoadOptions)
                 graph.check_inputs_reachable(roots, graph.backward_spec.inputs)
         except GraphError as exc:
             fail(str(exc), EXIT_INVALID)
-        from ..autograd.node import GraphRoot
-
-        records = [dict(node=n.name, op=n.op_id, sequence_nr=n.sequence_nr,
+        records = [dict(node=n.name, op=n.metadata.get("op_id"), sequence_nr=n.sequence_nr,
                         topological_nr=n.topological_nr, device=str(n.device), thread="-")
-                   for n in nodes if not isinstance(n, GraphRoot)]
+                   for n in nodes]
     else:
         result = run_graph(graph, inputs=None, retain_graph=True, repeat=1,
                            multithreading=not no_multithreading)
@@ -74,9 +72,9 @@ def dot(graph, records):
             continue
         seen.add(fn)
         ids[fn] = f"n{len(ids)}"
-        run = ",".join(runs.get((fn.name, fn.op_id, fn.sequence_nr), [])) or "-"
+        run = ",".join(runs.get((fn.name, fn.metadata.get("op_id"), fn.sequence_nr), [])) or "-"
         label = "\\n".join(_dot_string(part) for part in (
-            f"#{run} {fn.name}", fn.op_id or "", f"seq={fn.sequence_nr} topo={fn.topological_nr}"))
+            f"#{run} {fn.name}", fn.metadata.get("op_id") or "", f"seq={fn.sequence_nr} topo={fn.topological_nr}"))
         lines.append(f'  {ids[fn]} [label="{label}"];')
         stack.extend(e[0] for e in fn.next_edges if e is not None)
     for fn in seen:

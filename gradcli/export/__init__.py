@@ -10,20 +10,8 @@ from __future__ import annotations
 __all__ = ["from_module", "ExportError", "ExportMismatch", "ExportedGraph", "GRAPH_FILE",
            "WEIGHTS_FILE"]
 
-# The losses an export can end in (Note [Projection loss] in exporter.py).
-PROJECTION, CROSS_ENTROPY = "projection", "cross_entropy"
-LOSSES = (PROJECTION, CROSS_ENTROPY)
-
-GRAPH_FILE = "graph.yaml"
-WEIGHTS_FILE = "weights.npz"
-
-
-class ExportError(Exception):
-    """A module the exporter cannot express as a graph file (one-line message)."""
-
-
-class ExportMismatch(ExportError):
-    """The written graph does not replay as the module did: a bug in the exporter."""
+from .errors import (CROSS_ENTROPY, GRAPH_FILE, LOSSES, PROJECTION, WEIGHTS_FILE,  # noqa: F401
+                     ExportError, ExportMismatch)
 
 
 def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, train=True,

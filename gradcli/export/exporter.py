@@ -63,7 +63,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from . import CROSS_ENTROPY, ExportError, ExportMismatch
+from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from .graphfile import ExportedGraph
 

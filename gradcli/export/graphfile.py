@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from . import GRAPH_FILE, WEIGHTS_FILE, ExportError
+from .errors import GRAPH_FILE, WEIGHTS_FILE, ExportError
 
 GRAD_PREFIX = "grad:"       # weights.npz keys of expected gradients; ':' is not in tensor names
 FILE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}   # the spec's dtypes

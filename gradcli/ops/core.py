@@ -23,6 +23,7 @@ from ..autograd.saved import unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
+from .shapes import ELEMENTWISE, ShapeMismatch  # noqa: F401 - ShapeMismatch is re-exported
 
 OPS: dict[str, "Op"] = {}
 
@@ -42,29 +43,6 @@ class Arg:
     @property
     def required(self):
         return self.default is _NO_ARG
-
-
-class ShapeMismatch(ValueError):
-    """Raised by an op's ``infer`` when its inputs do not fit together.
-
-    The message names inputs through the fields ``{0}``, ``{1}``, ...:
-    ``message(names)`` fills them in with the caller's names for the inputs
-    (the loader passes the tensor names of the graph file); ``str()`` uses
-    ``input 0``, ``input 1``, ...
-    """
-
-    def __init__(self, template):
-        self.template = template
-        super().__init__(self.message(()))
-
-    def message(self, names):
-        import string  # noqa: PLC0415
-
-        fields = [int(f) for _, f, _, _ in string.Formatter().parse(self.template)
-                  if f is not None and f.isdigit()]
-        names = list(names)[:max(fields, default=-1) + 1]
-        names += [f"input {i}" for i in range(len(names), max(fields, default=-1) + 1)]
-        return self.template.format(*names)
 
 
 class Op:
@@ -112,8 +90,6 @@ class Op:
         self.outputs = outputs            # int, fn(args) -> int | None, or None (one, or unknown)
         self.broadcasts = broadcasts
         if infer is None and broadcasts:
-            from .shapes import ELEMENTWISE  # noqa: PLC0415 - shapes imports this module
-
             infer = ELEMENTWISE
         if hasattr(infer, "bind"):        # a rule that runs the forward (shapes.Infer)
             infer = infer.bind(fn)
@@ -285,7 +261,7 @@ def record(op, inputs, args):
     out = op.fn(*datas, **args)
     outs = list(out) if op.multi_output else [out]
     for i, o in enumerate(outs):
-        if not isinstance(o, np.ndarray) and type(o).__module__ != "cupy":
+        if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
             o = np.asarray(o)
         outs[i] = on_device(o, dev) if dev is not CPU else o
     needs_grad = (STATE.grad_enabled

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..devices import CPU, device_of
 from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
@@ -17,10 +18,17 @@ from . import args as A
 from .core import Arg, defvjp, primitive
 
 
+# The deepest `reenter` a graph may ask for. PyTorch's test_deep_reentrant
+# goes 8,193 levels deep; each 60 levels take one reentrant pool thread
+# (Note [Pool thread stacks] in autograd/engine.py), so this bound keeps a
+# file's thread count (and memory) bounded, as `delay`'s bound keeps its time.
+MAX_REENTER_DEPTH = 10_000
+
+
 def _depth(v):
-    if A.is_int(v) and v >= 0:
+    if A.is_int(v) and 0 <= v <= MAX_REENTER_DEPTH:
         return int(v)
-    raise ValueError(f"depth must be a non-negative int, got {v!r}")
+    raise ValueError(f"depth must be an int between 0 and {MAX_REENTER_DEPTH}, got {v!r}")
 
 
 @primitive("reenter", "ReenterBackward0", saves=False, args={"depth": Arg(1, _depth)},
@@ -39,8 +47,7 @@ def _reenter_vjp(g, ans, x, depth=1):
 
     create_graph = type(g) is Tensor       # a create_graph backward: g keeps its graph
     data = g.data if create_graph else g
-    leaf = Tensor(np.asarray(data) if type(data).__module__ == "numpy"
-                  and not hasattr(data, "gradcli_device") else data, requires_grad=True)
+    leaf = Tensor(np.asarray(data) if device_of(data) is CPU else data, requires_grad=True)
     with enable_grad():
         inner = reenter(leaf, depth=depth - 1)
     (result,) = grad([inner], [leaf], [g], create_graph=create_graph)
@@ -50,68 +57,65 @@ def _reenter_vjp(g, ans, x, depth=1):
 defvjp(reenter, _reenter_vjp)
 
 
-def run_body(body, input_names, output_names, tensors):
-    """Run a checkpoint body (a scope of its own) on ``tensors``; return its outputs."""
-    scope = dict(zip(input_names, tensors))
-    for spec in body:
-        out = spec.op(*[scope[n] for n in spec.inputs], **spec.args)
-        outs = out if isinstance(out, list) else [out]
-        node = outs[0].grad_fn
-        if node is not None:
-            node.op_id, node.source = spec.id, spec.line
-        scope.update(zip(spec.outputs, outs))
-    return [scope[n] for n in output_names]
+def checkpoint(function, *inputs):
+    """``torch.utils.checkpoint.checkpoint(function, *inputs, use_reentrant=True)``.
 
+    ``function`` takes Tensors and returns a Tensor or a list/tuple of
+    Tensors. It runs once here without recording; the backward node runs it
+    again with recording and backpropagates through the result reentrantly.
+    The result has the structure ``function`` returned.
+    """
+    from ..autograd import no_grad
 
-class CheckpointOp:
-    """A ``checkpoint`` op of a graph file: its body runs without recording in
-    forward, and again with recording inside its backward node."""
-
-    name = "checkpoint"
-    multi_output = True
-    differentiable = True
-
-    def __init__(self, body, input_names, output_names):
-        self.body = body
-        self.input_names = input_names
-        self.output_names = output_names
-
-    def fn(self, *arrays, **args):
-        """The body on raw arrays, no recording (as every op's ``fn``)."""
-        scope = dict(zip(self.input_names, arrays))
-        for spec in self.body:
-            out = spec.op.fn(*[scope[n] for n in spec.inputs], **spec.args)
-            scope.update(zip(spec.outputs, out if spec.op.multi_output else [out]))
-        return [scope[n] for n in self.output_names]
-
-    def __call__(self, *inputs, **args):
-        from ..autograd import no_grad
-
-        with no_grad():
-            outs = run_body(self.body, self.input_names, self.output_names, list(inputs))
-        needs = STATE.grad_enabled and any(t.requires_grad for t in inputs)
-        if not needs:
-            return [Tensor(o.data) for o in outs]
-        edges = [t.gradient_edge() if t.requires_grad else None for t in inputs]
-        node = CheckpointBackward(edges, [InputMetadata.of(o.data) for o in outs], self,
-                                  [t.data for t in inputs])
+    with no_grad():
+        outs = function(*inputs)
+    single = not isinstance(outs, (list, tuple))
+    as_tuple = isinstance(outs, tuple)
+    outs = [outs] if single else list(outs)
+    needs = STATE.grad_enabled and any(
+        isinstance(t, Tensor) and t.requires_grad for t in inputs)
+    if not needs:
+        result = [Tensor(o.data) for o in outs]
+    else:
+        edges = [t.gradient_edge() if isinstance(t, Tensor) and t.requires_grad else None
+                 for t in inputs]
+        node = CheckpointBackward(edges, [InputMetadata.of(o.data) for o in outs], function,
+                                  [t.data if isinstance(t, Tensor) else t for t in inputs])
         result = []
         for i, o in enumerate(outs):
             t = Tensor(o.data, requires_grad=o.data.dtype.kind == "f")
             if t.requires_grad:
                 t.grad_fn, t.output_nr = node, i
             result.append(t)
-        return result
+    if single:
+        return result[0]
+    return tuple(result) if as_tuple else result
+
+
+class CheckpointOp:
+    """The ``checkpoint`` op of a graph file: ``function`` (Tensors -> list of
+    Tensors) is what ``checkpoint`` re-runs; ``raw`` is the same body on raw
+    arrays without recording (as every op's ``fn``, for gradcheck)."""
+
+    name = "checkpoint"
+    multi_output = True
+
+    def __init__(self, function, raw):
+        self.function = function
+        self.fn = raw
+
+    def __call__(self, *inputs, **args):
+        return list(checkpoint(self.function, *inputs))
 
 
 class CheckpointBackward(Node):
-    """Re-runs the body with recording, then runs its backward reentrantly."""
+    """Re-runs the function with recording, then runs its backward reentrantly."""
 
-    __slots__ = ("checkpoint", "saved")
+    __slots__ = ("function", "saved")
 
-    def __init__(self, edges, metas, checkpoint, saved):
+    def __init__(self, edges, metas, function, saved):
         super().__init__("CheckpointFunctionBackward", edges, metas)
-        self.checkpoint = checkpoint
+        self.function = function
         self.saved = saved
 
     def apply(self, grads):
@@ -119,10 +123,12 @@ class CheckpointBackward(Node):
 
         if self.saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
-        detached = [Tensor(d, requires_grad=e is not None) for d, e in zip(self.saved, self.next_edges)]
+        detached = [Tensor(d, requires_grad=e is not None) if hasattr(d, "dtype") else d
+                    for d, e in zip(self.saved, self.next_edges)]
         with enable_grad():
-            outs = run_body(self.checkpoint.body, self.checkpoint.input_names,
-                            self.checkpoint.output_names, detached)
+            outs = self.function(*detached)
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
         roots, root_grads = [], []
         for o, g in zip(outs, grads):
             if g is not None and o.requires_grad:

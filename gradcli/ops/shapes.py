@@ -20,7 +20,29 @@ import copy
 
 import numpy as np
 
-from .core import ShapeMismatch
+
+
+class ShapeMismatch(ValueError):
+    """Raised by an op's ``infer`` when its inputs do not fit together.
+
+    The message names inputs through the fields ``{0}``, ``{1}``, ...:
+    ``message(names)`` fills them in with the caller's names for the inputs
+    (the loader passes the tensor names of the graph file); ``str()`` uses
+    ``input 0``, ``input 1``, ...
+    """
+
+    def __init__(self, template):
+        self.template = template
+        super().__init__(self.message(()))
+
+    def message(self, names):
+        import string  # noqa: PLC0415
+
+        fields = [int(f) for _, f, _, _ in string.Formatter().parse(self.template)
+                  if f is not None and f.isdigit()]
+        names = list(names)[:max(fields, default=-1) + 1]
+        names += [f"input {i}" for i in range(len(names), max(fields, default=-1) + 1)]
+        return self.template.format(*names)
 
 
 def _stand_in(shape, dtype):

@@ -1,0 +1,37 @@
+"""What the autograd core calls but does not define (Note [Core dispatch]).
+
+Note [Core dispatch]: the core (``node.py``, ``engine.py``, ``api.py``) sits
+below the user-facing ``Tensor`` class and below the op library, yet a
+``create_graph`` backward must build Tensors and record ops: AccumulateGrad's
+out-of-place sum (Note [Differentiable .grad]), and validate_outputs' sum to
+the input's shape, dtype cast and device copy of a Tensor gradient. PyTorch's
+C++ core reaches these through the dispatcher and ``THPVariableClass``, both
+filled in at start-up. Here ``tensor.py`` registers the Tensor class when it
+is imported and ``gradcli.ops`` registers the ops the core records with, so
+every import points down the layers and none of them is circular.
+
+Who sets what:
+- ``Tensor``: ``autograd/tensor.py``, at import (``import gradcli.autograd``
+  always imports it).
+- ``ops``: ``gradcli/ops/__init__.py``, at import: ``clone``, ``unbroadcast``,
+  ``cast`` and ``to``. Only a create_graph backward reads them, and a Tensor
+  gradient can only exist once the op library has recorded one.
+"""
+from __future__ import annotations
+
+import types
+
+Tensor = None           # the Tensor class (set by tensor.py)
+ops = types.SimpleNamespace(clone=None, unbroadcast=None, cast=None, to=None)
+
+
+def register_tensor(cls):
+    global Tensor
+    Tensor = cls
+
+
+def register_ops(**fns):
+    for name, fn in fns.items():
+        if not hasattr(ops, name):
+            raise AttributeError(f"the autograd core records with no op named {name!r}")
+        setattr(ops, name, fn)

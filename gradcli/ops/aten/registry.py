@@ -31,6 +31,8 @@ schema input and list element it belongs to.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...autograd.tensor import Tensor
 from ..core import OPS, Op, record
 from .schema import Schema
@@ -61,6 +63,17 @@ class AtenOp(Op):
         self.joint_vjp = None
         self.first_order_only = False
         self._list_pos = list_pos[0] if list_pos else None
+
+    # -- as a graph file names it -----------------------------------------------------
+    @property
+    def tensor_inputs(self):
+        """The schema's tensor arguments in order (``name``, ``optional``, ``is_list``):
+        how a graph entry lays out its ``inputs`` (the loader reads this)."""
+        return self.schema.tensors
+
+    def bind(self, layout):
+        """This op called with one graph entry's input layout (see module ``bind``)."""
+        return AtenCall(self, layout)
 
     # -- inputs: schema layout <-> flat ------------------------------------------
     def flatten(self, inputs):
@@ -205,3 +218,72 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
     op.vjps = _FlatVJPs(op)
+
+
+# -- one graph entry's call --------------------------------------------------------------
+class Slot(int):
+    """In a call layout: the flat tensor input at this index (the graph entry's k-th name)."""
+
+    __slots__ = ()
+
+
+class AtenCall:
+    """An AtenOp bound to one graph entry's ``layout``: its inputs in schema order, a
+    ``Slot`` for a named tensor, None for an absent ``Tensor?``, a Python number for a
+    wrapped number, a list of those for a ``Tensor[]``. It takes the entry's named
+    tensors (flat, in order) wherever the op takes its schema inputs (``__call__``, ``fn``,
+    ``infer_outputs``), and is the op for anything else."""
+
+    __slots__ = ("op", "layout")
+
+    def __init__(self, op, layout):
+        self.op = op
+        self.layout = layout
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __repr__(self):
+        return repr(self.op)
+
+    def structure(self, flat):
+        def put(v):
+            if type(v) is Slot:
+                return flat[v]
+            if isinstance(v, list):
+                return [put(x) for x in v]
+            return v
+        return tuple(put(v) for v in self.layout)
+
+    def __call__(self, *flat, **args):
+        return self.op(*self.structure(flat), **args)
+
+    def fn(self, *flat, **args):
+        return self.op.fn(*self.structure(flat), **args)
+
+    def infer_outputs(self, shapes, dtypes, args):
+        """Note [ATen infer on stand-ins]: the outputs' shapes and dtypes are what the
+        forward makes of stand-ins of the inputs' shapes and dtypes (shapes.py's Note
+        [Inferring with stand-ins]): zero-stride read-only views of one element, except
+        small inputs (at most ``_SMALL`` elements), which are real zero arrays so that a
+        forward writing into one (batch norm's running statistics) can. Views cost
+        nothing; an op that computes allocates its result as its real run would, so
+        the loader's memory check (each result against the budget) sees every op in
+        order and a graph is refused at the first result over the budget."""
+        stand_ins = [np.zeros(s, d) if _count(s) <= _SMALL else np.broadcast_to(np.zeros((), d), s)
+                     for s, d in zip(shapes, dtypes)]
+        with np.errstate(all="ignore"):
+            out = self.op.fn(*self.structure(stand_ins), **{**self.op.defaults, **args})
+        outs = list(out) if self.op.multi_output else [out]
+        return [(tuple(int(n) for n in np.shape(o)), np.asarray(o).dtype if not hasattr(o, "dtype")
+                 else np.dtype(o.dtype)) for o in outs]
+
+
+_SMALL = 4096
+
+
+def _count(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n

@@ -216,3 +216,12 @@ def test_example_model_runs_and_orders_as_pytorch(graph, gradcli_cli):
     for name, leaf in expect.grads.items():
         np.testing.assert_allclose(np.asarray(out["grads"][name]["data"], dtype=np.float64),
                                    leaf.make(None), rtol=1e-7, atol=1e-12)
+
+
+def test_a_result_that_cannot_be_allocated_is_a_one_line_error():
+    text = doc(["a: {shape: [3000000, 1], init: zeros, requires_grad: true}",
+                "b: {shape: [1, 3000000], init: zeros}"],
+               ["{op: aten.add.Tensor, inputs: [a, b], output: y}", SUM])
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten.add.Tensor\): .*(does not fit in "
+                                         r"memory|over the memory budget)"):
+        loader.loads(text)

@@ -266,14 +266,20 @@ class AtenCall:
         forward makes of stand-ins of the inputs' shapes and dtypes (shapes.py's Note
         [Inferring with stand-ins]): zero-stride read-only views of one element, except
         small inputs (at most ``_SMALL`` elements), which are real zero arrays so that a
-        forward writing into one (batch norm's running statistics) can. Views cost
-        nothing; an op that computes allocates its result as its real run would, so
-        the loader's memory check (each result against the budget) sees every op in
-        order and a graph is refused at the first result over the budget."""
+        forward writing into one (batch norm's running statistics) can. Views (view,
+        expand, permute, slice, ...) cost nothing, so a graph that grows a tensor by
+        views is refused at the first result over the budget before anything is
+        allocated; but an op that computes allocates its result (once, on stand-ins)
+        before the loader compares it with the budget. A result that cannot be
+        allocated at all is a ValueError ("does not fit in memory"), reported on the
+        op's line. (Exact per-op shape rules would avoid that one allocation.)"""
         stand_ins = [np.zeros(s, d) if _count(s) <= _SMALL else np.broadcast_to(np.zeros((), d), s)
                      for s, d in zip(shapes, dtypes)]
-        with np.errstate(all="ignore"):
-            out = self.op.fn(*self.structure(stand_ins), **{**self.op.defaults, **args})
+        try:
+            with np.errstate(all="ignore"):
+                out = self.op.fn(*self.structure(stand_ins), **{**self.op.defaults, **args})
+        except MemoryError:
+            raise ValueError(f"{self.op.name}: its result does not fit in memory") from None
         outs = list(out) if self.op.multi_output else [out]
         return [(tuple(int(n) for n in np.shape(o)), np.asarray(o).dtype if not hasattr(o, "dtype")
                  else np.dtype(o.dtype)) for o in outs]

@@ -7,7 +7,10 @@ which are tested against ``torch.ops.aten`` on their own.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import aten_kernels as K
+from ..aten_kernels.conv import _check_input, _out_size, _params
 from .registry import aten, defvjp, defvjp_joint
 
 
@@ -19,12 +22,34 @@ def stand_in(meta, like):
 
 
 # -- convolution ----------------------------------------------------------------------
+def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """The output's shape and dtype, with the kernel's own checks (nothing computed)."""
+    if transposed:
+        raise ValueError("convolution: transposed convolution is not supported")
+    d, stride, padding, dilation, _ = _params(weight, stride, padding, dilation, output_padding)
+    _check_input("convolution", input, weight, d, False, int(groups))
+    out = _out_size(input.shape[2:], weight.shape[2:], stride, padding, dilation)
+    if any(v <= 0 for v in out):
+        raise ValueError(f"convolution: output size {list(out)} is empty for input "
+                         f"{list(input.shape)} and weight {list(weight.shape)}")
+    dtypes = [input.dtype, weight.dtype]
+    if bias is not None:
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"convolution: bias of shape {list(bias.shape)} does not match "
+                             f"{weight.shape[0]} output channels")
+        dtypes.append(bias.dtype)
+    return [((input.shape[0], weight.shape[0]) + tuple(out), np.result_type(*dtypes))]
+
+
 @aten("convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, "
       "SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
-      "ConvolutionBackward0")
+      "ConvolutionBackward0", meta=_convolution_meta)
 def convolution_op(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         raise ValueError("convolution: transposed convolution is not supported")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"convolution: bias of shape {list(bias.shape)} does not match "
+                         f"{weight.shape[0]} output channels")
     return K.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 
 

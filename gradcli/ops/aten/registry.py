@@ -44,9 +44,9 @@ class AtenOp(Op):
     """An op defined by an ATen entry; called like the ATen overload it is."""
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
-                 "schema_vjps", "joint_vjp", "first_order_only", "_list_pos")
+                 "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos")
 
-    def __init__(self, schema, forward, node_name, saves, differentiable_outputs):
+    def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None):
         multi = schema.list_output or schema.n_outputs > 1
         n = len(schema.tensors)
         list_pos = [i for i, p in enumerate(schema.tensors) if p.is_list]
@@ -62,6 +62,7 @@ class AtenOp(Op):
         self.schema_vjps = None
         self.joint_vjp = None
         self.first_order_only = False
+        self.meta = meta      # ELEMENTWISE, fn(*metas, **args) -> [(shape, dtype)], or None
         self._list_pos = list_pos[0] if list_pos else None
 
     # -- as a graph file names it -----------------------------------------------------
@@ -177,9 +178,14 @@ class _FlatVJPs:
         return vjp
 
 
-def aten(schema, node_name, saves=True, differentiable_outputs=None):
+def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
     """Register ``forward(*inputs, **args)`` as the ATen overload ``schema`` declares.
 
+    ``meta``: how the loader infers the outputs without computing them (Note [ATen
+    infer on stand-ins]): ``ELEMENTWISE`` (the tensor inputs broadcast; the dtype is
+    the forward's on 0-d stand-ins), or ``fn(*inputs, **args) -> [(shape, dtype)]``
+    called with ``Meta`` objects (``shape``, ``dtype``, ``ndim``) for the tensors,
+    raising ValueError as the forward would; None: the forward runs on stand-ins.
     ``differentiable_outputs``: one bool per output (PyTorch's
     ``output_differentiability``); outputs marked False get no ``grad_fn``.
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
@@ -190,7 +196,7 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None):
                          f"{parsed.n_outputs} outputs")
 
     def decorate(forward):
-        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs)
+        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs, meta)
         OPS[op.name] = op
         ATEN_OPS[op.name] = op
         return op
@@ -221,6 +227,21 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
 
 
 # -- one graph entry's call --------------------------------------------------------------
+ELEMENTWISE = "elementwise"
+
+
+class Meta:
+    """A tensor input as a ``meta`` rule sees it: shape, dtype and ndim, no values."""
+
+    __slots__ = ("shape", "dtype", "ndim")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+
+    def __repr__(self):
+        return f"Meta({list(self.shape)}, {self.dtype})"
+
+
 class Slot(int):
     """In a call layout: the flat tensor input at this index (the graph entry's k-th name)."""
 
@@ -272,12 +293,25 @@ class AtenCall:
         allocated; but an op that computes allocates its result (once, on stand-ins)
         before the loader compares it with the budget. A result that cannot be
         allocated at all is a ValueError ("does not fit in memory"), reported on the
-        op's line. (Exact per-op shape rules would avoid that one allocation.)"""
+        op's line. Ops whose work is heavy or whose result can outgrow their inputs
+        declare a ``meta`` rule instead (``aten(meta=...)``): elementwise ops (a
+        broadcast can square the size) and convolution infer without computing."""
+        args = {**self.op.defaults, **args}
+        meta = self.op.meta
+        if meta == ELEMENTWISE:
+            from ..shapes import broadcast  # noqa: PLC0415
+
+            shape = broadcast(shapes)
+            with np.errstate(all="ignore"):
+                out = self.op.fn(*self.structure([np.zeros((), d) for d in dtypes]), **args)
+            return [(shape, np.dtype(out.dtype))]
+        if meta is not None:
+            return meta(*self.structure([Meta(s, d) for s, d in zip(shapes, dtypes)]), **args)
         stand_ins = [np.zeros(s, d) if _count(s) <= _SMALL else np.broadcast_to(np.zeros((), d), s)
                      for s, d in zip(shapes, dtypes)]
         try:
             with np.errstate(all="ignore"):
-                out = self.op.fn(*self.structure(stand_ins), **{**self.op.defaults, **args})
+                out = self.op.fn(*self.structure(stand_ins), **args)
         except MemoryError:
             raise ValueError(f"{self.op.name}: its result does not fit in memory") from None
         outs = list(out) if self.op.multi_output else [out]

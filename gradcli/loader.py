@@ -509,7 +509,9 @@ class _Loader:
         def item(v, p, k, in_list):
             if v is None:
                 if not p.optional:
-                    self.fail(f"input {p.name!r} is not optional (null given)", ipath + (k,), label)
+                    what = ("holds tensors (a Tensor[]: only a Tensor?[] takes nulls)" if in_list
+                            else "is not optional")
+                    self.fail(f"input {p.name!r} {what}: null given", ipath + (k,), label)
                 return None
             if isinstance(v, str):
                 names.append(v)

@@ -55,7 +55,7 @@ def test_null_for_an_absent_optional_tensor():
 
 def test_null_for_a_required_tensor_is_refused():
     with pytest.raises(GraphError, match=r"<graph>:5: ops\[0\] \(aten.mul.Tensor\): input 'other' "
-                                         r"is not optional"):
+                                         r"is not optional: null given"):
         loader.loads(doc([X], ["{op: aten.mul.Tensor, inputs: [x, null], output: y}", SUM]))
 
 
@@ -225,3 +225,28 @@ def test_a_result_that_cannot_be_allocated_is_a_one_line_error():
     with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten.add.Tensor\): .*(does not fit in "
                                          r"memory|over the memory budget)"):
         loader.loads(text)
+
+
+def test_null_in_a_tensor_list_is_refused_unless_the_list_is_optional():
+    with pytest.raises(GraphError, match=r"<graph>:5: ops\[0\] \(aten.cat.default\): input 'tensors' holds "
+                                         r"tensors \(a Tensor\[\]: only a Tensor\?\[\] takes nulls\): null given"):
+        loader.loads(doc([X], ["{op: aten.cat.default, inputs: [[x, null]], output: y}", SUM]))
+    # a Tensor?[] argument (aten.index.Tensor's `indices`) takes nulls: the layout keeps them
+    from gradcli.document import parse_yaml
+    from gradcli.ops.aten.registry import AtenCall, Slot
+    from gradcli.ops.aten.schema import Schema
+
+    class IndexLike:          # only what the loader asks of an ATen op
+        tensor_inputs = Schema("index.Tensor(Tensor self, Tensor?[] indices) -> Tensor").tensors
+        doc = "ATen index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"
+
+        def bind(self, layout):
+            return AtenCall(self, layout)
+
+    text = "inputs: [x, [null, i, null]]\n"
+    ld = loader._Loader(parse_yaml(text, "<t>"), ".", "t", loader.LoadOptions())
+    names, call = ld.schema_inputs(IndexLike(), IndexLike.tensor_inputs, ld.doc.data["inputs"],
+                                   (), "ops[0]")
+    assert names == ["x", "i"]
+    assert call.layout == [Slot(0), [None, Slot(1), None]]
+    assert call.structure(["X", "I"]) == ("X", [None, "I", None])

@@ -250,3 +250,14 @@ def test_null_in_a_tensor_list_is_refused_unless_the_list_is_optional():
     assert names == ["x", "i"]
     assert call.layout == [Slot(0), [None, Slot(1), None]]
     assert call.structure(["X", "I"]) == ("X", [None, "I", None])
+
+
+def test_numeric_check_runs_aten_entries_on_raw_arrays(gradcli_cli, repo_root):
+    # gradcheck calls each op's fn on the entries' named arrays: the bound layout puts the
+    # nulls and wrapped numbers back (cnn_batchnorm has null biases, tiny_gpt wrapped numbers)
+    for model in ("cnn_batchnorm", "tiny_gpt"):
+        res = gradcli_cli("validate", "--fast", "--format", "json",
+                          repo_root / "graphs" / "models" / model / "graph.yaml")
+        assert res.exit_code == 0, res.output
+        checks = json.loads(res.stdout)["files"][0]["checks"]
+        assert any(c["kind"] == "numeric" and c["status"] == "pass" for c in checks), checks

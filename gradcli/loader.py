@@ -208,7 +208,12 @@ class _Loader:
             make = _constant(array)
             shape = array.shape
         elif source == "file":
-            make, shape = self.file_source(entry, dtype, shape, path, where)
+            # without a dtype a file's array keeps its own; with one, they must agree
+            make, shape, dtype = self.file_source(entry, dtype if "dtype" in entry else None,
+                                                  shape, path, where)
+            if requires_grad and dtype.kind != "f":
+                self.fail(f"only floating point tensors can require gradients ({entry['file']!r} "
+                          f"holds {dtype})", path + ("requires_grad",), where)
         else:
             if shape is None:
                 if for_grad_root:
@@ -341,6 +346,14 @@ class _Loader:
         if shape is not None and tuple(shape) != file_shape:
             self.fail(f"shape {list(shape)} does not match {rel!r} of shape {list(file_shape)}",
                       path, where)
+        if dtype is None:
+            if file_dtype.name not in DTYPES:
+                self.fail(f"{rel!r} holds {file_dtype} (expected one of {', '.join(DTYPES)})",
+                          path + ("file",), where)
+            dtype = file_dtype
+        elif file_dtype != dtype:
+            self.fail(f"dtype {dtype.name} does not match {rel!r} of dtype {file_dtype}",
+                      path + ("dtype",), where)
         self.check_size(file_shape, file_dtype, path, where)
         fail = self.fail
 
@@ -354,7 +367,7 @@ class _Loader:
                 fail(f"cannot read {rel!r}: {_first_line(exc)}", path + ("file",), where)
             return np.asarray(arr, dtype=dtype)
 
-        return make, file_shape
+        return make, file_shape, dtype
 
     def check_size(self, shape, dtype, path, where):
         nbytes = _nbytes(shape, np.dtype(dtype).itemsize)
@@ -408,19 +421,23 @@ class _Loader:
             self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
 
         inputs = entry.get("inputs")
-        if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs):
-            self.fail("inputs must be a list of tensor names", path + ("inputs",), label)
-        lo, hi = (op.arity, op.arity) if isinstance(op.arity, int) else op.arity
-        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
-            want = str(lo) if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
-            self.fail(f"takes {want} input{'s' if want != '1' else ''}, got {len(inputs)}",
-                      path + ("inputs",), label)
+        params = getattr(op, "tensor_inputs", None)
+        if params is not None:      # laid out as the op's schema: nulls, lists, numbers
+            inputs, op = self.schema_inputs(op, params, inputs, path, label)
+        else:
+            if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs):
+                self.fail("inputs must be a list of tensor names", path + ("inputs",), label)
+            lo, hi = (op.arity, op.arity) if isinstance(op.arity, int) else op.arity
+            if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+                want = str(lo) if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+                self.fail(f"takes {want} input{'s' if want != '1' else ''}, got {len(inputs)}",
+                          path + ("inputs",), label)
         for k, n in enumerate(inputs):
             if n not in defined:
                 scope = (" (a checkpoint body sees only the checkpoint's inputs: pass it in)"
                          if ".body[" in where else "")
                 self.fail(f"input {n!r} is not defined above this op{scope}",
-                          path + ("inputs", k), label)
+                          path + (("inputs", k) if params is None else ("inputs",)), label)
 
         args = entry.get("args", {})
         if args is None:
@@ -478,6 +495,49 @@ class _Loader:
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
                       outputs=list(outputs), args=checked, retain_grad=retain,
                       line=self.doc.line(*path))
+
+    def schema_inputs(self, op, params, inputs, path, label):
+        """An ATen entry's ``inputs``: one item per schema tensor argument (``params``), a
+        name, ``null`` for an absent ``Tensor?``, a nested list for a ``Tensor[]`` (names,
+        or nulls in a ``Tensor?[]``), a number for a wrapped number. Returns the names in
+        order (what the graph passes) and the op bound to this layout."""
+        from .ops.aten.registry import Slot  # noqa: PLC0415
+
+        ipath = path + ("inputs",)
+        if not isinstance(inputs, list):
+            self.fail(f"inputs must be a list (one item per tensor argument of {op.doc}), "
+                      f"not {_kind(inputs)}", ipath, label)
+        if len(inputs) != len(params):
+            names = ", ".join(p.name for p in params) or "none"
+            self.fail(f"takes {len(params)} tensor input{'s' if len(params) != 1 else ''} "
+                      f"({names}), got {len(inputs)}", ipath, label)
+        names, layout = [], []
+
+        def item(v, p, k, in_list):
+            if v is None:
+                if not p.optional:
+                    what = ("holds tensors (a Tensor[]: only a Tensor?[] takes nulls)" if in_list
+                            else "is not optional")
+                    self.fail(f"input {p.name!r} {what}: null given", ipath + (k,), label)
+                return None
+            if isinstance(v, str):
+                names.append(v)
+                return Slot(len(names) - 1)
+            if _is_number(v) and not in_list:
+                return v
+            what = "a tensor name or null" if in_list and p.optional else "a tensor name"
+            self.fail(f"input {p.name!r} must be {what}{'' if in_list else ' or a number'}, "
+                      f"got {_short(v)}", ipath + (k,), label)
+
+        for k, (v, p) in enumerate(zip(inputs, params)):
+            if p.is_list:
+                if not isinstance(v, list):
+                    self.fail(f"input {p.name!r} is a tensor list: give a list of names, "
+                              f"got {_short(v)}", ipath + (k,), label)
+                layout.append([item(x, p, k, True) for x in v])
+            else:
+                layout.append(item(v, p, k, False))
+        return names, op.bind(layout)
 
     def op_args(self, op, args, path, label):
         """Each arg through its checker, the required ones present, then the op's rules

@@ -710,3 +710,45 @@ def test_addmm_with_beta_zero_ignores_nan_in_self_like_torch():
                                           torch.ones(2, 2, dtype=torch.float64), beta=0)
     np.testing.assert_array_equal(ours.data, theirs.numpy())
     np.testing.assert_array_equal(ours.data, np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("op_name, inputs, args, wrt, fd", CASES)
+def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
+    # what the loader infers for a graph entry (its meta rule, or the forward on stand-ins)
+    # is the shape and dtype the forward makes
+    from gradcli.ops.aten.registry import Slot
+
+    shapes, dtypes = [], []
+
+    def slot(i, x):
+        if not isinstance(x, np.ndarray):
+            return x
+        shapes.append(x.shape)
+        dtypes.append(x.dtype)
+        return Slot(len(shapes) - 1)
+
+    layout = _rebuild(inputs, slot)
+    inferred = ATEN_OPS[op_name].bind(layout).infer_outputs(shapes, dtypes, args)
+    out = OPS[op_name](*_rebuild(inputs, lambda i, x: x.copy() if isinstance(x, np.ndarray) else x), **args)
+    outs = list(out) if OPS[op_name].multi_output else [out]
+    assert inferred == [(tuple(o.shape), o.dtype) for o in outs]
+
+
+@pytest.mark.parametrize("op_name, inputs, args", [
+    ("aten.add.Tensor", [R(2, 3), R(4, seed=1)], {}),
+    (CONV, [R(1, 2, 4, 4), R(3, 4, 3, 3, seed=1), None], _conv),
+    (CONV, [R(1, 2, 2, 2), R(3, 2, 3, 3, seed=1), None], _conv),
+    (CONV, [R(1, 2, 4, 4), R(3, 2, 3, 3, seed=1), R(2)], _conv),
+])
+def test_load_time_infer_refuses_what_the_forward_refuses(op_name, inputs, args):
+    from gradcli.ops.aten.registry import Slot
+
+    flat = _flat(inputs)
+    layout = _rebuild(inputs, lambda i, x: Slot(i) if isinstance(x, np.ndarray) else x)
+    arrays = [x for x in flat if isinstance(x, np.ndarray)]
+    with pytest.raises(ValueError) as inferred:
+        ATEN_OPS[op_name].bind(layout).infer_outputs([a.shape for a in arrays], [a.dtype for a in arrays],
+                                                     args)
+    with pytest.raises(ValueError):
+        OPS[op_name](*inputs, **args)
+    assert str(inferred.value)

@@ -141,7 +141,7 @@ BASE = {
         "y": {"value": [0, 1, 2, 1], "dtype": "int64"},
         "s": {"value": 2.0, "requires_grad": True},
         "F": {"file": "data_ok.npy"},
-        "Z": {"file": "data_ok.npz", "key": "a", "dtype": "float32"},
+        "Z": {"file": "data_ok.npz", "key": "a", "dtype": "float64"},
     },
     "ops": [
         {"op": "matmul", "inputs": ["x", "W"], "output": "h", "id": "fc"},

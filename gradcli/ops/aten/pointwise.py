@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import library as L
 from .promotion import cast, result_type, to_float
-from .registry import aten, defvjp
+from .registry import ELEMENTWISE, aten, defvjp
 
 
 def as_dtype(x, dt):
@@ -41,7 +41,8 @@ def scalar(value, like):
 
 
 # -- arithmetic -------------------------------------------------------------------
-@aten("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "AddBackward0", saves=False)
+@aten("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "AddBackward0", saves=False,
+      meta=ELEMENTWISE)
 def add(self, other, alpha=1):
     dt = result_type(self, other)
     a, b = cast(self, dt), cast(other, dt)
@@ -54,7 +55,8 @@ defvjp(add, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
                                                            other.shape))
 
 
-@aten("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "SubBackward0", saves=False)
+@aten("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "SubBackward0", saves=False,
+      meta=ELEMENTWISE)
 def sub(self, other, alpha=1):
     dt = result_type(self, other)
     a, b = cast(self, dt), cast(other, dt)
@@ -67,7 +69,7 @@ defvjp(sub, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
            L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha), other.shape))
 
 
-@aten("mul.Tensor(Tensor self, Tensor other) -> Tensor", "MulBackward0")
+@aten("mul.Tensor(Tensor self, Tensor other) -> Tensor", "MulBackward0", meta=ELEMENTWISE)
 def mul(self, other):
     dt = result_type(self, other)
     return as_dtype(np.multiply(cast(self, dt), cast(other, dt)), dt)
@@ -78,7 +80,7 @@ defvjp(mul, lambda g, ans, self, other: L.unbroadcast(L.mul(g, other), self.shap
        lambda g, ans, self, other: L.unbroadcast(L.mul(g, self), other.shape))
 
 
-@aten("mul.Scalar(Tensor self, Scalar other) -> Tensor", "MulBackward1", saves=False)
+@aten("mul.Scalar(Tensor self, Scalar other) -> Tensor", "MulBackward1", saves=False, meta=ELEMENTWISE)
 def mul_scalar(self, other):
     dt = result_type(self, other)
     return as_dtype(np.multiply(cast(self, dt), other), dt)
@@ -88,7 +90,7 @@ def mul_scalar(self, other):
 defvjp(mul_scalar, lambda g, ans, self, other: L.mul(g, other))
 
 
-@aten("div.Tensor(Tensor self, Tensor other) -> Tensor", "DivBackward0")
+@aten("div.Tensor(Tensor self, Tensor other) -> Tensor", "DivBackward0", meta=ELEMENTWISE)
 def div(self, other):
     dt = to_float(result_type(self, other))
     return as_dtype(np.true_divide(cast(self, dt), cast(other, dt)), dt)
@@ -101,7 +103,7 @@ defvjp(div, lambda g, ans, self, other: L.unbroadcast(L.div(g, other), self.shap
            L.mul(L.neg(g), L.div(L.div(self, other), other)), other.shape))
 
 
-@aten("pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", "PowBackward0")
+@aten("pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", "PowBackward0", meta=ELEMENTWISE)
 def pow_tensor_scalar(self, exponent):
     dt = result_type(self, exponent)
     return as_dtype(np.power(cast(self, dt), exponent), dt)
@@ -117,7 +119,7 @@ def _pow_vjp(g, ans, self, exponent):
 defvjp(pow_tensor_scalar, _pow_vjp)
 
 
-@aten("rsqrt(Tensor self) -> Tensor", "RsqrtBackward0")
+@aten("rsqrt(Tensor self) -> Tensor", "RsqrtBackward0", meta=ELEMENTWISE)
 def rsqrt(self):
     dt = to_float(self.dtype)
     x = cast(self, dt)
@@ -129,7 +131,7 @@ defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, 
 
 
 # -- activations ---------------------------------------------------------------------
-@aten("relu(Tensor self) -> Tensor", "ReluBackward0")
+@aten("relu(Tensor self) -> Tensor", "ReluBackward0", meta=ELEMENTWISE)
 def relu(self):
     return np.maximum(self, np.zeros((), self.dtype))
 
@@ -138,7 +140,7 @@ def relu(self):
 defvjp(relu, lambda g, ans, self: L.where(ans <= 0, scalar(0, g), g))
 
 
-@aten("sigmoid(Tensor self) -> Tensor", "SigmoidBackward0")
+@aten("sigmoid(Tensor self) -> Tensor", "SigmoidBackward0", meta=ELEMENTWISE)
 def sigmoid(self):
     dt = to_float(self.dtype)
     x = cast(self, dt)
@@ -149,7 +151,7 @@ def sigmoid(self):
 defvjp(sigmoid, lambda g, ans, self: L.mul(L.mul(g, L.sub(scalar(1, ans), ans)), ans))
 
 
-@aten("tanh(Tensor self) -> Tensor", "TanhBackward0")
+@aten("tanh(Tensor self) -> Tensor", "TanhBackward0", meta=ELEMENTWISE)
 def tanh(self):
     dt = to_float(self.dtype)
     return as_dtype(np.tanh(cast(self, dt)), dt)
@@ -159,7 +161,7 @@ def tanh(self):
 defvjp(tanh, lambda g, ans, self: L.mul(g, L.sub(scalar(1, ans), L.mul(ans, ans))))
 
 
-@aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0")
+@aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0", meta=ELEMENTWISE)
 def hardsigmoid(self):
     return as_dtype(np.clip(self + 3, 0, 6) * (1 / 6), self.dtype)   # times 1/6, as the CPU kernel
 
@@ -171,7 +173,7 @@ defvjp(hardsigmoid, lambda g, ans, self: L.where(
     (self > -3) & (self < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)))
 
 
-@aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0")
+@aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0", meta=ELEMENTWISE)
 def hardswish(self):
     return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
 
@@ -201,7 +203,7 @@ _KKAPPA = 0.044715
 _KALPHA = (2.0 / math.sqrt(math.pi)) * _SQRT1_2 * 0.5
 
 
-@aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0")
+@aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0", meta=ELEMENTWISE)
 def gelu(self, approximate="none"):
     if approximate == "tanh":
         inner = _KBETA * (self + _KKAPPA * self * self * self)
@@ -234,7 +236,7 @@ defvjp(gelu, _gelu_vjp)
 
 
 # -- selection and copies ------------------------------------------------------------------
-@aten("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", "WhereBackward0")
+@aten("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", "WhereBackward0", meta=ELEMENTWISE)
 def where(condition, self, other):
     dt = result_type(self, other)
     return as_dtype(np.where(condition, cast(self, dt), cast(other, dt)), dt)
@@ -246,7 +248,8 @@ defvjp(where, None,
        lambda g, ans, c, self, other: L.unbroadcast(L.where(c, scalar(0, g), g), other.shape))
 
 
-@aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False)
+@aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False,
+      meta=ELEMENTWISE)
 def clone(self, memory_format=None):
     return self.copy()
 
@@ -271,11 +274,12 @@ def _unary_float(fn):
     return forward
 
 
-neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False)(lambda self: np.negative(self))
-exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0")(_unary_float(np.exp))
-log = aten("log(Tensor self) -> Tensor", "LogBackward0")(_unary_float(np.log))
-sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0")(_unary_float(np.sqrt))
-abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0")(lambda self: np.abs(self))
+neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False,
+           meta=ELEMENTWISE)(lambda self: np.negative(self))
+exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0", meta=ELEMENTWISE)(_unary_float(np.exp))
+log = aten("log(Tensor self) -> Tensor", "LogBackward0", meta=ELEMENTWISE)(_unary_float(np.log))
+sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0", meta=ELEMENTWISE)(_unary_float(np.sqrt))
+abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0", meta=ELEMENTWISE)(lambda self: np.abs(self))
 defvjp(neg, lambda g, ans, self: L.neg(g))                                   # -grad
 defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # grad * result
 defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
@@ -283,7 +287,7 @@ defvjp(sqrt, lambda g, ans, self: L.div(g, L.mul(ans, scalar(2, ans))))      # g
 defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(self).astype(g.dtype)))  # grad * self.sgn()
 
 
-@aten("silu(Tensor self) -> Tensor", "SiluBackward0")
+@aten("silu(Tensor self) -> Tensor", "SiluBackward0", meta=ELEMENTWISE)
 def silu(self):
     return as_dtype(self / (1 + np.exp(-self)), self.dtype)
 
@@ -297,7 +301,8 @@ def _silu_vjp(g, ans, self):
 defvjp(silu, _silu_vjp)
 
 
-@aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0")
+@aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0",
+      meta=ELEMENTWISE)
 def hardtanh(self, min_val=-1, max_val=1):
     return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
 
@@ -307,23 +312,26 @@ defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: L.where(
     (self <= min_val) | (self >= max_val), scalar(0, g), g))
 
 
-@aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False)
+@aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False,
+      meta=ELEMENTWISE)
 def add_scalar(self, other, alpha=1):
     return add.forward(self, other, alpha=alpha)
 
 
-@aten("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "SubBackward1", saves=False)
+@aten("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "SubBackward1", saves=False,
+      meta=ELEMENTWISE)
 def sub_scalar(self, other, alpha=1):
     return sub.forward(self, other, alpha=alpha)
 
 
-@aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False)
+@aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False,
+      meta=ELEMENTWISE)
 def rsub_scalar(self, other, alpha=1):
     dt = result_type(self, other)
     return as_dtype(np.subtract(other, cast(self, dt) if alpha == 1 else np.multiply(cast(self, dt), alpha)), dt)
 
 
-@aten("div.Scalar(Tensor self, Scalar other) -> Tensor", "DivBackward1", saves=False)
+@aten("div.Scalar(Tensor self, Scalar other) -> Tensor", "DivBackward1", saves=False, meta=ELEMENTWISE)
 def div_scalar(self, other):
     return div.forward(self, other)
 
@@ -334,7 +342,8 @@ defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: L.neg(g) if alpha == 1 
 defvjp(div_scalar, lambda g, ans, self, other: L.div(g, other))              # grad / other
 
 
-@aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0")
+@aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0",
+      meta=ELEMENTWISE)
 def masked_fill(self, mask, value):
     return np.where(mask, np.asarray(value).astype(self.dtype), self)
 
@@ -349,7 +358,7 @@ defvjp(masked_fill, _masked_fill_vjp, None)
 
 @aten("_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
       "bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor",
-      "ToCopyBackward0", saves=False)
+      "ToCopyBackward0", saves=False, meta=ELEMENTWISE)
 def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
             memory_format=None):
     if device is not None:

@@ -31,6 +31,8 @@ schema input and list element it belongs to.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...autograd.tensor import Tensor
 from ..core import OPS, Op, record
 from .schema import Schema
@@ -42,9 +44,9 @@ class AtenOp(Op):
     """An op defined by an ATen entry; called like the ATen overload it is."""
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
-                 "schema_vjps", "joint_vjp", "first_order_only", "_list_pos")
+                 "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos")
 
-    def __init__(self, schema, forward, node_name, saves, differentiable_outputs):
+    def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None):
         multi = schema.list_output or schema.n_outputs > 1
         n = len(schema.tensors)
         list_pos = [i for i, p in enumerate(schema.tensors) if p.is_list]
@@ -60,7 +62,19 @@ class AtenOp(Op):
         self.schema_vjps = None
         self.joint_vjp = None
         self.first_order_only = False
+        self.meta = meta      # ELEMENTWISE, fn(*metas, **args) -> [(shape, dtype)], or None
         self._list_pos = list_pos[0] if list_pos else None
+
+    # -- as a graph file names it -----------------------------------------------------
+    @property
+    def tensor_inputs(self):
+        """The schema's tensor arguments in order (``name``, ``optional``, ``is_list``):
+        how a graph entry lays out its ``inputs`` (the loader reads this)."""
+        return self.schema.tensors
+
+    def bind(self, layout):
+        """This op called with one graph entry's input layout (see module ``bind``)."""
+        return AtenCall(self, layout)
 
     # -- inputs: schema layout <-> flat ------------------------------------------
     def flatten(self, inputs):
@@ -164,9 +178,14 @@ class _FlatVJPs:
         return vjp
 
 
-def aten(schema, node_name, saves=True, differentiable_outputs=None):
+def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
     """Register ``forward(*inputs, **args)`` as the ATen overload ``schema`` declares.
 
+    ``meta``: how the loader infers the outputs without computing them (Note [ATen
+    infer on stand-ins]): ``ELEMENTWISE`` (the tensor inputs broadcast; the dtype is
+    the forward's on 0-d stand-ins), or ``fn(*inputs, **args) -> [(shape, dtype)]``
+    called with ``Meta`` objects (``shape``, ``dtype``, ``ndim``) for the tensors,
+    raising ValueError as the forward would; None: the forward runs on stand-ins.
     ``differentiable_outputs``: one bool per output (PyTorch's
     ``output_differentiability``); outputs marked False get no ``grad_fn``.
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
@@ -177,7 +196,7 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None):
                          f"{parsed.n_outputs} outputs")
 
     def decorate(forward):
-        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs)
+        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs, meta)
         OPS[op.name] = op
         ATEN_OPS[op.name] = op
         return op
@@ -205,3 +224,106 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
     op.vjps = _FlatVJPs(op)
+
+
+# -- one graph entry's call --------------------------------------------------------------
+ELEMENTWISE = "elementwise"
+
+
+class Meta:
+    """A tensor input as a ``meta`` rule sees it: shape, dtype and ndim, no values."""
+
+    __slots__ = ("shape", "dtype", "ndim")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+
+    def __repr__(self):
+        return f"Meta({list(self.shape)}, {self.dtype})"
+
+
+class Slot(int):
+    """In a call layout: the flat tensor input at this index (the graph entry's k-th name)."""
+
+    __slots__ = ()
+
+
+class AtenCall:
+    """An AtenOp bound to one graph entry's ``layout``: its inputs in schema order, a
+    ``Slot`` for a named tensor, None for an absent ``Tensor?``, a Python number for a
+    wrapped number, a list of those for a ``Tensor[]``. It takes the entry's named
+    tensors (flat, in order) wherever the op takes its schema inputs (``__call__``, ``fn``,
+    ``infer_outputs``), and is the op for anything else."""
+
+    __slots__ = ("op", "layout")
+
+    def __init__(self, op, layout):
+        self.op = op
+        self.layout = layout
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __repr__(self):
+        return repr(self.op)
+
+    def structure(self, flat):
+        def put(v):
+            if type(v) is Slot:
+                return flat[v]
+            if isinstance(v, list):
+                return [put(x) for x in v]
+            return v
+        return tuple(put(v) for v in self.layout)
+
+    def __call__(self, *flat, **args):
+        return self.op(*self.structure(flat), **args)
+
+    def fn(self, *flat, **args):
+        return self.op.fn(*self.structure(flat), **args)
+
+    def infer_outputs(self, shapes, dtypes, args):
+        """Note [ATen infer on stand-ins]: the outputs' shapes and dtypes are what the
+        forward makes of stand-ins of the inputs' shapes and dtypes (shapes.py's Note
+        [Inferring with stand-ins]): zero-stride read-only views of one element, except
+        small inputs (at most ``_SMALL`` elements), which are real zero arrays so that a
+        forward writing into one (batch norm's running statistics) can. Views (view,
+        expand, permute, slice, ...) cost nothing, so a graph that grows a tensor by
+        views is refused at the first result over the budget before anything is
+        allocated; but an op that computes allocates its result (once, on stand-ins)
+        before the loader compares it with the budget. A result that cannot be
+        allocated at all is a ValueError ("does not fit in memory"), reported on the
+        op's line. Ops whose work is heavy or whose result can outgrow their inputs
+        declare a ``meta`` rule instead (``aten(meta=...)``): elementwise ops (a
+        broadcast can square the size) and convolution infer without computing."""
+        args = {**self.op.defaults, **args}
+        meta = self.op.meta
+        if meta == ELEMENTWISE:
+            from ..shapes import broadcast  # noqa: PLC0415
+
+            shape = broadcast(shapes)
+            with np.errstate(all="ignore"):
+                out = self.op.fn(*self.structure([np.zeros((), d) for d in dtypes]), **args)
+            return [(shape, np.dtype(out.dtype))]
+        if meta is not None:
+            return meta(*self.structure([Meta(s, d) for s, d in zip(shapes, dtypes)]), **args)
+        stand_ins = [np.zeros(s, d) if _count(s) <= _SMALL else np.broadcast_to(np.zeros((), d), s)
+                     for s, d in zip(shapes, dtypes)]
+        try:
+            with np.errstate(all="ignore"):
+                out = self.op.fn(*self.structure(stand_ins), **args)
+        except MemoryError:
+            raise ValueError(f"{self.op.name}: its result does not fit in memory") from None
+        outs = list(out) if self.op.multi_output else [out]
+        return [(tuple(int(n) for n in np.shape(o)), np.asarray(o).dtype if not hasattr(o, "dtype")
+                 else np.dtype(o.dtype)) for o in outs]
+
+
+_SMALL = 4096
+
+
+def _count(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n

@@ -33,8 +33,8 @@ DEFAULT_MAX_DOCUMENT_BYTES = 4 * 2**30
 # about 24-30 bytes of Python objects per character (an empty dict is 64 bytes
 # for 3 characters, a short str about 50 bytes plus an 8-byte slot for 3 to 5
 # characters). So ``len(text) * BYTES_PER_CHAR`` bounds what parsing can
-# allocate, and a 1,000,000-op chain (91 MB of indented JSON, 53 MB of YAML)
-# estimates at 1.3-2.2 GiB, inside the 4 GiB default. Aliases allocate nothing
+# allocate, and a 1,000,000-op chain (92 MB of indented JSON, 53 MB of YAML)
+# estimates at 2.0 and 1.2 GiB, inside the 4 GiB default. Aliases allocate nothing
 # (they are shared) but every consumer walks them expanded, so each expanded
 # value is charged ``BYTES_PER_VALUE`` against the same budget.
 BYTES_PER_CHAR = 24
@@ -52,8 +52,9 @@ BYTES_PER_VALUE = 64
 #   (their member positions are cached, so asking for every ``ops[i]`` in turn
 #   scans the ops list once), and a line is counted from the nearest position
 #   already counted.
-# - YAML: libyaml's events are streamed again up to the value (or the end of
-#   its nearest ancestor); this is per lookup, for error messages.
+# - YAML: libyaml's events are streamed again until the innermost container on
+#   the path ends, recording the lines of the direct children of every container
+#   on the path (so asking for each item of one list streams the document once).
 # A document whose JSON cannot be read (syntax error, duplicate key, too deep,
 # a number too long) is re-read by the iterative pure-Python reader
 # ``_JsonLocator``, which stops at the first problem and names its line.
@@ -66,7 +67,7 @@ class Document:
         self.data = data
         self.path = path
         self._locate = locate          # path tuple -> line of it or its nearest ancestor
-        self._lines = lines or {}      # lines known already (path tuple -> line)
+        self._lines = lines if lines is not None else {}   # known lines: path tuple -> line
 
     def line(self, *path):
         """The line of ``path``, or of its nearest ancestor that has one."""
@@ -230,6 +231,9 @@ class _Duplicate(Exception):
     pass
 
 
+_NOT_READ = object()
+
+
 def _pairs_to_dict(pairs):
     d = dict(pairs)
     if len(d) != len(pairs):
@@ -307,13 +311,20 @@ def parse_json(text, display="<string>", *, max_bytes=None) -> Document:
     except json.JSONDecodeError as exc:
         raise GraphError(f"invalid JSON: {exc.msg} (column {exc.colno})", display,
                          exc.lineno) from None
-    except (_Duplicate, ValueError, RecursionError):
+    except (_Duplicate, ValueError):
         # a duplicate key, a number int() refuses, ...: the locator names it and its line
         _JsonLocator(text, display).parse()
         raise GraphError("invalid JSON", display) from None
+    except RecursionError:
+        # an interpreter whose C recursion limit is not the one raised above: the
+        # iterative reader (which enforces MAX_DEPTH itself) reads it instead
+        data = _NOT_READ
     finally:
         if limit < need:
             sys.setrecursionlimit(limit)
+    if data is _NOT_READ:
+        with _CollectorPaused():
+            data = _JsonLocator(text, display).parse()
     m = _LONE_SURROGATE.search(text) if _SURROGATE_ESCAPE.search(text) else None
     if m is not None:
         line = text.count("\n", 0, m.start()) + 1
@@ -674,7 +685,7 @@ class _YamlComposer:
                                   ev.start_mark)
                     if frame is None:
                         path = ()
-                    elif frame[6] is not None and len(frame[6]) < EAGER_LINE_DEPTH:
+                    elif frame[6] is not None and len(frame[6]) + 1 < EAGER_LINE_DEPTH:
                         path = frame[6] + ((frame[4],) if frame[5] else (len(frame[0]),))
                     else:
                         path = None

@@ -189,6 +189,29 @@ def test_json_depth_at_the_limit_far_down_the_stack():
         parse_json("[\n" + "[" * MAX_DEPTH + "]" * (MAX_DEPTH + 1))
 
 
+def test_json_falls_back_to_the_iterative_reader_where_cpython_recursion_runs_out(monkeypatch):
+    """Where raising the recursion limit does not give json.loads room (another
+    interpreter's C limit), the iterative reader reads the document instead."""
+    deep = '{"a": ' + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "}"
+    monkeypatch.setattr(document.sys, "setrecursionlimit", lambda n: None)
+    calls, iterative = [], document._JsonLocator.parse
+
+    def parse(self):
+        calls.append(1)
+        return iterative(self)
+    monkeypatch.setattr(document._JsonLocator, "parse", parse)
+
+    def nested(k):
+        return nested(k - 1) if k else parse_json(deep)
+    data = nested(sys.getrecursionlimit() // 2).data
+    depth = 1
+    data = data["a"]
+    while data:
+        data, depth = data[0], depth + 1
+    assert data == [] and depth + 1 == MAX_DEPTH       # the dict and 999 lists
+    assert calls == [1]                                 # json.loads ran out, the reader read it
+
+
 # -- scalars --------------------------------------------------------------------------------
 @pytest.mark.parametrize("value, tag", [("''", "int"), ("'-'", "int"), ("''", "float"),
                                         ("maybe", "bool"), ("garbage", "timestamp"),

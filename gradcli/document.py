@@ -653,9 +653,28 @@ class _YamlComposer:
         # frame: [container, anchor, start_count, height, pending key, is_map, path or None]
         stack = []
         frame = None
+        resolvers = self.scalars.resolvers
         while True:
             ev = get()
             kind = type(ev)
+            if kind is Scalar and frame is not None and ev.anchor is None:
+                # the common event, inline: a plain string needs no resolver, and a
+                # scalar (height 0) changes no frame's height
+                self.count += 1
+                if ev.tag is None and (not ev.implicit[0] or ev.value[:1] not in resolvers):
+                    value = ev.value
+                else:
+                    value = scalar_value(ev)
+                if not frame[5]:
+                    if frame[6] is not None:
+                        lines[frame[6] + (len(frame[0]),)] = ev.start_mark.line + 1
+                    frame[0].append(value)
+                elif frame[4] is not _NO_KEY:
+                    frame[0][frame[4]] = value
+                    frame[4] = _NO_KEY
+                else:
+                    self.key(frame, value, ev)
+                continue
             is_key = frame is not None and frame[5] and frame[4] is _NO_KEY
             if kind is MapEnd or kind is SeqEnd:
                 stack.pop()
@@ -721,20 +740,24 @@ class _YamlComposer:
                 frame[3] = height
             if frame[5]:
                 if frame[4] is _NO_KEY:
-                    key = value
-                    if not isinstance(key, (str, int, float, bool)) and key is not None:
-                        self.fail(f"unsupported mapping key {key!r}", ev.start_mark)
-                    key = key if isinstance(key, str) else str(key)
-                    if key in frame[0]:
-                        self.fail(f"duplicate key {key!r}", ev.start_mark)
-                    frame[4] = key
-                    if frame[6] is not None:
-                        lines[frame[6] + (key,)] = ev.start_mark.line + 1
+                    self.key(frame, value, ev)
                 else:
                     frame[0][frame[4]] = value
                     frame[4] = _NO_KEY
             else:
                 frame[0].append(value)
+
+    def key(self, frame, key, ev):
+        """``key`` (a scalar, as a str) becomes the pending key of mapping ``frame``."""
+        if type(key) is not str:
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                self.fail(f"unsupported mapping key {key!r}", ev.start_mark)
+            key = key if isinstance(key, str) else str(key)
+        if key in frame[0]:
+            self.fail(f"duplicate key {key!r}", ev.start_mark)
+        frame[4] = key
+        if frame[6] is not None:
+            self.lines[frame[6] + (key,)] = ev.start_mark.line + 1
 
 
 class _YamlLines:

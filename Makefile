@@ -19,8 +19,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# PyTorch figures appear where `import torch` works in that venv; BENCH_ARGS=--quick for a smoke run.
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python scripts/bench_engine.py
+	$(BIN)/python scripts/bench_engine.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -53,19 +53,21 @@ def default_max_tensor_bytes() -> int:
 
 class LoadOptions:
     def __init__(self, device_map=None, allow_code=False, allow_outside_paths=False,
-                 max_tensor_bytes=None):
+                 max_tensor_bytes=None, max_document_bytes=None):
         self.device_map = dict(device_map or {})
         self.allow_code = allow_code
         self.allow_outside_paths = allow_outside_paths
         self.max_tensor_bytes = max_tensor_bytes or default_max_tensor_bytes()
+        self.max_document_bytes = max_document_bytes    # None: the reader's default budget
 
 
 def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
-         max_tensor_bytes=None) -> Graph:
+         max_tensor_bytes=None, max_document_bytes=None) -> Graph:
     """Read, check and prepare a graph file; ``graph.run()`` then runs it."""
     path = os.fspath(path)
-    doc = read_document(path)
-    options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes)
+    doc = read_document(path, max_bytes=max_document_bytes)
+    options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes,
+                          max_document_bytes)
     return _Loader(doc, os.path.dirname(os.path.abspath(path)),
                    os.path.splitext(os.path.basename(path))[0], options).graph()
 
@@ -81,8 +83,10 @@ def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Grap
         raise TypeError(f"loads() takes the document as str or bytes, not {type(text).__name__}")
     elif not text.strip():
         raise GraphError("the document is empty", display)
-    doc = parse_json(text, display) if format == "json" else parse_yaml(text, display)
-    return _Loader(doc, os.path.abspath(base_dir), name, LoadOptions(**options)).graph()
+    options = LoadOptions(**options)
+    parse = parse_json if format == "json" else parse_yaml
+    doc = parse(text, display, max_bytes=options.max_document_bytes)
+    return _Loader(doc, os.path.abspath(base_dir), name, options).graph()
 
 
 def parse_device_map(text) -> dict:
@@ -127,7 +131,7 @@ class _Loader:
         if "version" not in data:
             self.fail("missing required key 'version' (this tool reads version: 1)")
         version = data["version"]
-        if version != 1 or isinstance(version, bool):
+        if type(version) is not int or version != 1:      # 1.0 and true are not 1
             self.fail(f"unsupported format version {version!r} (this tool reads version: 1)",
                       ("version",))
         for key in ("tensors", "ops", "backward"):

@@ -211,18 +211,43 @@ def test_readers_agree_with_json_and_pyyaml(data, indent):
     assert parse_yaml(text).data == yaml.safe_load(text)
 
 
+def _json_duplicate_key(text):
+    """The first duplicate key of a JSON text json.loads accepts, or None."""
+    found = []
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        found.extend(k for i, k in enumerate(keys) if k in keys[:i])
+        return dict(items)
+    json.loads(text, object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet='[]{}:,"0123 -.eE+tru\\efalsnNIaiy\n', max_size=24))
 def test_json_reader_accepts_and_refuses_what_json_does(text):
+    """Parity with json.loads, with the one difference encoded: the reader refuses
+    duplicate keys (json.loads keeps the last value). Nesting is within MAX_DEPTH
+    and no lone-surrogate escape can be written with this alphabet."""
     try:
         expected, valid = json.loads(text), True
     except (ValueError, RecursionError):
         valid = False
+    duplicate = _json_duplicate_key(text) if valid else None
     try:
         got, ok = parse_json(text).data, True
     except GraphError as exc:
         assert "\n" not in str(exc)
         ok = False
-    assert ok == valid
+        if duplicate is not None:
+            assert "duplicate key" in str(exc), str(exc)
+    assert ok == (valid and duplicate is None)
     if ok:
         assert repr(got) == repr(expected)
+
+
+def test_json_duplicate_keys_are_refused_where_json_loads_keeps_the_last():
+    text = '{"a": {"b": 1,\n "b": 2}}'
+    assert json.loads(text) == {"a": {"b": 2}}
+    with pytest.raises(GraphError, match=r"^f:2: duplicate key 'b'$"):
+        parse_json(text, "f")

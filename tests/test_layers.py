@@ -20,6 +20,7 @@ LAYERS = {
     "gradcli.devices": 0,
     "gradcli.errors": 0,
     "gradcli._version": 0,
+    "gradcli.dispatch": 0,     # Note [Core dispatch]: filled in from above at import
     "gradcli.autograd": 1,
     "gradcli.ops": 2,
     "gradcli.graph": 3,
@@ -161,3 +162,26 @@ def test_autograd_api_does_not_import_tensor():
 
 def test_errors_does_not_import_the_engine():
     assert import_graph()["gradcli.errors"] == set()
+
+
+def test_tensor_operators_work_whichever_module_is_imported_first():
+    """Issue 8: Tensor's operators are available once gradcli is imported, even when
+    the user imports only gradcli.autograd; `import gradcli` alone loads no ops."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "import gradcli\n"
+            "light = 'gradcli.ops' not in sys.modules\n"
+            "from gradcli.autograd import Tensor\n"
+            "a = Tensor(np.array([1.0, 2.0]), requires_grad=True)\n"
+            "y = (a * a + 1.0).sum()\n"
+            "y.backward()\n"
+            "from gradcli.autograd.tensor import OPERATORS\n"
+            "stand_ins = [n for n in OPERATORS if getattr(getattr(Tensor, n), 'stand_in', False)]\n"
+            "print(light, y.grad_fn.name, a.grad.tolist(), stand_ins)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(None, 2)[:2] == ["True", "SumBackward0"], proc.stdout
+    assert "[2.0, 4.0] []" in proc.stdout     # gradients right; every stand-in replaced

@@ -25,7 +25,7 @@ from .node import GraphRoot
 from .ready_queue import SHUTDOWN, ReadyQueue, node_task, wakeup_task
 from . import streams
 from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
-from . import dispatch
+from .. import dispatch
 
 log = logging.getLogger("gradcli.engine")
 

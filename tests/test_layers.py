@@ -1,6 +1,6 @@
 """The package's imports read as layers with one-way arrows, and have no cycle.
 
-cli (with validate and stress, the command cores) -> (loader, graph,
+cli -> (validate, stress: the click-free command cores) -> (loader, graph,
 gradcheck, document, trace) -> ops -> autograd -> (devices, errors). Imports
 inside functions count: a lazy import is still a dependency. Read from the source with ``ast``, so the test
 sees every import, not only those a run happens to execute.
@@ -30,9 +30,9 @@ LAYERS = {
     "gradcli.trace": 3,
     "gradcli.export": 3,        # PyTorch -> graph files (imports torch lazily)
     "gradcli.compare_torch": 3,  # graph files -> PyTorch
-    "gradcli.validate": 5,  # the CLI layer: how its modules call each other is
-    "gradcli.stress": 5,    # that layer's own design; arrows into it from below are not
-    "gradcli.cli": 5,
+    "gradcli.validate": 4,  # the command cores: click-free, below the CLI that prints them
+    "gradcli.stress": 4,
+    "gradcli.cli": 5,       # the CLI layer: how its modules call each other is its own design
     "gradcli.__main__": 6,
     "gradcli": 6,       # the package's lazy __getattr__ may reach anything
 }

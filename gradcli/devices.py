@@ -16,7 +16,7 @@ import numpy as np
 CPU_DEVICE = -1          # worker_device of a CPU thread (engine.cpp's CPU_DEVICE)
 NO_DEVICE = -2           # worker_device of a thread that is not running the engine
 
-_DEVICE_RE = re.compile(r"^(cpu|cuda|sim)(?::(\d+))?$")
+_DEVICE_RE = re.compile(r"(cpu|cuda|sim)(?::([0-9]{1,9}))?")   # ASCII digits; fullmatch
 _INTERNED: dict[str, "Device"] = {}
 
 
@@ -50,7 +50,7 @@ def device(spec: "str | Device") -> Device:
     dev = _INTERNED.get(spec)
     if dev is not None:
         return dev
-    m = _DEVICE_RE.match(str(spec))
+    m = _DEVICE_RE.fullmatch(str(spec))
     if not m:
         raise DeviceError(f"unknown device {spec!r} (expected cpu, cuda:N or sim:N)")
     type_, index = m.group(1), m.group(2)

@@ -48,20 +48,34 @@ def default_max_tensor_bytes() -> int:
         return 4 * 2**30
 
 
+def default_max_graph_bytes() -> int:
+    """Half of physical memory (or 8 GiB where that cannot be read)."""
+    return 2 * default_max_tensor_bytes()
+
+
+# Note [Time bounds]: a `delay` op may wait at most 60 s per backward call (its own
+# check, ms + jitter_ms included); the loader bounds the sum over the file of what
+# every op says its backward may wait (``Op.worst_backward_ms``), so that no file
+# makes one backward wait longer than this.
+MAX_BACKWARD_WAIT_MS = 60_000
+
+
 class LoadOptions:
     def __init__(self, device_map=None, allow_code=False, allow_outside_paths=False,
-                 max_tensor_bytes=None):
+                 max_tensor_bytes=None, max_graph_bytes=None):
         self.device_map = dict(device_map or {})
         self.allow_code = allow_code
         self.allow_outside_paths = allow_outside_paths
         self.max_tensor_bytes = max_tensor_bytes or default_max_tensor_bytes()
+        self.max_graph_bytes = max_graph_bytes or default_max_graph_bytes()
 
 
 def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
-         max_tensor_bytes=None) -> Graph:
+         max_tensor_bytes=None, max_graph_bytes=None) -> Graph:
     """Read, check and prepare a graph file; ``graph.run()`` then runs it."""
     path = os.fspath(path)
-    options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes)
+    options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes,
+                          max_graph_bytes)
     with _cyclic_gc_paused():
         doc = read_document(path)
         return _Loader(doc, os.path.dirname(os.path.abspath(path)),
@@ -139,6 +153,8 @@ class _Loader:
         self.base_dir = base_dir
         self.stem = stem
         self.options = options
+        self.graph_bytes = 0         # Note [The memory budget of a whole graph]
+        self.wait_ms = 0             # Note [Time bounds]
 
     # -- errors -------------------------------------------------------------------
     def fail(self, message, path=(), where=None):
@@ -183,7 +199,8 @@ class _Loader:
         leaves = {}
         for tname, entry in tensors.items():
             self.check_name(tname, ("tensors", tname), f"tensors.{tname}")
-            leaves[tname] = self.leaf(tname, entry, ("tensors", tname))
+            leaves[tname] = leaf = self.leaf(tname, entry, ("tensors", tname))
+            self.allocate([(leaf.shape, leaf.dtype)], ("tensors", tname), f"tensors.{tname}")
 
         ops = data["ops"]
         if not isinstance(ops, list):
@@ -193,8 +210,41 @@ class _Loader:
 
         backward = self.backward(data["backward"], defined, leaves)
         expect = self.expect(data.get("expect"), defined) if "expect" in data else None
-        return Graph(name=name, file=self.file, leaves=leaves, ops=op_specs, backward=backward,
-                     expect=expect, base_dir=self.base_dir)
+        graph = Graph(name=name, file=self.file, leaves=leaves, ops=op_specs, backward=backward,
+                      expect=expect, base_dir=self.base_dir)
+        graph.max_graph_bytes = self.options.max_graph_bytes   # what gradcheck may allocate
+        return graph
+
+    # Note [The memory budget of a whole graph]: every op's result is checked against
+    # the per-tensor budget by its ``infer``, but many results each under it add up
+    # (twenty `exp`s over a large expanded view allocated 1.7 GB under an 80 MB
+    # tensor budget). A recorded graph keeps every result alive for its backward, so
+    # the loader adds up what the forward allocates, in file order: every leaf, and
+    # every result of an op that is not a view (``Op.view``: a view shares its
+    # input's memory; the ops that read it allocate their results in full). The
+    # first op that takes the sum over the graph budget is refused, before anything
+    # runs. Results of unknown shape (ops whose ``infer`` cannot tell) are not counted.
+    def allocate(self, results, path, where):
+        """Count ``[(shape, dtype)]`` that an op (or a leaf) allocates against the
+        whole-graph memory budget."""
+        nbytes = sum(_nbytes(shape, np.dtype(dtype).itemsize) for shape, dtype in results
+                     if shape is not None and dtype is not None)
+        self.graph_bytes += nbytes
+        budget = self.options.max_graph_bytes
+        if self.graph_bytes > budget:
+            self.fail(f"the graph's tensors need {self.graph_bytes} bytes up to here (this one: "
+                      f"{nbytes} bytes), over the memory budget of {budget} bytes for the "
+                      f"whole graph (--max-graph-bytes)", path, where)
+
+    def wait(self, op, args, path, label):
+        """Count what ``op``'s backward may wait on purpose (Note [Time bounds])."""
+        ms = op.worst_backward_ms(args)
+        if not ms:
+            return
+        self.wait_ms += ms
+        if self.wait_ms > MAX_BACKWARD_WAIT_MS:
+            self.fail(f"the ops' backward waits add up to {self.wait_ms:g} ms up to here, over "
+                      f"the limit of {MAX_BACKWARD_WAIT_MS} ms for one backward", path, label)
 
     def check_name(self, name, path, where):
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -511,6 +561,9 @@ class _Loader:
         metas = self.infer(op, in_metas, list(inputs), checked, outputs, path, label)
         for out, meta in zip(outputs, metas):
             defined[out] = meta
+        if not op.view:
+            self.allocate([(m.shape, m.dtype) for m in metas], path, label)
+        self.wait(op, checked, path, label)
         checked_op = _CheckedOp(op, label, self.file, self.doc.line(*path), list(inputs),
                                 self.options.max_tensor_bytes)
         if metas[0].shape is not None:       # inferred: the same inputs need no second check

@@ -358,6 +358,7 @@ class LoadOptions:
     allow_code: bool = False
     allow_outside_paths: bool = False
     max_tensor_bytes: int | None = None
+    max_graph_bytes: int | None = None
 
     def load(self, path):
         """``gradcli.loader.load`` with these options (GraphError propagates)."""
@@ -365,7 +366,8 @@ class LoadOptions:
 
         return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
                            allow_outside_paths=self.allow_outside_paths,
-                           max_tensor_bytes=self.max_tensor_bytes)
+                           max_tensor_bytes=self.max_tensor_bytes,
+                           max_graph_bytes=self.max_graph_bytes)
 
     def load_or_exit(self, path):
         """Load ``path``; an invalid file is one error line and exit 2."""
@@ -431,9 +433,10 @@ def load_options(fn):
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, device_map, allow_code, allow_outside_paths, max_tensor_bytes, **kwargs):
+    def wrapper(*args, device_map, allow_code, allow_outside_paths, max_tensor_bytes,
+                max_graph_bytes, **kwargs):
         return fn(*args, load=LoadOptions(device_map, allow_code, allow_outside_paths,
-                                          max_tensor_bytes), **kwargs)
+                                          max_tensor_bytes, max_graph_bytes), **kwargs)
 
     wrapper = click.option("--device-map", callback=_device_map, default="", metavar="SRC=DST",
                            help="Remap device types, e.g. cuda=sim to run CUDA graphs on "
@@ -445,6 +448,9 @@ def load_options(fn):
                            help="Allow `file:` paths outside the graph file's folder.")(wrapper)
     wrapper = click.option("--max-tensor-bytes", type=click.IntRange(min=1), default=None,
                            help="Refuse tensors larger than this (default: a quarter of RAM).")(wrapper)
+    wrapper = click.option("--max-graph-bytes", type=click.IntRange(min=1), default=None,
+                           help="Refuse graphs whose tensors add up to more than this "
+                                "(default: half of RAM).")(wrapper)
     return wrapper
 
 

@@ -335,6 +335,9 @@ class _Loader:
         if not isinstance(spec, str):
             self.fail(f"device must be a string such as cpu, cuda:0 or sim:0, got {spec!r}",
                       path, where)
+        if len(spec) > 16:          # no device string is this long (sim:N has at most 9 digits)
+            self.fail(f"unknown device {_short(spec)} of {len(spec)} characters (expected cpu, "
+                      "cuda:N or sim:N)", path, where)
         try:
             dev = D.device(spec)
             mapped = self.options.device_map.get(dev.type)
@@ -947,7 +950,10 @@ def _npz_member(zf, key):
     if names.count(found[0]) > 1:
         raise ValueError(f"ambiguous key {key!r}: the archive holds {found[0]!r} "
                          f"{names.count(found[0])} times")
-    return zf.getinfo(found[0])
+    info = zf.getinfo(found[0])
+    if info.flag_bits & 0x1:
+        raise ValueError(f"member {info.filename!r} is encrypted (not supported)")
+    return info
 
 
 def _open_npz(full):

@@ -407,7 +407,8 @@ class _Loader:
         if ext not in (".npy", ".npz"):
             self.fail(f"file {rel!r} must be a .npy or .npz file", path + ("file",), where)
         if not os.path.isfile(full):
-            self.fail(f"file {rel!r} not found", path + ("file",), where)
+            what = "is not a regular file" if os.path.exists(full) else "not found"
+            self.fail(f"file {rel!r} {what}", path + ("file",), where)
         key = entry.get("key")
         if key is not None and (not isinstance(key, str) or not key):
             self.fail(f"key must be the name of an array in the .npz file, got {key!r}",
@@ -427,6 +428,13 @@ class _Loader:
         if file_dtype.hasobject:
             self.fail(f"{rel!r} holds pickled Python objects (refused: only plain numeric "
                       "arrays are loaded)", path + ("file",), where)
+        if file_dtype.kind not in "biuf" or file_dtype.fields is not None:
+            # complex would lose its imaginary part and datetimes become numbers, silently
+            self.fail(f"{rel!r} holds an array of dtype {_short(str(file_dtype))} (only bool, "
+                      "int and float arrays are loaded)", path + ("file",), where)
+        if not all(_is_int(n) and n >= 0 for n in file_shape):
+            self.fail(f"cannot read {rel!r}: its header gives the shape {_short(file_shape)}",
+                      path + ("file",), where)
         if shape is not None and tuple(shape) != file_shape:
             self.fail(f"shape {list(shape)} does not match {rel!r} of shape {list(file_shape)}",
                       path, where)

@@ -429,3 +429,88 @@ def test_loading_many_tensors_runs_few_collections(monkeypatch):
     finally:
         gc.callbacks.remove(callback)
     assert len(counts) <= 1, counts
+
+
+# -- fuzzing: mutated hostile documents fail only with a GraphError ----------------------------
+HOSTILE_BASE = {
+    "version": 1,
+    "tensors": {
+        "x": {"shape": [3], "requires_grad": True},
+        "z": {"file": "data_ok.npz", "key": "a"},
+        "d": {"shape": [2], "device": "sim:1", "requires_grad": True},
+    },
+    "ops": [
+        {"op": "expand", "inputs": ["x"], "output": "v", "args": {"shape": [1000, 3]}},
+        {"op": "exp", "inputs": ["v"], "output": "e"},
+        {"op": "cast", "inputs": ["e"], "output": "c", "args": {"dtype": "float32"}},
+        {"op": "concat", "inputs": ["v", "v"], "output": "k"},
+        {"op": "delay", "inputs": ["k"], "output": "w", "args": {"ms": 1, "jitter_ms": 1}},
+        {"op": "slice", "inputs": ["w"], "output": "s", "args": {"index": "1:3, ::2"}},
+        {"op": "sum", "inputs": ["s"], "output": "t"},
+        {"op": "sum", "inputs": ["c"], "output": "u"},
+        {"op": "add", "inputs": ["t", "u"], "output": "loss"},
+    ],
+    "backward": {"roots": ["loss"]},
+}
+HOSTILE_VOCAB = ["x", "v", "e", "k", "w", "x\n", "loss\n", "sim:0\n", "sim:\u0661", "cuda:\u0660",
+                 "sim:" + "9" * 400, "\u0661:\u0663", "1_0", "::\u0662", "data_npz_ambiguous.npz",
+                 "data_zip_method.npz", "data_zip_encrypted.npz", "data_zip_version.npz",
+                 "data_zip_patched.npz", "a", "a.npy", "ms", "jitter_ms", "shape", "dtype",
+                 "float64", "float16", "index", "device", "file", "key", 60000, 59999, 10**6,
+                 [10**5, 10**5], [0, 10**9], [10**4, 3], 10**400]
+HOSTILE_VALUES = st.sampled_from(HOSTILE_VOCAB) | st.integers(-2, 10**7) | st.none()
+
+
+def _all_paths(obj, path=()):
+    yield path
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _all_paths(v, path + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _all_paths(v, path + (i,))
+
+
+@st.composite
+def hostile_documents(draw):
+    doc = json.loads(json.dumps(HOSTILE_BASE))
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from([p for p in _all_paths(doc) if p]))
+        parent = doc
+        for p in path[:-1]:
+            parent = parent[p]
+        if isinstance(parent, dict) and draw(st.booleans()):
+            parent[draw(st.sampled_from([k for k in HOSTILE_VOCAB if isinstance(k, str)]))] = \
+                draw(HOSTILE_VALUES)
+        else:
+            parent[path[-1]] = draw(HOSTILE_VALUES)
+    return doc
+
+
+def test_hostile_base_document_runs():
+    from pathlib import Path
+
+    graph = loads(json.dumps(HOSTILE_BASE), format="json",
+                  base_dir=str(Path(__file__).parent / "bad_inputs"), max_tensor_bytes=2**22,
+                  max_graph_bytes=2**23)
+    assert graph.run().grads["x"].shape == (3,)
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_documents())
+def test_mutated_hostile_documents_fail_only_with_graph_error(doc):
+    from pathlib import Path
+
+    from gradcli.errors import BackwardError
+
+    corpus = Path(__file__).parent / "bad_inputs"
+    text = json.dumps(doc)
+    try:
+        graph = loads(text, format="json", base_dir=str(corpus), max_tensor_bytes=2**22,
+                      max_graph_bytes=2**23)
+        graph.run()
+    except GraphError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("<graph>")
+    except BackwardError as exc:
+        raise AssertionError(f"backward failed: {exc}") from exc

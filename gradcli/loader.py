@@ -375,9 +375,15 @@ class _Loader:
             self.fail(f"unknown init {dist!r} (expected one of {', '.join(INIT_DISTS)})", path, where)
         for key in ("mean", "std", "low", "high", "fill"):
             if key in spec and not _is_number(spec[key]):
-                self.fail(f"init {key} must be a number, got {spec[key]!r}", path + (key,), where)
-            if key in spec and not np.isfinite(float(spec[key])):
-                self.fail(f"init {key} must be finite, got {spec[key]!r}", path + (key,), where)
+                self.fail(f"init {key} must be a number, got {_short(spec[key])}", path + (key,),
+                          where)
+            if key in spec and not _finite_float(spec[key]):
+                self.fail(f"init {key} must be finite, got {_short(spec[key])}",
+                          path + (key,), where)
+        if dist == "full" and "fill" in spec and not _fits(spec["fill"], dtype):
+            # as torch.full: "value cannot be converted to type ... without overflow"
+            self.fail(f"init fill {_short(spec['fill'])} cannot be converted to {dtype} without "
+                      "overflow", path + ("fill",), where)
         if spec.get("std", 0) < 0:
             self.fail(f"init std must be non-negative, got {spec['std']!r}", path + ("std",), where)
         if dist == "uniform" and spec.get("low", 0.0) > spec.get("high", 1.0):
@@ -765,7 +771,8 @@ class _Loader:
                 self.fail(f"expected gradient for {n!r}, which is not defined", path + ("grads", n), where)
             grads[n] = self.leaf(n, g, path + ("grads", n), for_grad_root=True)
         for key in ("rtol", "atol"):
-            if key in spec and (not _is_number(spec[key]) or spec[key] < 0):
+            if key in spec and (not _is_number(spec[key]) or spec[key] < 0
+                                or isinstance(spec[key], int) and not _finite_float(spec[key])):
                 self.fail(f"{key} must be a non-negative number", path + (key,), where)
         order = spec.get("order")
         if order is not None and (not isinstance(order, list) or not all(isinstance(o, str) for o in order)):
@@ -901,6 +908,24 @@ def _is_int(v):
 
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite_float(v):
+    """A number that is a finite float (a 400-digit int is not: float() overflows)."""
+    try:
+        return bool(np.isfinite(float(v)))
+    except OverflowError:
+        return False
+
+
+def _fits(value, dtype):
+    """``value`` converts to ``dtype`` without overflow (torch.full's rule)."""
+    if dtype.kind == "f":
+        return abs(float(value)) <= float(np.finfo(dtype).max)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min <= value <= info.max
+    return True
 
 
 def _check_numeric(value, fail):

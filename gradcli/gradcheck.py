@@ -226,6 +226,22 @@ def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, se
     Raises ``GraphError`` for an invalid graph (roots or inputs that cannot
     be differentiated).
     """
+    if max_bytes is None:
+        max_bytes = getattr(graph, "max_graph_bytes", None)
+    if max_bytes is None:
+        from .loader import default_max_graph_bytes  # noqa: PLC0415
+
+        max_bytes = default_max_graph_bytes()
+    # Note [gradcheck's memory]: the check holds three float64 copies of the graph's
+    # values at once (the recorded forward, the replayed one it perturbs around, and
+    # one perturbed replay), then the Jacobians (full_jacobian_bytes; over the budget,
+    # fast mode instead). The loader counted the float64 forward.
+    forward64 = getattr(graph, "float64_forward_bytes", None)
+    if forward64 is not None and 3 * forward64 > max_bytes:
+        raise GraphError(f"the numeric check needs three float64 copies of the graph's tensors "
+                         f"({3 * forward64} bytes), over the memory budget of {max_bytes} bytes "
+                         f"for the whole graph (--max-graph-bytes)", graph.file,
+                         graph.backward_spec.line, "backward")
     g64 = promoted(graph)
     inputs = list(inputs) if inputs is not None else differentiable_inputs(g64)
     if not inputs:
@@ -243,12 +259,6 @@ def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, se
     note = ""
     if not fast:
         need = full_jacobian_bytes([r.size for r in f0], [x0[n].size for n in inputs])
-        if max_bytes is None:
-            max_bytes = getattr(graph, "max_graph_bytes", None)
-        if max_bytes is None:
-            from .loader import default_max_graph_bytes  # noqa: PLC0415
-
-            max_bytes = default_max_graph_bytes()
         if need > max_bytes:
             fast = True
             note = (f"the full Jacobians would need {need} bytes, over the memory budget of "

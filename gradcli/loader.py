@@ -155,6 +155,7 @@ class _Loader:
         self.stem = stem
         self.options = options
         self.graph_bytes = 0         # Note [The memory budget of a whole graph]
+        self.graph_bytes64 = 0       # the same with every float tensor in float64 (gradcheck)
         self.wait_ms = 0             # Note [Time bounds]
 
     # -- errors -------------------------------------------------------------------
@@ -213,7 +214,11 @@ class _Loader:
         expect = self.expect(data.get("expect"), defined) if "expect" in data else None
         graph = Graph(name=name, file=self.file, leaves=leaves, ops=op_specs, backward=backward,
                       expect=expect, base_dir=self.base_dir)
-        graph.max_graph_bytes = self.options.max_graph_bytes   # what gradcheck may allocate
+        # What gradcheck may allocate, and what the graph's forward allocates as loaded
+        # and in float64 (Note [The memory budget of a whole graph]).
+        graph.max_graph_bytes = self.options.max_graph_bytes
+        graph.forward_bytes = self.graph_bytes
+        graph.float64_forward_bytes = self.graph_bytes64
         return graph
 
     # Note [The memory budget of a whole graph]: every op's result is checked against
@@ -228,9 +233,12 @@ class _Loader:
     def allocate(self, results, path, where):
         """Count ``[(shape, dtype)]`` that an op (or a leaf) allocates against the
         whole-graph memory budget."""
-        nbytes = sum(_nbytes(shape, np.dtype(dtype).itemsize) for shape, dtype in results
-                     if shape is not None and dtype is not None)
+        known = [(shape, np.dtype(dtype)) for shape, dtype in results
+                 if shape is not None and dtype is not None]
+        nbytes = sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known)
         self.graph_bytes += nbytes
+        self.graph_bytes64 += sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
+                                  for shape, dtype in known)
         budget = self.options.max_graph_bytes
         if self.graph_bytes > budget:
             self.fail(f"the graph's tensors need {self.graph_bytes} bytes up to here (this one: "

@@ -187,6 +187,24 @@ def test_full_jacobians_over_the_budget_switch_to_fast_mode():
     assert check.status == "pass" and "fast mode" in check.message
 
 
+def test_numeric_check_refuses_float64_copies_over_the_budget():
+    """gradcheck promotes to float64 and holds three copies of the graph's values:
+    a float16 graph within its budget can need 12 times as much there."""
+    from gradcli.gradcheck import check_jacobians
+    from gradcli.validate import Options, validate_file
+
+    text = _chain(1, 1000, dtype="float16")          # x [1]; exp [1000]; sum []
+    graph = loads(text, max_graph_bytes=20_000)
+    assert (graph.forward_bytes, graph.float64_forward_bytes) == (2 + 2000 + 2, 8 + 8000 + 8)
+    with pytest.raises(GraphError, match=r"<graph>:1: backward: the numeric check needs three "
+                                         r"float64 copies of the graph's tensors \(24048 bytes\)"):
+        check_jacobians(graph)
+    assert check_jacobians(loads(text, max_graph_bytes=24_048))[0].ok
+    report = validate_file("<graph>", Options(numeric=True),
+                           load=lambda path: loads(text, max_graph_bytes=20_000))
+    assert "24048 bytes" in report.invalid
+
+
 # -- 2. time bounds ------------------------------------------------------------------------------
 def _delays(*pairs):
     ops, prev = [], "x"

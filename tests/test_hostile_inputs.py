@@ -476,7 +476,9 @@ HOSTILE_VOCAB = ["x", "v", "e", "k", "w", "x\n", "loss\n", "sim:0\n", "sim:\u066
                  "data_zip_patched.npz", "a", "a.npy", "ms", "jitter_ms", "shape", "dtype",
                  "float64", "float16", "index", "device", "file", "key", 60000, 59999, 10**6,
                  [10**5, 10**5], [0, 10**9], [10**4, 3], 10**400]
-HOSTILE_VALUES = st.sampled_from(HOSTILE_VOCAB) | st.integers(-2, 10**7) | st.none()
+# (copied: a drawn list must not be the vocabulary's own, which later mutations would change)
+HOSTILE_VALUES = (st.sampled_from(HOSTILE_VOCAB).map(lambda v: json.loads(json.dumps(v)))
+                  | st.integers(-2, 10**7) | st.none())
 
 
 def _all_paths(obj, path=()):

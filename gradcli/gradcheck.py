@@ -58,6 +58,7 @@ class Mismatch:
     worst_index: dict | None = None     # {"output": [...], "input": [...]} (full mode)
     nondiff_points: int = 0
     fast: bool = False
+    note: str = ""                      # why the check ran as it did (full -> fast)
 
     @property
     def ok(self):
@@ -68,7 +69,7 @@ class Mismatch:
                 "input_name": self.input_name, "status": self.status, "message": self.message,
                 "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
                 "worst_index": self.worst_index, "nondiff_points": self.nondiff_points,
-                "fast": self.fast}
+                "fast": self.fast, "note": self.note}
 
 
 # -- float64 copy of a graph -----------------------------------------------------------
@@ -214,12 +215,33 @@ def _index_str(name, index):
 
 # -- gradcheck ---------------------------------------------------------------------------
 def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0,
-                    inputs=None) -> list:
+                    inputs=None, max_bytes=None) -> list:
     """Check every (output, input) pair; returns one ``Mismatch`` per pair, passing or not.
+
+    Full mode allocates ``full_jacobian_bytes`` (27 GB for a 30,000-element root
+    and input): where that is over ``max_bytes`` (default: the budget the graph
+    was loaded with, ``--max-graph-bytes``) the check runs in fast mode instead
+    and every result's ``note`` says so.
 
     Raises ``GraphError`` for an invalid graph (roots or inputs that cannot
     be differentiated).
     """
+    if max_bytes is None:
+        max_bytes = getattr(graph, "max_graph_bytes", None)
+    if max_bytes is None:
+        from .loader import default_max_graph_bytes  # noqa: PLC0415
+
+        max_bytes = default_max_graph_bytes()
+    # Note [gradcheck's memory]: the check holds three float64 copies of the graph's
+    # values at once (the recorded forward, the replayed one it perturbs around, and
+    # one perturbed replay), then the Jacobians (full_jacobian_bytes; over the budget,
+    # fast mode instead). The loader counted the float64 forward.
+    forward64 = getattr(graph, "float64_forward_bytes", None)
+    if forward64 is not None and 3 * forward64 > max_bytes:
+        raise GraphError(f"the numeric check needs three float64 copies of the graph's tensors "
+                         f"({3 * forward64} bytes), over the memory budget of {max_bytes} bytes "
+                         f"for the whole graph (--max-graph-bytes)", graph.file,
+                         graph.backward_spec.line, "backward")
     g64 = promoted(graph)
     inputs = list(inputs) if inputs is not None else differentiable_inputs(g64)
     if not inputs:
@@ -234,9 +256,26 @@ def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, se
         x = np.asarray(base_vals[name])
         x0[name] = x.astype(np.float64) if x.dtype.kind == "f" else x
     roots = f.roots
+    note = ""
+    if not fast:
+        need = full_jacobian_bytes([r.size for r in f0], [x0[n].size for n in inputs])
+        if need > max_bytes:
+            fast = True
+            note = (f"the full Jacobians would need {need} bytes, over the memory budget of "
+                    f"{max_bytes} bytes: checked v^T J u for random unit vectors instead "
+                    f"(fast mode)")
     if fast:
-        return _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed)
+        results = _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed)
+        for m in results:
+            m.note = note
+        return results
     return _full(f, f0, x0, analytical, roots, inputs, eps, atol, rtol)
+
+
+def full_jacobian_bytes(output_sizes, input_sizes):
+    """What full mode allocates: per (output, input) pair the numerical Jacobian
+    and its two one-sided versions, and the analytical one, in float64."""
+    return 4 * 8 * sum(output_sizes) * sum(input_sizes)
 
 
 def gradcheck(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> list:

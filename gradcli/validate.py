@@ -305,6 +305,8 @@ def _check_numeric(graph, opts):
             f"{'v^T J u' if m.fast else 'Jacobian'} of {m.output_name!r} w.r.t. {m.input_name!r} "
             f"matches finite differences (eps={opts.eps:g}, atol={opts.atol:g}, "
             f"rtol={opts.rtol:g}{', fast' if m.fast else ''})")
+        if m.note:
+            message += f" ({m.note})"
         checks.append(Check(f"numeric[{m.output_name}/{m.input_name}]", "numeric", status,
                             message=message, tensor=m.input_name, max_abs_err=m.max_abs_err,
                             max_rel_err=m.max_rel_err, worst_index=worst, time_s=elapsed))

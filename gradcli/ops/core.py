@@ -64,17 +64,23 @@ class Op:
     - ``dtype_arg``: the arg that names the output dtype (``cast``), if any;
     - ``has_body``: built by the loader from a body of ops (``checkpoint``);
     - ``needs_code``: runs user code, refused without allow_code (``custom``);
-    - ``supported``: False for ops of the format this version cannot run yet.
+    - ``supported``: False for ops of the format this version cannot run yet;
+    - ``view``: its outputs are views of (or are) its first input: they allocate
+      nothing (the loader's whole-graph memory budget counts them as free; the
+      ops that read them allocate their own results in full);
+    - ``backward_ms(args)``: the most milliseconds one call of its backward may
+      spend waiting on purpose (``delay``), or None: the loader bounds the sum
+      over a file (Note [Time bounds] in loader.py).
     """
 
     __slots__ = ("name", "fn", "vjps", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
-                 "dtype_arg", "has_body", "needs_code", "supported")
+                 "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
                  infer=None, public=True, moves_device=False, dtype_arg=None, has_body=False,
-                 needs_code=False, supported=True):
+                 needs_code=False, supported=True, view=False, backward_ms=None):
         self.name = name
         self.fn = fn
         self.vjps = None
@@ -100,6 +106,8 @@ class Op:
         self.has_body = has_body
         self.needs_code = needs_code
         self.supported = supported
+        self.view = view
+        self.backward_ms = backward_ms    # fn(args) -> ms, or None
 
     def __call__(self, *inputs, **args):
         if self.fn is None:
@@ -149,6 +157,13 @@ class Op:
         return [(tuple(int(s) for s in shape), dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
                 for shape, dtype in outs]
 
+    def worst_backward_ms(self, args):
+        """The most milliseconds one call of the backward may wait on purpose (0 for
+        ops that do not wait)."""
+        if self.backward_ms is None:
+            return 0
+        return self.backward_ms({**self.defaults(), **args})
+
     def __repr__(self):
         return f"<op {self.name}>"
 
@@ -156,7 +171,7 @@ class Op:
 def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output=False, *,
               check=None, outputs=None, broadcasts=False, infer=None, public=True,
               moves_device=False, dtype_arg=None, has_body=False, needs_code=False,
-              supported=True, doc=None):
+              supported=True, doc=None, view=False, backward_ms=None):
     """Register ``fn(*arrays, **args)`` as the forward of op ``name``, with its contract
     (the keyword-only arguments; see ``Op``). ``infer`` defaults to the elementwise rule
     when ``broadcasts`` is true; ``doc`` to the first line of ``fn``'s docstring."""
@@ -164,7 +179,8 @@ def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output
         op = Op(name, fn, node_name, saves, arity, args, multi_output, check=check,
                 outputs=outputs, broadcasts=broadcasts, infer=infer, public=public,
                 moves_device=moves_device, dtype_arg=dtype_arg, has_body=has_body,
-                needs_code=needs_code, supported=supported, doc=doc)
+                needs_code=needs_code, supported=supported, doc=doc, view=view,
+                backward_ms=backward_ms)
         OPS[name] = op
         return op
     return decorate

@@ -16,6 +16,8 @@ object and never match op names, so adding an op is one ``primitive`` in
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
@@ -32,16 +34,32 @@ _NO_ARG = object()
 class Arg:
     """One attribute of an op in a graph file: its default and how to check it."""
 
-    __slots__ = ("default", "check", "doc")
+    __slots__ = ("default", "check", "doc", "names_tensor")
 
-    def __init__(self, default=_NO_ARG, check=None, doc=""):
+    def __init__(self, default=_NO_ARG, check=None, doc="", names_tensor=False):
         self.default = default
         self.check = check           # fn(value) -> value, raising ValueError
         self.doc = doc
+        # The value is the name of a tensor of the graph (``grad``'s grad_outputs):
+        # the loader checks it is defined above the op and passes that tensor as
+        # one more input, after the listed ones (the arg keeps the name).
+        self.names_tensor = names_tensor
 
     @property
     def required(self):
         return self.default is _NO_ARG
+
+
+class EntrySite(NamedTuple):
+    """Where an op entry is in its graph file, for ``Op.for_entry``: ``fail(message,
+    key=None)`` raises the loader's one-line GraphError at the entry (or its ``key``)."""
+    file: str | None
+    line: int | None
+    label: str              # "ops[3] 'id' (custom)"
+    op_id: str
+    base_dir: str
+    allow_code: bool
+    fail: object
 
 
 class ShapeMismatch(ValueError):
@@ -86,17 +104,22 @@ class Op:
     - ``dtype_arg``: the arg that names the output dtype (``cast``), if any;
     - ``has_body``: built by the loader from a body of ops (``checkpoint``);
     - ``needs_code``: runs user code, refused without allow_code (``custom``);
-    - ``supported``: False for ops of the format this version cannot run yet.
+    - ``supported``: False for ops of the format this version cannot run yet;
+    - ``for_entry(entry, site)``: the op that runs one entry of a graph file (itself,
+      or an op made for that entry: ``custom`` resolves its user code there);
+    - ``runs_backward``: its forward runs a backward of the graph recorded so far
+      (``grad``): gradcheck replays such a graph on Tensors, and validate also
+      checks its second derivatives.
     """
 
     __slots__ = ("name", "fn", "vjps", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
-                 "dtype_arg", "has_body", "needs_code", "supported")
+                 "dtype_arg", "has_body", "needs_code", "supported", "bind")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
                  infer=None, public=True, moves_device=False, dtype_arg=None, has_body=False,
-                 needs_code=False, supported=True):
+                 needs_code=False, supported=True, bind=None):
         self.name = name
         self.fn = fn
         self.vjps = None
@@ -124,6 +147,13 @@ class Op:
         self.has_body = has_body
         self.needs_code = needs_code
         self.supported = supported
+        self.bind = bind                  # fn(op, entry, site) -> Op, or None
+
+    runs_backward = False
+
+    def for_entry(self, entry, site):
+        """The op that runs this entry of a graph file (``site``: an ``EntrySite``)."""
+        return self if self.bind is None else self.bind(self, entry, site)
 
     def __call__(self, *inputs, **args):
         if self.fn is None:

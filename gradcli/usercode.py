@@ -8,7 +8,8 @@ attribute). Nothing is imported unless the load was given ``allow_code``
 found in the graph's folder is imported with that folder first on
 ``sys.path``; if a module of the same name was imported before from
 somewhere else, it is imported again from the graph's folder (two graphs in
-two folders may each bring their own ``ops.py``).
+two folders may each bring their own ``ops.py``), and a module imported
+from a graph's folder is not what a graph elsewhere gets from ``sys.path``.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .errors import BackwardError, GradcliError
 _FUNCTION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
                           r":[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _IMPORT_LOCK = threading.Lock()
+_FROM_GRAPH_FOLDERS: set = set()     # top-level modules imported from a graph's folder
 
 
 class ForwardRaised(BackwardError):
@@ -93,11 +95,16 @@ def _import(module_name, base_dir):
     top = module_name.split(".")[0]
     with _IMPORT_LOCK:
         local = importlib.machinery.PathFinder.find_spec(top, [base_dir]) is not None
+        cached = sys.modules.get(top)
+        if cached is not None and (
+                not _inside(cached, base_dir) if local else top in _FROM_GRAPH_FOLDERS):
+            # imported before from elsewhere: from another graph's folder, or (for a
+            # module in this graph's folder) from sys.path
+            for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+                del sys.modules[name]
+        _FROM_GRAPH_FOLDERS.discard(top)
         if local:
-            cached = sys.modules.get(top)
-            if cached is not None and not _inside(cached, base_dir):
-                for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
-                    del sys.modules[name]
+            _FROM_GRAPH_FOLDERS.add(top)
             sys.path.insert(0, base_dir)
         try:
             return importlib.import_module(module_name)

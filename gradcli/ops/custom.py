@@ -43,6 +43,9 @@ class _AnyArgs(dict):
     def get(self, key, default=None):
         return super().get(key, Arg(None))
 
+    def __bool__(self):
+        return True
+
 
 def _args_of(forward, n_inputs):
     """``{name: Arg}`` for the parameters of ``forward(ctx, *inputs, **args)`` after the

@@ -305,8 +305,12 @@ def _check_numeric(graph, opts):
 
 def _numeric_checks(kind, check, graph, opts):
     start = time.perf_counter()
-    pairs = check(graph, eps=opts.eps, atol=opts.atol, rtol=opts.rtol, fast=opts.fast,
-                  seed=opts.seed)
+    try:
+        pairs = check(graph, eps=opts.eps, atol=opts.atol, rtol=opts.rtol, fast=opts.fast,
+                      seed=opts.seed)
+    except BackwardError as exc:     # user code (custom) or a grad op's backward raised
+        return [Check(kind, kind, FAIL, f"the {kind} check could not run: {exc}",
+                      time_s=time.perf_counter() - start)]
     elapsed = (time.perf_counter() - start) / max(len(pairs), 1)
     checks = []
     for m in pairs:

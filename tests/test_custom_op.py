@@ -254,6 +254,18 @@ def test_exception_in_forward_exits_3_naming_function_op_and_line(tmp_path):
         gradcli.load(path, allow_code=True).run()
 
 
+def test_validate_reports_an_exception_in_forward_as_failed_checks(tmp_path):
+    module = unique("mod")
+    path = write(tmp_path, module, RAISES,
+                 ['{op: custom, function: "MOD:Bad", inputs: [x], outputs: [y], id: bad}',
+                  "{op: sum, inputs: [y], output: loss}"])
+    result = cli("validate", path, "--allow-code", "--numeric", "--format", "json")
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    checks = {c["name"]: c for c in json.loads(result.stdout)["files"][0]["checks"]}
+    assert checks["backward"]["status"] == checks["numeric"]["status"] == "fail"
+    assert f"{module}:Bad.forward raised ValueError" in checks["numeric"]["message"]
+
+
 def test_exception_in_backward_exits_3_naming_function_op_and_line(tmp_path):
     module = unique("mod")
     path = write(tmp_path, module, RAISES,

@@ -128,8 +128,8 @@ class _SecondOrder:
 def check_gradgrad(graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> list:
     """Check the Jacobian of the first-order gradient; one ``gradcheck.Mismatch``
     per (gradient, input) pair, passing or not (see the module's docstring)."""
-    from .errors import GraphError
-    from .gradcheck import _fast, _full, differentiable_inputs, promoted
+    from .errors import BackwardError, GraphError
+    from .gradcheck import Mismatch, _fast, _full, differentiable_inputs, promoted
 
     g64 = promoted(graph)
     inputs = differentiable_inputs(g64)
@@ -144,12 +144,21 @@ def check_gradgrad(graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) ->
     v0 = {n: rng.standard_normal(base[r].shape) for n, r in zip(v_names, roots)}
     f = _FirstOrder(g64, leaves, inputs, v_names)
     f.v0 = v0
-    analytical = _SecondOrder(g64, leaves, inputs, v_names, v0)
-    f0 = f()
-    x0 = {n: np.asarray(to_host(base[n].data), np.float64) for n in inputs}
-    x0.update(v0)
     outputs = [f"grad({n})" for n in inputs]
     wrt = inputs + v_names
+    try:
+        analytical = _SecondOrder(g64, leaves, inputs, v_names, v0)
+        f0 = f()
+    except (GraphError, BackwardError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported as the check's error
+        return [Mismatch(i, j, out, name, "error", fast=fast,
+                         message=f"second-derivative check for {out!r} w.r.t. {name!r} could "
+                                 f"not run: the backward with create_graph raised "
+                                 f"{type(exc).__name__}: {exc}")
+                for i, out in enumerate(outputs) for j, name in enumerate(wrt)]
+    x0 = {n: np.asarray(to_host(base[n].data), np.float64) for n in inputs}
+    x0.update(v0)
     if fast:
         return _fast(f, f0, x0, analytical, outputs, wrt, eps, atol, rtol, seed)
     return _full(f, f0, x0, analytical, outputs, wrt, eps, atol, rtol)

@@ -325,3 +325,33 @@ def test_check_gradgrad_on_a_scratch_op_with_a_wrong_double_backward():
     finally:
         OPS.clear()
         OPS.update(before)
+
+
+def test_gradgrad_check_reports_a_backward_that_cannot_record():
+    """An op whose backward raises when recorded: the check says so (status error),
+    it does not abort validate."""
+    from gradcli.gradgradcheck import check_gradgrad
+    from gradcli.ops import OPS, defvjp, primitive
+
+    def refuse(g, ans, x):
+        if type(g) is Tensor or type(x) is Tensor:
+            raise RuntimeError("this backward cannot be differentiated")
+        return g * 2 * x
+
+    before = dict(OPS)
+    try:
+        @primitive("scratch_sq", "ScratchSqBackward0")
+        def sq(x):
+            """x ** 2"""
+            return x * x
+
+        defvjp(sq, refuse)
+        graph = loads(graph_text(["{op: scratch_sq, inputs: [x], output: y}",
+                                  "{op: sum, inputs: [y], output: loss}"],
+                                 backward="roots: [loss]\n  create_graph: true"))
+        pairs = check_gradgrad(graph)
+        assert pairs and all(m.status == "error" for m in pairs)
+        assert "cannot be differentiated" in pairs[0].message
+    finally:
+        OPS.clear()
+        OPS.update(before)

@@ -217,7 +217,7 @@ class Graph:
                  deterministic=False, anomaly=None):
         """Run the backward; returns (grads by name, [NodeRun], seconds)."""
         from .autograd import backward as autograd_backward
-        from .autograd import Tensor, detect_anomaly, grad as autograd_grad, set_multithreading_enabled
+        from .autograd import detect_anomaly, grad as autograd_grad, set_multithreading_enabled
 
         if self.values is None:
             self.forward()
@@ -232,18 +232,21 @@ class Graph:
             self.check_inputs_reachable(roots, inputs)
         trace = []
         anomaly_ctx = detect_anomaly(*anomaly) if anomaly else contextlib.nullcontext()
+        if spec.create_graph:      # the backward records itself (higher-order gradients)
+            import functools
+
+            autograd_grad = functools.partial(autograd_grad, create_graph=True)
+            autograd_backward = functools.partial(autograd_backward, create_graph=True)
         start = time.perf_counter()
         try:
             with set_multithreading_enabled(multithreading), anomaly_ctx:
                 if inputs:
                     result = autograd_grad(roots, [self.values[n] for n in inputs], grads,
-                                           retain_graph=retain, create_graph=spec.create_graph,
-                                           allow_unused=True, engine=engine,
+                                           retain_graph=retain, allow_unused=True, engine=engine,
                                            trace=trace, deterministic=deterministic)
                     named = dict(zip(inputs, result))
                 else:
-                    autograd_backward(roots, grads, retain_graph=retain,
-                                      create_graph=spec.create_graph, engine=engine,
+                    autograd_backward(roots, grads, retain_graph=retain, engine=engine,
                                       trace=trace, deterministic=deterministic)
                     named = None
         except Exception as exc:  # noqa: BLE001 - reported with the node and op
@@ -254,9 +257,10 @@ class Graph:
             for name, t in self.values.items():
                 if (t.is_leaf and t.requires_grad) or t.retains_grad:
                     named[name] = t.grad
-        # create_graph: the gradients are Tensors carrying the graph of the backward;
-        # they are reported as arrays, as always.
-        named = {k: g.data if isinstance(g, Tensor) else g for k, g in named.items()}
+        if spec.create_graph:      # differentiable gradients (Tensors) are reported as arrays
+            from .autograd import Tensor
+
+            named = {k: g.data if isinstance(g, Tensor) else g for k, g in named.items()}
         return named, self._order(trace, start), elapsed
 
     def _order(self, trace, t0):

@@ -111,6 +111,15 @@ class _Loader:
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown key {key!r} in {what}{hint}", path + (key,), where)
 
+    def site(self, path, label, op_id):
+        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry)."""
+        from .ops.site import EntrySite  # noqa: PLC0415
+
+        def fail(message, key=None):
+            self.fail(message, path + ((key,) if key is not None else ()), label)
+        return EntrySite(self.file, self.doc.line(*path), label, op_id, self.base_dir,
+                         self.options.allow_code, fail)
+
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
         data = self.doc.data
@@ -478,15 +487,6 @@ class _Loader:
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
                       outputs=list(outputs), args=checked, retain_grad=retain,
                       line=self.doc.line(*path))
-
-    def site(self, path, label, op_id):
-        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry)."""
-        from .ops.core import EntrySite  # noqa: PLC0415
-
-        def fail(message, key=None):
-            self.fail(message, path + ((key,) if key is not None else ()), label)
-        return EntrySite(self.file, self.doc.line(*path), label, op_id, self.base_dir,
-                         self.options.allow_code, fail)
 
     def op_args(self, op, args, path, label):
         """Each arg through its checker, the required ones present, then the op's rules

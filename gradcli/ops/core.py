@@ -16,8 +16,6 @@ object and never match op names, so adding an op is one ``primitive`` in
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
@@ -48,18 +46,6 @@ class Arg:
     @property
     def required(self):
         return self.default is _NO_ARG
-
-
-class EntrySite(NamedTuple):
-    """Where an op entry is in its graph file, for ``Op.for_entry``: ``fail(message,
-    key=None)`` raises the loader's one-line GraphError at the entry (or its ``key``)."""
-    file: str | None
-    line: int | None
-    label: str              # "ops[3] 'id' (custom)"
-    op_id: str
-    base_dir: str
-    allow_code: bool
-    fail: object
 
 
 class ShapeMismatch(ValueError):
@@ -114,12 +100,12 @@ class Op:
 
     __slots__ = ("name", "fn", "vjps", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
-                 "dtype_arg", "has_body", "needs_code", "supported", "bind")
+                 "dtype_arg", "has_body", "needs_code", "supported", "entry_binder")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
                  infer=None, public=True, moves_device=False, dtype_arg=None, has_body=False,
-                 needs_code=False, supported=True, bind=None):
+                 needs_code=False, supported=True, entry_binder=None):
         self.name = name
         self.fn = fn
         self.vjps = None
@@ -147,13 +133,13 @@ class Op:
         self.has_body = has_body
         self.needs_code = needs_code
         self.supported = supported
-        self.bind = bind                  # fn(op, entry, site) -> Op, or None
+        self.entry_binder = entry_binder  # fn(op, entry, site) -> Op, or None
 
     runs_backward = False
 
     def for_entry(self, entry, site):
-        """The op that runs this entry of a graph file (``site``: an ``EntrySite``)."""
-        return self if self.bind is None else self.bind(self, entry, site)
+        """The op that runs this entry of a graph file (``site``: an ``ops.site.EntrySite``)."""
+        return self if self.entry_binder is None else self.entry_binder(self, entry, site)
 
     def __call__(self, *inputs, **args):
         if self.fn is None:

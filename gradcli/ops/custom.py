@@ -155,4 +155,4 @@ def _bind(op, entry, site):
 
 declare("custom", "run user code: a class with forward and backward, as torch.autograd.Function "
         "(needs --allow-code)", node_name="<Name>Backward (Name: the class)", arity=(0, None),
-        multi_output=True, needs_code=True, bind=_bind)
+        multi_output=True, needs_code=True, entry_binder=_bind)

@@ -137,9 +137,10 @@ class GradOp(Op):
             where += f"{site.label}: "
         in_node = f" in {node.name}" if node is not None else ""
         origin = ""
-        if node is not None and getattr(node, "op_id", None):
-            origin = f" (node created by op {node.op_id}"
-            origin += f" at line {node.source})" if node.source else ")"
+        op_id, line = _label_of(node) if node is not None else (None, None)
+        if op_id:
+            origin = f" (node created by op {op_id}"
+            origin += f" at line {line})" if line else ")"
         return ForwardRaised(f"{where}the backward run by grad failed{in_node}: "
                              f"{describe(exc)}{origin}", exc, node)
 
@@ -151,11 +152,28 @@ class GradOp(Op):
         seen = set()
         while stack:
             fn = stack.pop()
-            if fn is None or id(fn) in seen or fn.op_id is not None:
+            if fn is None or id(fn) in seen or _label_of(fn)[0] is not None:
                 continue
             seen.add(id(fn))
-            fn.op_id, fn.source = self.site.op_id, self.site.line
+            _set_label(fn, self.site.op_id, self.site.line)
             stack.extend(e[0] for e in fn.next_edges if e is not None)
+
+
+def _label_of(node):
+    """(op id, line) the graph loader stamped on ``node``: in its ``metadata``
+    mapping where nodes have one, else in ``op_id``/``source``."""
+    meta = getattr(node, "metadata", None)
+    if meta is not None:
+        return meta.get("op_id"), meta.get("line")
+    return getattr(node, "op_id", None), getattr(node, "source", None)
+
+
+def _set_label(node, op_id, line):
+    meta = getattr(node, "metadata", None)
+    if meta is not None:
+        meta.update(op_id=op_id, line=line)
+    else:
+        node.op_id, node.source = op_id, line
 
 
 OPS["grad"] = GradOp()

@@ -294,8 +294,7 @@ def _check_repeat(graph, opts, anomaly):
 
 
 def _check_numeric(graph, opts):
-    from .gradcheck import check_jacobians
-    from .gradgradcheck import check_gradgrad, uses_higher_order
+    from .gradcheck import check_gradgrad, check_jacobians, uses_higher_order
 
     checks = _numeric_checks("numeric", check_jacobians, graph, opts)
     if uses_higher_order(graph):     # grad ops or create_graph: second derivatives too

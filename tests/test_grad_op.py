@@ -302,7 +302,7 @@ def test_no_gradgrad_check_without_grad_ops_or_create_graph(tmp_path):
 def test_check_gradgrad_on_a_scratch_op_with_a_wrong_double_backward():
     """The API: check_gradgrad finds an op whose VJP is right on arrays and wrong when
     recorded (it drops the dependence on x)."""
-    from gradcli.gradgradcheck import check_gradgrad
+    from gradcli.gradcheck import check_gradgrad
     from gradcli.ops import OPS, defvjp, mul, primitive
 
     before = dict(OPS)
@@ -330,7 +330,7 @@ def test_check_gradgrad_on_a_scratch_op_with_a_wrong_double_backward():
 def test_gradgrad_check_reports_a_backward_that_cannot_record():
     """An op whose backward raises when recorded: the check says so (status error),
     it does not abort validate."""
-    from gradcli.gradgradcheck import check_gradgrad
+    from gradcli.gradcheck import check_gradgrad
     from gradcli.ops import OPS, defvjp, primitive
 
     def refuse(g, ans, x):

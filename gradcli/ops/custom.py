@@ -3,7 +3,7 @@
 ``{op: custom, function: "module:Name", inputs, outputs, args}``. The
 registered ``custom`` op is declared (it has no forward of its own);
 ``for_entry`` resolves the entry's function (Note [Resolving user code] in
-gradcli/usercode.py; only with ``allow_code``: the loader refuses the entry
+gradcli/ops/usercode.py; only with ``allow_code``: the loader refuses the entry
 before that otherwise) and returns a ``CustomOp`` for it, which runs the
 class through ``gradcli.autograd.Function`` (the ctx API, ``NameBackward``
 nodes, reentrant backwards, saved tensors with ``create_graph``).
@@ -95,7 +95,7 @@ class CustomOp(Op):
             try:
                 return user_backward(ctx, *grads)
             except Exception as exc:  # noqa: BLE001 - user code: named in the error
-                from ..usercode import describe  # noqa: PLC0415
+                from .usercode import describe  # noqa: PLC0415
 
                 raise CustomFunctionError(f"{function}.backward raised {describe(exc)}") from exc
 
@@ -109,7 +109,7 @@ class CustomOp(Op):
         return [o.data for o in outs]
 
     def __call__(self, *inputs, **args):
-        from ..usercode import ForwardRaised, describe  # noqa: PLC0415
+        from .usercode import ForwardRaised, describe  # noqa: PLC0415
 
         cls = self.function_class(args)
         try:
@@ -127,7 +127,7 @@ class CustomOp(Op):
 
 def _bind(op, entry, site):
     """``for_entry`` of the declared ``custom`` op: resolve the user's class."""
-    from ..usercode import ForwardRaised, NotFound, check_function_name, describe, resolve  # noqa: PLC0415
+    from .usercode import ForwardRaised, NotFound, check_function_name, describe, resolve  # noqa: PLC0415
 
     if not site.allow_code:      # the loader refuses first; never import without the flag
         site.fail("op 'custom' runs user code: refused without --allow-code", "op")

@@ -127,7 +127,7 @@ class GradOp(Op):
         return outs
 
     def _raised(self, exc):
-        from ..usercode import ForwardRaised, describe  # noqa: PLC0415
+        from .usercode import ForwardRaised, describe  # noqa: PLC0415
 
         site = self.site
         node = getattr(exc, "gradcli_node", None)

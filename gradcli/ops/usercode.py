@@ -20,7 +20,7 @@ import re
 import sys
 import threading
 
-from .errors import BackwardError, GradcliError
+from ..errors import BackwardError, GradcliError
 
 _FUNCTION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
                           r":[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

@@ -245,6 +245,11 @@ class Graph:
             self.check_inputs_reachable(roots, inputs, values)
         trace = []
         anomaly_ctx = detect_anomaly(*anomaly) if anomaly else contextlib.nullcontext()
+        if spec.create_graph:      # the backward records itself (higher-order gradients)
+            import functools
+
+            autograd_grad = functools.partial(autograd_grad, create_graph=True)
+            autograd_backward = functools.partial(autograd_backward, create_graph=True)
         start = time.perf_counter()
         try:
             with set_multithreading_enabled(multithreading), anomaly_ctx:
@@ -267,6 +272,10 @@ class Graph:
             for name, t in values.items():
                 if (t.is_leaf and t.requires_grad) or t.retains_grad:
                     named[name] = t.grad
+        if spec.create_graph:      # differentiable gradients (Tensors) are reported as arrays
+            from .autograd import Tensor
+
+            named = {k: g.data if isinstance(g, Tensor) else g for k, g in named.items()}
         return named, self._order(trace, start), elapsed
 
     # -- naming nodes in messages ------------------------------------------------------

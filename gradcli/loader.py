@@ -25,7 +25,7 @@ import numpy as np
 
 from . import devices as D
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
-from .errors import GraphError, OpBugError
+from .errors import BackwardError, GraphError, OpBugError
 from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")     # whole names only: fullmatch
@@ -178,6 +178,15 @@ class _Loader:
             hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown key {key!r} in {what}{hint}", path + (key,), where)
+
+    def site(self, path, label, op_id):
+        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry)."""
+        from .ops.site import EntrySite  # noqa: PLC0415
+
+        def fail(message, key=None):
+            self.fail(message, path + ((key,) if key is not None else ()), label)
+        return EntrySite(self.file, self.doc.line(*path), label, op_id, self.base_dir,
+                         self.options.allow_code, fail)
 
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
@@ -539,12 +548,13 @@ class _Loader:
             return self.checkpoint(i, entry, defined, path, where, op_id, label)
         self.check_keys(entry, OP_KEYS, path, label, "an op")
         for key, takes in (("body", "has_body"), ("function", "needs_code")):
-            if key in entry:
+            if key in entry and not getattr(op, takes):
                 owners = " or ".join(n for n, o in sorted(OPS.items()) if getattr(o, takes) and o.public)
                 self.fail(f"key {key!r} is only valid for op {owners}", path + (key,), label)
         if "device" in entry and not op.moves_device:
             owners = " or ".join(repr(n) for n, o in sorted(OPS.items()) if o.moves_device and o.public)
             self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
+        op = op.for_entry(entry, self.site(path, label, op_id))     # custom: its user code
 
         inputs = entry.get("inputs")
         params = getattr(op, "tensor_inputs", None)
@@ -576,6 +586,12 @@ class _Loader:
                 self.fail(f"op {name!r} needs key 'device' (the target device)", path, label)
             args["device"] = str(self.device(entry["device"], path + ("device",), label))
         checked = self.op_args(op, args, path, label)
+        for key, arg in op.args.items():     # args naming a tensor: one more input
+            if arg.names_tensor and checked.get(key) is not None:
+                if checked[key] not in defined:
+                    self.fail(f"arg {key!r} names {checked[key]!r}, which is not defined above "
+                              "this op", path + ("args", key), label)
+                inputs = [*inputs, checked[key]]
 
         if op.multi_output:
             outputs = entry.get("outputs")
@@ -831,9 +847,8 @@ class _Loader:
             if not isinstance(value, bool):
                 self.fail(f"{key} must be true or false, got {value!r}", path + (key,), where)
             flags[key] = value
-        if flags["create_graph"]:
-            self.fail("create_graph: true (higher-order gradients) is not supported by this "
-                      "version of gradcli", path + ("create_graph",), where)
+        if "retain_graph" not in spec:          # as PyTorch: defaults to create_graph
+            flags["retain_graph"] = flags["create_graph"]
         return BackwardSpec(roots=list(roots), grad_roots=root_grads, inputs=inputs,
                             line=self.doc.line(*path), **flags)
 
@@ -914,7 +929,7 @@ class _CheckedOp:
         self.precheck(inputs, args)
         try:
             return self.op(*inputs, **args)
-        except GraphError:
+        except (GraphError, BackwardError):   # BackwardError: user code or a grad op's backward
             raise
         except MemoryError:
             self.fail(f"out of memory (inputs: {self.describe(inputs)})")

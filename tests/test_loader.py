@@ -88,11 +88,12 @@ def test_symlink_out_of_the_folder_is_refused(tmp_path):
         gradcli.load(path)
 
 
-def test_custom_op_with_allow_code_says_not_supported_yet():
+def test_custom_op_needs_allow_code_then_its_module():
     text = SMALL.replace("- {op: sum,", "- {op: custom, function: 'm:F', inputs: [h], outputs: [h2]}\n  - {op: sum,")
     with pytest.raises(GraphError, match="refused without --allow-code"):
         loads(text)
-    with pytest.raises(GraphError, match="not supported by this version of gradcli yet"):
+    with pytest.raises(GraphError, match=r"ops\[1\] \(custom\): cannot find 'm:F': no module "
+                                         r"named 'm' \(looked in the graph's folder or sys.path\)"):
         loads(text, allow_code=True)
 
 

@@ -31,7 +31,7 @@ RTOL = 1e-3
 
 # Ops declared for the loader to build (no forward of their own): the test
 # module that covers each.
-DECLARED = {"checkpoint": "test_checkpoint.py", "custom": "test_loader.py"}
+DECLARED = {"checkpoint": "test_checkpoint.py", "custom": "test_custom_op.py", "grad": "test_grad_op.py"}
 
 
 # -- helpers ------------------------------------------------------------------------

@@ -445,8 +445,9 @@ def load_options(fn):
                            help="Remap device types, e.g. cuda=sim to run CUDA graphs on "
                                 "simulated devices.")(wrapper)
     wrapper = click.option("--allow-code", is_flag=True,
-                           help="Allow `custom` ops to run user code (not supported yet: such "
-                                "graphs are refused).")(wrapper)
+                           help="Allow `custom` ops to run user code (imported from the graph's "
+                                "folder, then sys.path); without it such graphs are refused "
+                                "before anything is imported.")(wrapper)
     wrapper = click.option("--allow-outside-paths", is_flag=True,
                            help="Allow `file:` paths outside the graph file's folder.")(wrapper)
     wrapper = click.option("--max-tensor-bytes", type=click.IntRange(min=1), default=None,

@@ -33,12 +33,16 @@ _NO_ARG = object()
 class Arg:
     """One attribute of an op in a graph file: its default and how to check it."""
 
-    __slots__ = ("default", "check", "doc")
+    __slots__ = ("default", "check", "doc", "names_tensor")
 
-    def __init__(self, default=_NO_ARG, check=None, doc=""):
+    def __init__(self, default=_NO_ARG, check=None, doc="", names_tensor=False):
         self.default = default
         self.check = check           # fn(value) -> value, raising ValueError
         self.doc = doc
+        # The value is the name of a tensor of the graph (``grad``'s grad_outputs):
+        # the loader checks it is defined above the op and passes that tensor as
+        # one more input, after the listed ones (the arg keeps the name).
+        self.names_tensor = names_tensor
 
     @property
     def required(self):
@@ -71,16 +75,23 @@ class Op:
     - ``backward_ms(args)``: the most milliseconds one call of its backward may
       spend waiting on purpose (``delay``), or None: the loader bounds the sum
       over a file (Note [Time bounds] in loader.py).
+    - ``for_entry(entry, site)``: the op that runs one entry of a graph file (itself,
+      or an op made for that entry: ``custom`` resolves its user code there);
+    - ``runs_backward``: its forward runs a backward of the graph recorded so far
+      (``grad``): gradcheck replays such a graph on Tensors, and validate also
+      checks its second derivatives.
     """
 
     __slots__ = ("name", "fn", "vjps", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
-                 "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms")
+                 "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms",
+                 "entry_binder")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
                  infer=None, public=True, moves_device=False, dtype_arg=None, has_body=False,
-                 needs_code=False, supported=True, view=False, backward_ms=None):
+                 needs_code=False, supported=True, view=False, backward_ms=None,
+                 entry_binder=None):
         self.name = name
         self.fn = fn
         self.vjps = None
@@ -108,6 +119,13 @@ class Op:
         self.supported = supported
         self.view = view
         self.backward_ms = backward_ms    # fn(args) -> ms, or None
+        self.entry_binder = entry_binder  # fn(op, entry, site) -> Op, or None
+
+    runs_backward = False
+
+    def for_entry(self, entry, site):
+        """The op that runs this entry of a graph file (``site``: an ``ops.site.EntrySite``)."""
+        return self if self.entry_binder is None else self.entry_binder(self, entry, site)
 
     def __call__(self, *inputs, **args):
         if self.fn is None:

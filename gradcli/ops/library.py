@@ -851,6 +851,4 @@ defvjp(nan, lambda g, ans, x: mul(g, np.full((), np.nan, g.dtype)))
 declare("checkpoint", "run body (a list of ops) without keeping its activations; the backward "
         "re-runs it and calls the engine from inside the node (a reentrant backward)",
         node_name="CheckpointFunctionBackward", arity=(1, None), multi_output=True, has_body=True)
-declare("custom", "run user code: a class with forward and backward, as torch.autograd.Function "
-        "(needs --allow-code; not supported by this version yet)",
-        arity=(0, None), multi_output=True, needs_code=True, supported=False)
+# ``custom`` (user code) is declared in ops/custom.py.

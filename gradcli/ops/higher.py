@@ -160,20 +160,12 @@ class GradOp(Op):
 
 
 def _label_of(node):
-    """(op id, line) the graph loader stamped on ``node``: in its ``metadata``
-    mapping where nodes have one, else in ``op_id``/``source``."""
-    meta = getattr(node, "metadata", None)
-    if meta is not None:
-        return meta.get("op_id"), meta.get("line")
-    return getattr(node, "op_id", None), getattr(node, "source", None)
+    """(op id, line) the graph loader stamped in ``node.metadata``."""
+    return node.metadata.get("op_id"), node.metadata.get("line")
 
 
 def _set_label(node, op_id, line):
-    meta = getattr(node, "metadata", None)
-    if meta is not None:
-        meta.update(op_id=op_id, line=line)
-    else:
-        node.op_id, node.source = op_id, line
+    node.metadata.update(op_id=op_id, line=line)
 
 
 OPS["grad"] = GradOp()

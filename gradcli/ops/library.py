@@ -342,13 +342,13 @@ def _extreme_name(prefix):
 
 @primitive("max", _extreme_name("Max"), args=AXIS, infer=S.REDUCTION)
 def max_(x, axis=None, keepdims=False):
-    """maximum over axis; the gradient is shared evenly among ties"""
+    """maximum over axis; with an int axis the first maximum of each slice takes the gradient (torch.max(dim)), else ties share it evenly (amax)"""
     return np.max(x, axis=axis, keepdims=keepdims)
 
 
 @primitive("min", _extreme_name("Min"), args=AXIS, infer=S.REDUCTION)
 def min_(x, axis=None, keepdims=False):
-    """minimum over axis; the gradient is shared evenly among ties"""
+    """minimum over axis; with an int axis the first minimum of each slice takes the gradient (torch.min(dim)), else ties share it evenly (amin)"""
     return np.min(x, axis=axis, keepdims=keepdims)
 
 

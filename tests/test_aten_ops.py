@@ -137,6 +137,10 @@ case("aten._log_softmax.default", [R(3, 4)], {"dim": 1, "half_to_float": False})
 case("aten._log_softmax.default", [x234], {"dim": -2, "half_to_float": False})
 case("aten._softmax_backward_data.default", [R(3, 4), R(3, 4, low=0.1, high=1, seed=1)],
      {"dim": 1, "input_dtype": "float64"})
+case("aten._log_softmax_backward_data.default", [R(3, 4), R(3, 4, low=-3, high=-0.1, seed=1)],
+     {"dim": -1, "input_dtype": "float64"})
+case("aten.gelu_backward.default", [R(3, 4), R(3, 4, seed=1) * 2])
+case("aten.gelu_backward.default", [R(3, 4), R(3, 4, seed=1) * 2], {"approximate": "tanh"})
 case("aten.embedding.default", [R(6, 3), I(1, 4, 1, 0)])
 # fd=False: the padding row gets no gradient, and scale_grad_by_freq divides by the
 # counts (PyTorch's choices, not the derivative): checked against torch and below
@@ -154,6 +158,13 @@ case("aten.nll_loss_forward.default", [R(4, 5), I(1, -100, 4, 1), R(5, low=0.5, 
      {"reduction": 1, "ignore_index": -100}, wrt=[0])
 case("aten.nll_loss_forward.default", [R(4, 5), I(1, 3, 4, 3), None], {"reduction": 2, "ignore_index": 3})
 case("aten.nll_loss_forward.default", [R(5), np.array(2), None], {"reduction": 1, "ignore_index": -100})
+# total_weight is what nll_loss_forward makes (the sum of the kept targets' weights): the
+# derivative for grad_output (derivatives.yaml: nll_loss(grad, ...)) recomputes it
+_nll_w = R(5, low=0.5, high=2, seed=2)
+for reduction in (0, 1, 2):
+    case("aten.nll_loss_backward.default", [R(4) if reduction == 0 else R(), R(4, 5, seed=1), I(1, 0, 4, 1),
+                                            _nll_w, np.array(_nll_w[[1, 0, 1]].sum())],
+         {"reduction": reduction, "ignore_index": 4}, wrt=[0, 1])
 for reduction in (0, 1, 2):
     case("aten.mse_loss.default", [R(3, 4), R(3, 4, seed=1)], {"reduction": reduction})
 
@@ -175,6 +186,9 @@ case(MAXPOOL, [R(2, 3, 7, 7)], {"kernel_size": [3, 3], "stride": [2, 2], "paddin
 case(MAXPOOL, [R(1, 2, 6, 5)], {"kernel_size": [2, 2]})
 case(MAXPOOL, [R(1, 2, 7, 6)], {"kernel_size": [3, 2], "stride": [2, 2], "ceil_mode": True})
 case(MAXPOOL, [R(2, 8, 8)], {"kernel_size": [2, 3], "stride": [1, 2], "padding": [1, 1], "dilation": [2, 2]})
+case("aten.max_pool2d_with_indices_backward.default",
+     [R(1, 2, 3, 3), R(1, 2, 5, 5, seed=1), np.array([[[[0, 2, 4], [10, 12, 14], [21, 23, 24]]] * 2])],
+     {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": False})
 AVGPOOL = "aten.avg_pool2d.default"
 case(AVGPOOL, [R(2, 3, 6, 6)], {"kernel_size": [2, 2], "stride": [2, 2]})
 case(AVGPOOL, [R(1, 2, 5, 6)], {"kernel_size": [3, 3], "stride": [1, 2], "padding": [1, 1],
@@ -183,10 +197,17 @@ case(AVGPOOL, [R(1, 2, 5, 6)], {"kernel_size": [3, 3], "stride": [2, 2], "paddin
 case(AVGPOOL, [R(1, 2, 5, 6)], {"kernel_size": [3, 2], "stride": [2, 2], "padding": [1, 0], "ceil_mode": True,
                                 "count_include_pad": False})
 case(AVGPOOL, [R(2, 5, 5)], {"kernel_size": [2, 2], "divisor_override": 3})
+case("aten.avg_pool2d_backward.default", [R(1, 2, 3, 4), R(1, 2, 5, 6, seed=1)],
+     {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1], "ceil_mode": True, "count_include_pad": False,
+      "divisor_override": None})
+case("aten.avg_pool2d_backward.default", [R(2, 2, 2), R(2, 5, 5, seed=1)],
+     {"kernel_size": [2, 2], "stride": [2, 2], "padding": [0, 0], "ceil_mode": False, "count_include_pad": True,
+      "divisor_override": 3})
 ADAPTIVE = "aten._adaptive_avg_pool2d.default"
 case(ADAPTIVE, [R(2, 3, 4, 5)], {"output_size": [1, 1]})
 case(ADAPTIVE, [R(1, 2, 5, 7)], {"output_size": [2, 3]})
 case(ADAPTIVE, [R(2, 6, 4)], {"output_size": [3, 4]})
+case("aten._adaptive_avg_pool2d_backward.default", [R(1, 2, 2, 3), R(1, 2, 5, 7, seed=1)])
 
 BN = "aten.native_batch_norm.default"
 _bn = {"momentum": 0.1, "eps": 1e-5}
@@ -690,16 +711,24 @@ def test_models_of_aten_ops_match_torch_gradients_and_node_order(model):
     (CONV, [R(1, 2, 4, 4), R(3, 2, 3, 3, seed=1), None], _conv),
     (MAXPOOL, [R(1, 1, 4, 4)], {"kernel_size": [2, 2]}),
     (LN, [R(2, 3), None, None], {"normalized_shape": [3], "eps": 1e-5}),
+    (SDPA, [R(1, 1, 2, 3), R(1, 1, 3, 3, seed=1), R(1, 1, 3, 3, seed=2), None], {}),
+    ("aten.hardsigmoid.default", [R(2, 3)], {}),
 ])
-def test_kernel_backwards_refuse_a_recording_gradient(op_name, inputs, args):
-    # their VJPs are NumPy kernels: a gradient that would record (create_graph) must not be dropped silently
+def test_kernel_backwards_record_or_refuse_a_recording_gradient(op_name, inputs, args):
+    # a gradient that would record (create_graph) is never dropped silently: the backward
+    # records itself (tests/test_aten_gradgrad.py checks its derivative) or, where PyTorch has
+    # no double backward, refuses naming the op
     wrt = _wrt(inputs, None)
     _, outs = _ours(op_name, inputs, args, wrt)
     node = outs[0].grad_fn
     g = Tensor(np.ones(outs[0].shape), requires_grad=True)
     grads = [g] + [None] * (len(outs) - 1) if OPS[op_name].multi_output else [g]
-    with pytest.raises(RuntimeError, match="cannot be differentiated again"):
-        node.apply(grads)
+    if op_name in (SDPA, "aten.hardsigmoid.default"):
+        with pytest.raises(RuntimeError, match=re.escape(op_name) + ".*cannot be differentiated"):
+            node.apply(grads)
+    else:
+        got = [x for x in node.apply(grads) if x is not None]
+        assert got and all(type(x) is Tensor and x.requires_grad for x in got)
 
 
 @needs_torch

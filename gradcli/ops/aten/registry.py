@@ -161,8 +161,8 @@ class _FlatVJPs:
 
         def vjp(g, ans, *flat, **args):
             if op.first_order_only and any(type(x) is Tensor for x in (g if op.multi_output else [g])):
-                raise RuntimeError(f"{op.name}: its backward is computed by a NumPy kernel and cannot be "
-                                   f"differentiated again (create_graph) yet")
+                raise RuntimeError(f"{op.name}: its backward cannot be differentiated (create_graph): "
+                                   f"{op.first_order_only}")
             n = len(flat)
             j = i if all(op.differentiable_inputs) else [
                 f for f, d in enumerate(op.differentiable_flat(n)) if d][i]   # edge -> flat input
@@ -206,8 +206,9 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
 def defvjp(op, *vjps, first_order_only=False):
     """One VJP per schema tensor input (None: not differentiable, e.g. indices).
 
-    ``first_order_only``: the VJPs compute on raw arrays (a NumPy kernel), not
-    with ops, so a gradient that is itself a recording Tensor is refused.
+    ``first_order_only``: False, or the reason (a string) why the VJPs cannot be
+    differentiated (PyTorch has no derivative for the backward): a gradient that is
+    itself a recording Tensor (create_graph) is then refused, naming the op and the reason.
     """
     if len(vjps) != len(op.schema.tensors):
         raise ValueError(f"{op.name}: {len(vjps)} VJPs for {len(op.schema.tensors)} tensor inputs")
@@ -217,9 +218,10 @@ def defvjp(op, *vjps, first_order_only=False):
     op.vjps = _FlatVJPs(op)
 
 
-def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
+def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
     """``fn(g, ans, *inputs, output_mask, **args)`` -> one gradient (or None) per tensor input;
-    ``differentiable_inputs``: one bool per tensor input (those the node has edges to)."""
+    ``differentiable_inputs``: one bool per tensor input (those the node has edges to);
+    ``first_order_only`` as for ``defvjp``."""
     op.joint_vjp = fn
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)

@@ -42,8 +42,10 @@ def _centred_grad(gx, xhat, invstd, axes):
                                L.mul(xhat, L.mean(L.mul(gx, xhat), axis=axes, keepdims=True))))
 
 
-def _batch_norm_vjp(gs, ans, input, weight, bias, running_mean, running_var, training, momentum, eps,
-                    output_mask):
+def native_batch_norm_backward(gs, ans, input, weight, bias, running_mean, running_var, training, momentum, eps,
+                               output_mask):
+    """The VJP of ``native_batch_norm``: (grad_input, grad_weight, grad_bias, None, None), None
+    where ``output_mask`` is false or the parameter is absent; arrays or recording Tensors."""
     # input, weight, bias: "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean,
     #   running_var, result1, result2, training, eps, grad_input_mask) : ..."
     g = gs[0]
@@ -68,7 +70,7 @@ def _batch_norm_vjp(gs, ans, input, weight, bias, running_mean, running_var, tra
     return gi, gw, gb, None, None
 
 
-defvjp_joint(native_batch_norm_op, _batch_norm_vjp, (True, True, True, False, False), first_order_only=False)
+defvjp_joint(native_batch_norm_op, native_batch_norm_backward, (True, True, True, False, False))
 
 
 # -- layer norm --------------------------------------------------------------------------
@@ -78,7 +80,9 @@ def native_layer_norm_op(input, weight, bias, normalized_shape, eps):
     return K.native_layer_norm(input, normalized_shape, weight, bias, eps)
 
 
-def _layer_norm_vjp(gs, ans, input, weight, bias, normalized_shape, eps, output_mask):
+def native_layer_norm_backward(gs, ans, input, weight, bias, normalized_shape, eps, output_mask):
+    """The VJP of ``native_layer_norm``: (grad_input, grad_weight, grad_bias), None where
+    ``output_mask`` is false or the parameter is absent; arrays or recording Tensors."""
     # input, weight, bias: "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape,
     #   result1, result2, weight, bias, grad_input_mask) : ..."
     g = gs[0]
@@ -96,7 +100,7 @@ def _layer_norm_vjp(gs, ans, input, weight, bias, normalized_shape, eps, output_
     return gi, gw, gb
 
 
-defvjp_joint(native_layer_norm_op, _layer_norm_vjp, (True, True, True), first_order_only=False)
+defvjp_joint(native_layer_norm_op, native_layer_norm_backward, (True, True, True))
 
 
 # -- attention ----------------------------------------------------------------------------

@@ -23,15 +23,6 @@ def as_dtype(x, dt):
     return x.astype(dt, copy=False)
 
 
-def array_module(x):
-    """NumPy, or CuPy for a CuPy array: where a kernel makes new arrays (aranges, masks)."""
-    if type(x).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
-
-
 def zeros(like_shape, like):
     """Zeros of ``like_shape`` with the dtype (and array type) of ``like``."""
     return np.zeros_like(like, shape=tuple(like_shape))

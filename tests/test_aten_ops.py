@@ -781,3 +781,92 @@ def test_load_time_infer_refuses_what_the_forward_refuses(op_name, inputs, args)
     with pytest.raises(ValueError):
         OPS[op_name](*inputs, **args)
     assert str(inferred.value)
+
+
+# -- shape rules allocate nothing (Note [shape rules allocate nothing]) ---------------------------
+def test_every_aten_op_has_a_shape_rule():
+    from gradcli.ops.aten.registry import ELEMENTWISE
+
+    assert sorted(n for n, op in ATEN_OPS.items() if op.meta is None) == []
+    # elementwise rules run the forward on 0-d stand-ins only (for the dtype)
+    assert {n for n, op in ATEN_OPS.items() if op.meta == ELEMENTWISE} >= {"aten.add.Tensor", "aten.gelu.default"}
+
+
+@pytest.mark.parametrize("op_name, inputs, args, wrt, fd", CASES)
+def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
+    # the forward may run during infer only on stand-ins that hold one element (0-d, or
+    # zero-stride views), so that inferring allocates nothing whatever the shapes
+    from gradcli.ops.aten.registry import Slot
+
+    op = ATEN_OPS[op_name]
+    real = op.forward
+
+    def guarded(*xs, **kw):
+        for x in _flat(xs):
+            if isinstance(x, np.ndarray):
+                assert x.ndim == 0 or not any(x.strides), f"{op_name}: infer computed on {x.shape}"
+        return real(*xs, **kw)
+
+    monkeypatch.setattr(op, "forward", guarded)
+    shapes, dtypes = [], []
+
+    def slot(i, x):
+        if not isinstance(x, np.ndarray):
+            return x
+        shapes.append(x.shape)
+        dtypes.append(x.dtype)
+        return Slot(len(shapes) - 1)
+
+    layout = _rebuild(inputs, slot)
+    assert op.bind(layout).infer_outputs(shapes, dtypes, args)
+
+
+_BIG = 10 ** 6      # 10^6 x 10^6 float64 is 8 TB
+
+
+@pytest.mark.parametrize("op_name, layout, metas, args, expected", [
+    ("aten.mm.default", [0, 1], [(_BIG, _BIG), (_BIG, 3)], {}, [((_BIG, 3), "float64")]),
+    ("aten.bmm.default", [0, 1], [(2, _BIG, 5), (2, 5, _BIG)], {}, [((2, _BIG, _BIG), "float64")]),
+    ("aten.addmm.default", [0, 1, 2], [(_BIG,), (_BIG, 4), (4, _BIG)], {}, [((_BIG, _BIG), "float64")]),
+    ("aten.cat.default", [[0, 1]], [(_BIG, _BIG), (_BIG, _BIG)], {"dim": 1}, [((_BIG, 2 * _BIG), "float64")]),
+    ("aten.stack.default", [[0, 1]], [(_BIG, _BIG), (_BIG, _BIG)], {}, [((2, _BIG, _BIG), "float64")]),
+    ("aten.view.default", [0], [(_BIG, _BIG)], {"size": [-1]}, [((_BIG * _BIG,), "float64")]),
+    ("aten.permute.default", [0], [(_BIG, 2, _BIG)], {"dims": [2, 0, 1]}, [((_BIG, _BIG, 2), "float64")]),
+    ("aten.sum.dim_IntList", [0], [(_BIG, _BIG)], {"dim": [0]}, [((_BIG,), "float64")]),
+    ("aten._softmax.default", [0], [(_BIG, _BIG)], {"dim": 1, "half_to_float": False},
+     [((_BIG, _BIG), "float64")]),
+    ("aten.embedding.default", [0, 1], [(10, _BIG), (_BIG, 4)], {}, [((_BIG, 4, _BIG), "float64")]),
+    ("aten.max_pool2d_with_indices.default", [0], [(8, 8, _BIG, _BIG)], {"kernel_size": [2, 2]},
+     [((8, 8, _BIG // 2, _BIG // 2), "float64"), ((8, 8, _BIG // 2, _BIG // 2), "int64")]),
+    ("aten.avg_pool2d.default", [0], [(8, 8, _BIG, _BIG)], {"kernel_size": [2, 2]},
+     [((8, 8, _BIG // 2, _BIG // 2), "float64")]),
+    ("aten._adaptive_avg_pool2d.default", [0], [(8, _BIG, _BIG)], {"output_size": [_BIG, 7]},
+     [((8, _BIG, 7), "float64")]),
+    ("aten.native_batch_norm.default", [0, None, None, None, None], [(_BIG, 4, _BIG)],
+     {"training": True, "momentum": 0.1, "eps": 1e-5},
+     [((_BIG, 4, _BIG), "float64"), ((4,), "float64"), ((4,), "float64")]),
+    ("aten.native_layer_norm.default", [0, None, None], [(_BIG, _BIG)], {"normalized_shape": [_BIG], "eps": 1e-5},
+     [((_BIG, _BIG), "float64"), ((_BIG, 1), "float64"), ((_BIG, 1), "float64")]),
+    ("aten._scaled_dot_product_flash_attention_for_cpu.default", [0, 1, 2, None],
+     [(2, 4, _BIG, 8), (2, 4, _BIG, 8), (2, 4, _BIG, 8)], {},
+     [((2, 4, _BIG, 8), "float64"), ((2, 4, _BIG), "float64")]),
+])
+def test_inferring_a_huge_result_allocates_nothing(op_name, layout, metas, args, expected):
+    import tracemalloc
+
+    from gradcli.ops.aten.registry import Slot
+
+    def put(v):
+        return [put(x) for x in v] if isinstance(v, list) else (Slot(v) if v is not None else None)
+
+    dtypes = [np.dtype("int64") if op_name == "aten.embedding.default" and i == 1 else np.dtype("float64")
+              for i in range(len(metas))]
+    call = ATEN_OPS[op_name].bind([put(v) for v in layout])
+    tracemalloc.start()
+    try:
+        got = call.infer_outputs(metas, dtypes, args)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == [(shape, np.dtype(dt)) for shape, dt in expected]
+    assert peak < 1 << 20, f"{op_name}: inferring allocated {peak} bytes"

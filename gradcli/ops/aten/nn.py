@@ -268,7 +268,7 @@ defvjp(nll_loss_forward,
 defvjp(nll_loss_backward,
        lambda gg, ans, go, self, target, weight, total_weight, reduction, ignore_index: nll_loss_forward(
            gg, target, weight, reduction=reduction, ignore_index=ignore_index)[0],
-       lambda gg, ans, go, self, target, weight, total_weight, reduction, ignore_index: zeros(self.shape, _value(gg)),
+       lambda gg, ans, go, self, target, weight, total_weight, reduction, ignore_index: zeros(self.shape, gg),
        None, None, None)
 
 

@@ -24,8 +24,9 @@ def as_dtype(x, dt):
 
 
 def zeros(like_shape, like):
-    """Zeros of ``like_shape`` with the dtype (and array type) of ``like``."""
-    return np.zeros_like(like, shape=tuple(like_shape))
+    """Zeros of ``like_shape`` with the dtype (and array type) of ``like`` (an array or a
+    Tensor: zeros are a constant, they record nothing)."""
+    return np.zeros_like(_value(like), shape=tuple(like_shape))
 
 
 def scalar(value, like):

@@ -185,7 +185,7 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
     infer on stand-ins]): ``ELEMENTWISE`` (the tensor inputs broadcast; the dtype is
     the forward's on 0-d stand-ins), or ``fn(*inputs, **args) -> [(shape, dtype)]``
     called with ``Meta`` objects (``shape``, ``dtype``, ``ndim``) for the tensors,
-    raising ValueError as the forward would; None: the forward runs on stand-ins.
+    raising ValueError as the forward would (meta.py attaches the non-elementwise ones).
     ``differentiable_outputs``: one bool per output (PyTorch's
     ``output_differentiability``); outputs marked False get no ``grad_fn``.
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
@@ -285,19 +285,12 @@ class AtenCall:
         return self.op.fn(*self.structure(flat), **args)
 
     def infer_outputs(self, shapes, dtypes, args):
-        """Note [ATen infer on stand-ins]: the outputs' shapes and dtypes are what the
-        forward makes of stand-ins of the inputs' shapes and dtypes (shapes.py's Note
-        [Inferring with stand-ins]): zero-stride read-only views of one element, except
-        small inputs (at most ``_SMALL`` elements), which are real zero arrays so that a
-        forward writing into one (batch norm's running statistics) can. Views (view,
-        expand, permute, slice, ...) cost nothing, so a graph that grows a tensor by
-        views is refused at the first result over the budget before anything is
-        allocated; but an op that computes allocates its result (once, on stand-ins)
-        before the loader compares it with the budget. A result that cannot be
-        allocated at all is a ValueError ("does not fit in memory"), reported on the
-        op's line. Ops whose work is heavy or whose result can outgrow their inputs
-        declare a ``meta`` rule instead (``aten(meta=...)``): elementwise ops (a
-        broadcast can square the size) and convolution infer without computing."""
+        """Note [ATen infer on stand-ins]: the outputs' shapes and dtypes, computed by the
+        op's shape rule without allocating (meta.py's Note [shape rules allocate nothing]):
+        elementwise ops broadcast the input shapes and take the dtype the forward makes of
+        0-d stand-ins; every other op has a ``meta`` rule called with ``Meta`` inputs
+        (view ops run the forward on zero-stride stand-ins). None (unknown) for an op
+        without a rule (tests/test_aten_ops.py requires one for every op)."""
         args = {**self.op.defaults, **args}
         meta = self.op.meta
         if meta == ELEMENTWISE:
@@ -307,25 +300,6 @@ class AtenCall:
             with np.errstate(all="ignore"):
                 out = self.op.fn(*self.structure([np.zeros((), d) for d in dtypes]), **args)
             return [(shape, np.dtype(out.dtype))]
-        if meta is not None:
-            return meta(*self.structure([Meta(s, d) for s, d in zip(shapes, dtypes)]), **args)
-        stand_ins = [np.zeros(s, d) if _count(s) <= _SMALL else np.broadcast_to(np.zeros((), d), s)
-                     for s, d in zip(shapes, dtypes)]
-        try:
-            with np.errstate(all="ignore"):
-                out = self.op.fn(*self.structure(stand_ins), **args)
-        except MemoryError:
-            raise ValueError(f"{self.op.name}: its result does not fit in memory") from None
-        outs = list(out) if self.op.multi_output else [out]
-        return [(tuple(int(n) for n in np.shape(o)), np.asarray(o).dtype if not hasattr(o, "dtype")
-                 else np.dtype(o.dtype)) for o in outs]
-
-
-_SMALL = 4096
-
-
-def _count(shape):
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
+        if meta is None:
+            return None
+        return meta(*self.structure([Meta(s, d) for s, d in zip(shapes, dtypes)]), **args)

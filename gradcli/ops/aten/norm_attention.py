@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import aten_kernels as K
 from .. import library as L
+from ...autograd.tensor import Tensor
 from ..library import _value
 from .pointwise import scalar
 from .registry import aten, defvjp_joint
@@ -22,13 +23,18 @@ def native_batch_norm_op(input, weight, bias, running_mean, running_var, trainin
 
 
 # Note [normalisation backward with ops]: the batch- and layer-norm backwards are
-# written with ops (not the kernels' save_mean/save_invstd), recomputing the
-# statistics from the input, so that under create_graph they record themselves and
-# the second derivative sees the statistics as functions of the input (PyTorch's
-# batchnorm_double_backward / layer_norm_double_backward). One formula serves both
-# orders; on raw arrays it is plain NumPy.
-def _normalised(x, axes, eps):
-    """(xhat, invstd) of ``x`` over ``axes`` (biased variance), keepdims shapes."""
+# written with ops, so that under create_graph they record themselves; one formula
+# serves every order. The statistics (mean, invstd) are functions of the input: when
+# the input is a Tensor that requires grad (create_graph) they are recomputed from it
+# with ops, so the second derivative sees them vary (PyTorch's batchnorm_double_backward
+# / layer_norm_double_backward); otherwise they are constants of this backward and the
+# forward's saved ones are used (save_mean/save_invstd, mean/rstd: the same values).
+def _normalised(x, axes, eps, saved_mean, saved_invstd, keep_shape):
+    """(xhat, invstd) of ``x`` over ``axes`` (biased variance), in ``keep_shape``."""
+    if not (type(x) is Tensor and x.requires_grad):
+        mu = np.reshape(_value(saved_mean), keep_shape)
+        invstd = np.reshape(_value(saved_invstd), keep_shape)
+        return L.mul(L.sub(x, mu), invstd), invstd
     mu = L.mean(x, axis=axes, keepdims=True)
     xc = L.sub(x, mu)
     var = L.mean(L.mul(xc, xc), axis=axes, keepdims=True)
@@ -54,7 +60,7 @@ def native_batch_norm_backward(gs, ans, input, weight, bias, running_mean, runni
     axes = (0,) + tuple(range(2, len(input.shape)))
     channel = (1, input.shape[1]) + (1,) * (len(input.shape) - 2)
     if training:
-        xhat, invstd = _normalised(input, axes, eps)
+        xhat, invstd = _normalised(input, axes, eps, ans[1], ans[2], channel)
     else:           # the running statistics are constants
         raw = _value(input)
         invstd = np.reshape(1.0 / np.sqrt(running_var + eps), channel).astype(raw.dtype, copy=False)
@@ -89,7 +95,7 @@ def native_layer_norm_backward(gs, ans, input, weight, bias, normalized_shape, e
     start = len(input.shape) - len(normalized_shape)
     axes = tuple(range(start, len(input.shape)))
     batch = tuple(range(start))
-    xhat, rstd = _normalised(input, axes, eps)
+    xhat, rstd = _normalised(input, axes, eps, ans[1], ans[2], tuple(input.shape[:start]) + (1,) * len(axes))
     gi = gw = gb = None
     if output_mask[0]:
         gi = _centred_grad(g if weight is None else L.mul(g, weight), xhat, rstd, axes)

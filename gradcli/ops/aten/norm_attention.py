@@ -128,4 +128,4 @@ def _attention_vjp(gs, ans, query, key, value, attn_mask, dropout_p=0.0, is_caus
 
 
 defvjp_joint(flash_attention_for_cpu, _attention_vjp, (True, True, True, False),
-             first_order_only="PyTorch 2.13 has no derivative for _scaled_dot_product_flash_attention_for_cpu_backward")
+             first_order_only="_scaled_dot_product_flash_attention_for_cpu_backward")

@@ -166,7 +166,7 @@ def hardsigmoid(self):
 _ONE_SIXTH_F32 = float(np.float32(1.0) / np.float32(6.0))
 defvjp(hardsigmoid, lambda g, ans, self: L.where(
     (_value(self) > -3) & (_value(self) < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)),
-    first_order_only="PyTorch 2.13 has no derivative for hardsigmoid_backward")
+    first_order_only="hardsigmoid_backward")
 
 
 @aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0", meta=ELEMENTWISE)

@@ -161,8 +161,7 @@ class _FlatVJPs:
 
         def vjp(g, ans, *flat, **args):
             if op.first_order_only and any(type(x) is Tensor for x in (g if op.multi_output else [g])):
-                raise RuntimeError(f"{op.name}: its backward cannot be differentiated (create_graph): "
-                                   f"{op.first_order_only}")
+                return _not_differentiable(op, vjp, g, ans, flat, args)
             n = len(flat)
             j = i if all(op.differentiable_inputs) else [
                 f for f, d in enumerate(op.differentiable_flat(n)) if d][i]   # edge -> flat input
@@ -176,6 +175,43 @@ class _FlatVJPs:
                 grad = None if fn is None else fn(g, ans, *inputs, **args)
             return grad if k is None or grad is None else grad[k]
         return vjp
+
+
+def _value(x):
+    return x.data if type(x) is Tensor else x
+
+
+class _RaiseOnBackward:
+    """The VJPs of a NotImplemented node: every one raises PyTorch's error."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message):
+        self.message = message
+
+    def __getitem__(self, i):
+        def vjp(*_, **__):
+            raise RuntimeError(self.message)
+        return vjp
+
+
+def _not_differentiable(op, vjp, g, ans, flat, args):
+    """Note [no double backward]: where PyTorch has no derivative for an op's backward,
+    create_graph still gives the first-order gradient, as a Tensor whose ``grad_fn`` is
+    a ``torch::autograd::NotImplemented`` node (PyTorch's name) with edges to what it
+    depends on; differentiating through it raises PyTorch's error then, not before."""
+    gs = [_value(x) for x in g] if op.multi_output else _value(g)
+    raw = vjp(gs, [_value(x) for x in ans] if op.multi_output else _value(ans),
+              *[_value(x) for x in flat], **args)
+    deps = [x for x in (list(g) if op.multi_output else [g]) + list(flat)
+            if type(x) is Tensor and x.requires_grad]
+    if raw is None or not deps:
+        return raw
+    marker = Op(f"{op.name}:not_implemented", lambda value, *_: value, "torch::autograd::NotImplemented",
+                saves=False, arity=(1, None), public=False, doc="a gradient PyTorch cannot differentiate")
+    marker.vjps = _RaiseOnBackward(f"derivative for aten::{op.first_order_only} is not implemented "
+                                   f"(the backward of {op.name}; as PyTorch 2.13)")
+    return record(marker, [raw] + deps, {})
 
 
 def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
@@ -206,9 +242,10 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
 def defvjp(op, *vjps, first_order_only=False):
     """One VJP per schema tensor input (None: not differentiable, e.g. indices).
 
-    ``first_order_only``: False, or the reason (a string) why the VJPs cannot be
-    differentiated (PyTorch has no derivative for the backward): a gradient that is
-    itself a recording Tensor (create_graph) is then refused, naming the op and the reason.
+    ``first_order_only``: False, or the name of PyTorch's backward op that has no
+    derivative (e.g. ``"hardsigmoid_backward"``): the VJPs then compute on raw arrays
+    and under create_graph their result records a node that raises PyTorch's error
+    when differentiated (Note [no double backward]).
     """
     if len(vjps) != len(op.schema.tensors):
         raise ValueError(f"{op.name}: {len(vjps)} VJPs for {len(op.schema.tensors)} tensor inputs")

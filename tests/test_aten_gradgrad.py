@@ -322,3 +322,22 @@ EXCLUDED_INPUTS = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default":
         ([R(1, 1, 2, 3), R(1, 1, 3, 3, seed=1), R(1, 1, 3, 3, seed=2), None], {}),
 }
+
+
+def test_second_derivatives_stay_on_a_simulated_device():
+    # the stand-ins and zeros the double backwards make are placed on the gradient's device
+    from gradcli.devices import device, device_of, to_device
+
+    sim = device("sim:1")
+    x = Tensor(to_device(R(1, 2, 5, 5), sim), requires_grad=True)
+    w = Tensor(to_device(R(3, 2, 3, 3, seed=1), sim), requires_grad=True)
+    y = OPS["aten.convolution.default"](x, w, None, **dict(_conv, stride=[1, 1], padding=[1, 1]))
+    p = OPS["aten.max_pool2d_with_indices.default"](y, kernel_size=[2, 2])[0]
+    a = OPS["aten.avg_pool2d.default"](p, kernel_size=[2, 2])
+    b = OPS["aten.native_batch_norm.default"](a, None, None, None, None, training=True, momentum=0.1,
+                                              eps=1e-5)[0]
+    gx, gw = grad([b], [x, w], grad_outputs=[to_device(np.ones(b.shape), sim)], create_graph=True)
+    assert str(device_of(gx.data)) == str(device_of(gw.data)) == "sim:1"
+    hx, hw = grad([gx, gw], [x, w], grad_outputs=[to_device(R(*gx.shape, seed=2), sim),
+                                                   to_device(R(*gw.shape, seed=3), sim)])
+    assert str(device_of(hx)) == str(device_of(hw)) == "sim:1"

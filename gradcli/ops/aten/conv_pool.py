@@ -12,6 +12,7 @@ import numpy as np
 from .. import aten_kernels as K
 from .. import library as L
 from ..aten_kernels.conv import _check_input, _out_size, _params
+from ...devices import device_of, on_device
 from ..core import Op
 from ..core import defvjp as core_defvjp
 from ..library import _value
@@ -62,10 +63,11 @@ def _conv_args(stride, padding, dilation, groups):
 
 
 def _shaped(shape, like):
-    """A zero-stride stand-in of ``shape`` in ``like``'s dtype: the kernels read only its shape."""
+    """A zero-stride stand-in of ``shape`` in ``like``'s dtype, on its device: the kernels
+    read only its shape."""
     like = _value(like)
     xp = K.array_module(like)
-    return xp.broadcast_to(xp.zeros((), like.dtype), tuple(shape))
+    return on_device(xp.broadcast_to(xp.zeros((), like.dtype), tuple(shape)), device_of(like))
 
 
 def _grad_input_fn(grad_output, weight, input_shape, stride, padding, dilation, groups):
@@ -126,7 +128,7 @@ defvjp(convolution_op, _convolution_vjp_input, _convolution_vjp_weight, _convolu
 # pooling forward again (avg_pool2d, _adaptive_avg_pool2d) or a gather at the
 # indices (max_pool_double_backward), and for self zeros (derivatives.yaml).
 def _zeros_for(meta, g):
-    return _shaped(meta.shape, g).copy()
+    return on_device(_shaped(meta.shape, g).copy(), device_of(_value(g)))
 
 
 @aten("max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "

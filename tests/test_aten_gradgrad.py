@@ -234,9 +234,27 @@ def _analytic(op_name, arrays, args, wrt):
     return vs, ws, [np.zeros(t.shape) if g is None else np.asarray(g, np.float64) for g, t in zip(got, targets)]
 
 
-@pytest.mark.parametrize("op_name", sorted(GRADGRAD))
-def test_second_derivative_matches_finite_differences(op_name):
-    arrays, args, wrt = GRADGRAD[op_name]
+# more cases for the overloads whose double backward has the most branches
+_conv1d = {"stride": [2], "padding": [1], "dilation": [2], "transposed": False, "output_padding": [0], "groups": 2}
+VARIANTS = [
+    ("aten.convolution.default", [R(2, 4, 5, 5), R(6, 2, 2, 3, seed=1), None],
+     dict(_conv, groups=2, dilation=[2, 1], padding=[1, 1]), None),
+    ("aten.convolution.default", [R(1, 4, 7), R(4, 2, 3, seed=1), R(4, seed=2)], _conv1d, None),
+    ("aten.native_batch_norm.default", [R(3, 2, 2), R(2, seed=1), R(2, seed=2), R(2, seed=3),
+                                        R(2, seed=4, low=0.5, high=2)], dict(_bn, training=False), [0, 1, 2]),
+    ("aten.native_batch_norm.default", [R(4, 3), None, None, None, None], dict(_bn, training=True), None),
+    ("aten.native_layer_norm.default", [R(3, 4), R(4, seed=1), None], {"normalized_shape": [4], "eps": 0.1}, None),
+    ("aten.nll_loss_forward.default", [R(4, 3), I(1, 0, 2, 1), None], {"reduction": 0, "ignore_index": -100}, [0]),
+    ("aten.gelu_backward.default", [R(2, 3), R(2, 3, seed=1) * 2], {"approximate": "none"}, None),
+    ("aten.max_pool2d_with_indices.default", [distinct(2, 5, 6)],
+     {"kernel_size": [2, 3], "stride": [1, 2], "padding": [1, 1], "dilation": [2, 1], "ceil_mode": True}, None),
+]
+ALL_CASES = [pytest.param(n, *GRADGRAD[n], id=n) for n in sorted(GRADGRAD)] + [
+    pytest.param(*v, id=f"{v[0]}-variant{k}") for k, v in enumerate(VARIANTS)]
+
+
+@pytest.mark.parametrize("op_name, arrays, args, wrt", ALL_CASES)
+def test_second_derivative_matches_finite_differences(op_name, arrays, args, wrt):
     wrt = _wrt(arrays, wrt)
     vs, ws, analytic = _analytic(op_name, arrays, args, wrt)
     flat_arrays = [x.copy() if isinstance(x, np.ndarray) else x for x in _flat(arrays)]
@@ -273,9 +291,8 @@ def _torch_op(op_name):
 
 
 @needs_torch
-@pytest.mark.parametrize("op_name", sorted(GRADGRAD))
-def test_second_derivative_matches_torch_double_backward(op_name):
-    arrays, args, wrt = GRADGRAD[op_name]
+@pytest.mark.parametrize("op_name, arrays, args, wrt", ALL_CASES)
+def test_second_derivative_matches_torch_double_backward(op_name, arrays, args, wrt):
     wrt = _wrt(arrays, wrt)
     vs, ws, analytic = _analytic(op_name, arrays, args, wrt)
     tensors = _rebuild(arrays, lambda i, x: torch.tensor(x, requires_grad=i in wrt)

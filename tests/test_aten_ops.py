@@ -871,3 +871,33 @@ def test_inferring_a_huge_result_allocates_nothing(op_name, layout, metas, args,
         tracemalloc.stop()
     assert got == [(shape, np.dtype(dt)) for shape, dt in expected]
     assert peak < 1 << 20, f"{op_name}: inferring allocated {peak} bytes"
+
+
+@pytest.mark.parametrize("op_name, inputs, args", [
+    ("aten.mm.default", [R(2, 3), R(4, 2, seed=1)], {}),
+    ("aten.bmm.default", [R(2, 2, 3), R(3, 3, 2, seed=1)], {}),
+    ("aten.addmm.default", [R(3), R(2, 3, seed=1), R(3, 2, seed=2)], {}),
+    ("aten.cat.default", [[R(2, 3), R(2, 4, seed=1)]], {}),
+    ("aten.stack.default", [[R(2, 3), R(3, 2, seed=1)]], {}),
+    ("aten.view.default", [R(2, 3)], {"size": [4, -1]}),
+    ("aten.sum.dim_IntList", [R(2, 3)], {"dim": [2]}),
+    ("aten._softmax.default", [R(2, 3)], {"dim": 2, "half_to_float": False}),
+    (MAXPOOL, [R(1, 1, 2, 2)], {"kernel_size": [3, 3]}),
+    (AVGPOOL, [R(2, 3)], {"kernel_size": [1, 1]}),
+    ("aten.native_layer_norm.default", [R(2, 3), None, None], {"normalized_shape": [4], "eps": 1e-5}),
+    ("aten.nll_loss_forward.default", [R(2, 3), I(0, 1, 2), None], {"reduction": 1, "ignore_index": -100}),
+    (SDPA, [R(1, 1, 2, 3), R(1, 1, 3, 4, seed=1), R(1, 1, 3, 4, seed=2), None], {}),
+])
+def test_shape_rules_raise_what_the_forward_raises(op_name, inputs, args):
+    # the same exception type (the loader reports ValueError, TypeError and IndexError as
+    # one-line errors on the op's line)
+    from gradcli.ops.aten.registry import Slot
+
+    flat = _flat(inputs)
+    layout = _rebuild(inputs, lambda i, x: Slot(i) if isinstance(x, np.ndarray) else x)
+    arrays = [x for x in flat if isinstance(x, np.ndarray)]
+    with pytest.raises((ValueError, TypeError, IndexError)) as forward:
+        OPS[op_name](*inputs, **args)
+    with pytest.raises(forward.type) as inferred:
+        ATEN_OPS[op_name].bind(layout).infer_outputs([a.shape for a in arrays], [a.dtype for a in arrays], args)
+    assert str(inferred.value)

@@ -233,6 +233,12 @@ for unary, make in [("neg", R), ("exp", R), ("log", lambda *s: R(*s, low=0.3, hi
                     ("sqrt", lambda *s: R(*s, low=0.3, high=3)), ("abs", lambda *s: R(*s, away=[0])),
                     ("silu", R)]:
     case(f"aten.{unary}.default", [make(3, 4)])
+case("aten.threshold_backward.default", [R(3, 4), R(3, 4, seed=1, away=[0.5])], {"threshold": 0.5})
+case("aten.sigmoid_backward.default", [R(3, 4), R(3, 4, seed=1, low=0.1, high=0.9)])
+case("aten.tanh_backward.default", [R(3, 4), R(3, 4, seed=1, low=-0.9, high=0.9)])
+case("aten.hardswish_backward.default", [R(4, 5), R(4, 5, seed=1, low=-5, high=5, away=[-3, 3])])
+case("aten.hardtanh_backward.default", [R(3, 4), R(3, 4, seed=1, low=-2, high=2, away=[-1, 1])],
+     {"min_val": -1.0, "max_val": 1.0})
 case("aten.hardtanh.default", [R(3, 4, low=-2, high=2, away=[-1, 1])])
 case("aten.hardtanh.default", [R(3, 4, low=0, high=8, away=[6])], {"min_val": 0.0, "max_val": 6.0})
 case("aten.add.Scalar", [R(3, 4)], {"other": 1.5, "alpha": 2})

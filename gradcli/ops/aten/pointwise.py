@@ -132,7 +132,23 @@ def relu(self):
 
 # self: threshold_backward(grad, result, 0): zero where result <= 0 (Note [Differentiable VJPs]
 # in library.py: masks read values, gradients flow through ops)
-defvjp(relu, lambda g, ans, self: L.where(_value(ans) <= 0, scalar(0, g), g))
+defvjp(relu, lambda g, ans, self: threshold_backward(g, ans, threshold=0))
+
+
+# Note [activation backwards as ops]: each activation's backward is an ATen op of its own
+# (its forward the one copy of the formula, its VJPs PyTorch's double-backward formulas), so
+# a create_graph backward records PyTorch's node (ThresholdBackwardBackward0, ...).
+@aten("threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor",
+      "ThresholdBackwardBackward0", meta=ELEMENTWISE)
+def threshold_backward(grad_output, self, threshold):
+    dt = result_type(grad_output, self)
+    return as_dtype(np.where(self <= threshold, np.zeros((), dt), grad_output), dt)
+
+
+# grad_output: threshold_backward(grad, self, threshold); self: zeros_like(grad)
+defvjp(threshold_backward,
+       lambda gg, ans, go, self, threshold: threshold_backward(gg, self, threshold=threshold),
+       lambda gg, ans, go, self, threshold: zeros(self.shape, gg))
 
 
 @aten("sigmoid(Tensor self) -> Tensor", "SigmoidBackward0", meta=ELEMENTWISE)
@@ -142,8 +158,19 @@ def sigmoid(self):
     return as_dtype(np.reciprocal(np.add(np.exp(np.negative(x)), 1)), dt)
 
 
+@aten("sigmoid_backward(Tensor grad_output, Tensor output) -> Tensor", "SigmoidBackwardBackward0",
+      meta=ELEMENTWISE)
+def sigmoid_backward(grad_output, output):
+    dt = result_type(grad_output, output)
+    return as_dtype(grad_output * (1 - output) * output, dt)
+
+
 # self: sigmoid_backward(grad, result) = grad * (1 - result) * result
-defvjp(sigmoid, lambda g, ans, self: L.mul(L.mul(g, L.sub(scalar(1, ans), ans)), ans))
+defvjp(sigmoid, lambda g, ans, self: sigmoid_backward(g, ans))
+# grad_output: sigmoid_backward(grad, output); output: grad * grad_output * (-2 * output + 1)
+defvjp(sigmoid_backward,
+       lambda gg, ans, go, y: sigmoid_backward(gg, y),
+       lambda gg, ans, go, y: L.mul(L.mul(gg, go), L.add(L.mul(y, scalar(-2, y)), scalar(1, y))))
 
 
 @aten("tanh(Tensor self) -> Tensor", "TanhBackward0", meta=ELEMENTWISE)
@@ -152,8 +179,18 @@ def tanh(self):
     return as_dtype(np.tanh(cast(self, dt)), dt)
 
 
+@aten("tanh_backward(Tensor grad_output, Tensor output) -> Tensor", "TanhBackwardBackward0", meta=ELEMENTWISE)
+def tanh_backward(grad_output, output):
+    dt = result_type(grad_output, output)
+    return as_dtype(grad_output * (1 - output * output), dt)
+
+
 # self: tanh_backward(grad, result) = grad * (1 - result * result)
-defvjp(tanh, lambda g, ans, self: L.mul(g, L.sub(scalar(1, ans), L.mul(ans, ans))))
+defvjp(tanh, lambda g, ans, self: tanh_backward(g, ans))
+# grad_output: tanh_backward(grad, output); output: grad * (-2 * output * grad_output)
+defvjp(tanh_backward,
+       lambda gg, ans, go, y: tanh_backward(gg, y),
+       lambda gg, ans, go, y: L.mul(gg, L.mul(L.mul(y, scalar(-2, y)), go)))
 
 
 @aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0", meta=ELEMENTWISE)
@@ -174,14 +211,23 @@ def hardswish(self):
     return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
 
 
-def _hardswish_vjp(g, ans, self):
-    # hardswish_backward(grad, self): 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
-    inner = L.mul(g, L.add(L.div(self, scalar(3, self)), scalar(0.5, self)))
-    x = _value(self)
-    return L.where(x < -3, scalar(0, g), L.where(x <= 3, inner, g))
+@aten("hardswish_backward(Tensor grad_output, Tensor self) -> Tensor", "HardswishBackwardBackward0",
+      meta=ELEMENTWISE)
+def hardswish_backward(grad_output, self):
+    # 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
+    dt = result_type(grad_output, self)
+    inner = grad_output * (self / 3 + 0.5)
+    return as_dtype(np.where(self < -3, np.zeros((), dt), np.where(self <= 3, inner, grad_output)), dt)
 
 
-defvjp(hardswish, _hardswish_vjp)
+# self: hardswish_backward(grad, self)
+defvjp(hardswish, lambda g, ans, self: hardswish_backward(g, self))
+# grad_output: hardswish_backward(grad, self)
+# self: at::where(at::logical_and(-3.0 < self, self < 3.0), grad * grad_output / 3.0, at::zeros({}, ...))
+defvjp(hardswish_backward,
+       lambda gg, ans, go, self: hardswish_backward(gg, self),
+       lambda gg, ans, go, self: L.where((_value(self) > -3) & (_value(self) < 3),
+                                         L.div(L.mul(gg, go), scalar(3, _value(gg))), scalar(0, _value(gg))))
 
 
 @aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0", meta=ELEMENTWISE)
@@ -305,9 +351,22 @@ def hardtanh(self, min_val=-1, max_val=1):
     return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
 
 
-# self: hardtanh_backward(grad, self, min_val, max_val): 0 where x <= min_val or x >= max_val
-defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: L.where(
-    (_value(self) <= min_val) | (_value(self) >= max_val), scalar(0, g), g))
+@aten("hardtanh_backward(Tensor grad_output, Tensor self, Scalar min_val, Scalar max_val) -> Tensor",
+      "HardtanhBackwardBackward0", meta=ELEMENTWISE)
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    # 0 where x <= min_val or x >= max_val
+    dt = result_type(grad_output, self)
+    return as_dtype(np.where((self <= min_val) | (self >= max_val), np.zeros((), dt), grad_output), dt)
+
+
+# self: hardtanh_backward(grad, self, min_val, max_val)
+defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: hardtanh_backward(
+    g, self, min_val=min_val, max_val=max_val))
+# grad_output: hardtanh_backward(grad, self, min_val, max_val); self: zeros_like(grad)
+defvjp(hardtanh_backward,
+       lambda gg, ans, go, self, min_val, max_val: hardtanh_backward(gg, self, min_val=min_val,
+                                                                     max_val=max_val),
+       lambda gg, ans, go, self, min_val, max_val: zeros(self.shape, gg))
 
 
 @aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False,

@@ -6,7 +6,7 @@ import numpy as np
 from .. import aten_kernels as K
 from .. import library as L
 from ..library import _numel, _value
-from .pointwise import as_dtype, scalar, zeros
+from .pointwise import as_dtype, div_scalar, mul_scalar, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
 from .shape import _dim, t, transpose
@@ -52,7 +52,7 @@ def _mean_vjp(g, ans, self, dim, keepdim=False, dtype=None):
     n = 1
     for a in axes:
         n *= shape[a]
-    return L.div(L.expand_reduced(g, shape, axes, keepdim), scalar(n, g))
+    return div_scalar(L.expand_reduced(g, shape, axes, keepdim), other=n)
 
 
 defvjp(mean_dim, _mean_vjp)
@@ -122,7 +122,7 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
 # self: maybe_multiply(grad, beta.conj()) (summed to self's shape by the engine)
 # mat1: mm_mat1_backward(grad, mat2, ..., alpha); mat2: mm_mat2_backward(grad, mat1, ..., alpha)
 def _scaled(x, alpha):
-    return x if alpha == 1 else L.mul(x, alpha)
+    return x if alpha == 1 else mul_scalar(x, other=alpha)
 
 
 defvjp(addmm,

@@ -81,7 +81,7 @@ def mul_scalar(self, other):
 
 
 # self: mul_tensor_backward(grad, other, self.scalar_type())
-defvjp(mul_scalar, lambda g, ans, self, other: L.mul(g, other))
+defvjp(mul_scalar, lambda g, ans, self, other: mul_scalar(g, other=other))
 
 
 @aten("div.Tensor(Tensor self, Tensor other) -> Tensor", "DivBackward0", meta=ELEMENTWISE)
@@ -395,8 +395,8 @@ def div_scalar(self, other):
 
 defvjp(add_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
 defvjp(sub_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
-defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha))
-defvjp(div_scalar, lambda g, ans, self, other: L.div(g, other))              # grad / other
+defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: neg(g) if alpha == 1 else mul_scalar(neg(g), other=alpha))
+defvjp(div_scalar, lambda g, ans, self, other: div_scalar(g, other=other))   # grad / other
 
 
 @aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0",
@@ -407,7 +407,7 @@ def masked_fill(self, mask, value):
 
 def _masked_fill_vjp(g, ans, self, mask, value):
     # self: grad.masked_fill(mask, 0), summed to self's shape; mask: non_differentiable
-    return L.unbroadcast(L.where(mask, scalar(0, g), g), tuple(self.shape))
+    return L.unbroadcast(masked_fill(g, _value(mask), value=0), tuple(self.shape))
 
 
 defvjp(masked_fill, _masked_fill_vjp, None)

@@ -136,7 +136,7 @@ def unsqueeze(self, dim):
 
 
 # self: grad.squeeze(dim)
-defvjp(unsqueeze, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
+defvjp(unsqueeze, lambda g, ans, self, dim: squeeze_dim(g, dim=dim))
 
 
 @aten("squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)", "SqueezeBackward1", saves=False)
@@ -147,8 +147,17 @@ def squeeze_dim(self, dim):
     return np.squeeze(self, axis=d)
 
 
+def _unsqueeze_to(g, dims, shape):
+    # unsqueeze_to / unsqueeze_multiple: unsqueeze at each squeezed dim (of size 1), ascending
+    n = len(shape)
+    for d in sorted({_dim(d, n) for d in dims} if n else ()):
+        if shape[d] == 1:
+            g = unsqueeze(g, dim=d)
+    return g
+
+
 # self: unsqueeze_to(grad, dim, self.sym_sizes())
-defvjp(squeeze_dim, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
+defvjp(squeeze_dim, lambda g, ans, self, dim: _unsqueeze_to(g, [dim], tuple(self.shape)))
 
 
 @aten("squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)", "SqueezeBackward2", saves=False)
@@ -158,7 +167,7 @@ def squeeze_dims(self, dim):
 
 
 # self: unsqueeze_multiple(grad, dim, self.sym_sizes())
-defvjp(squeeze_dims, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
+defvjp(squeeze_dims, lambda g, ans, self, dim: _unsqueeze_to(g, dim, tuple(self.shape)))
 
 
 # -- joins and splits -------------------------------------------------------------------

@@ -129,6 +129,8 @@ GRADGRAD = {
     "aten.nll_loss_backward.default": ([R(), R(4, 3), I(1, 0, 2, 1), None, R(low=1, high=2)],
                                        {"reduction": 1, "ignore_index": -100}, [0]),
     "aten.mse_loss.default": ([R(2, 3), R(2, 3, seed=1)], {"reduction": 1}, None),
+    "aten.mse_loss_backward.default": ([R(), R(2, 3), R(2, 3, seed=1)], {"reduction": 1}, None),
+    "aten.select_backward.default": ([R(2, 3)], {"input_sizes": [2, 4, 3], "dim": 1, "index": 2}, None),
     "aten.gelu_backward.default": ([R(2, 3), R(2, 3, seed=1) * 2], {"approximate": "tanh"}, None),
     "aten.avg_pool2d_backward.default": ([R(1, 2, 3, 2), R(1, 2, 5, 4, seed=1)],
                                          {"kernel_size": [3, 2], "stride": [2, 2], "padding": [1, 0],
@@ -374,13 +376,12 @@ NODE_NAME_DIFFERENCES = {
                                 "ConvolutionBackwardBackward0",
     "aten.embedding_dense_backward.default": "the gather is recorded as embedding + where, not as PyTorch's "
                                              "index_select/view",
-    "aten.mse_loss.default": "mse_loss's backward is written with ops (MulBackward0), no MseLossBackwardBackward0",
+    "aten.mse_loss_backward.default": "mse_loss_double_backward(_grad_output) is written with other ops than "
+                                      "PyTorch's composite (Mul/View where it has Sum/Div/Neg)",
     "aten.native_batch_norm.default": "written with ops (Note [normalisation backward with ops]), no "
                                       "NativeBatchNormBackwardBackward0",
     "aten.native_layer_norm.default": "written with ops (Note [normalisation backward with ops]), no "
                                       "NativeLayerNormBackwardBackward0",
-    "aten.select.int": "select's backward is slice_backward (SliceBackwardBackward0), no "
-                       "SelectBackwardBackward0",
 }
 
 

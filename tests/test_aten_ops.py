@@ -167,6 +167,9 @@ for reduction in (0, 1, 2):
          {"reduction": reduction, "ignore_index": 4}, wrt=[0, 1])
 for reduction in (0, 1, 2):
     case("aten.mse_loss.default", [R(3, 4), R(3, 4, seed=1)], {"reduction": reduction})
+    case("aten.mse_loss_backward.default", [R(3, 4) if reduction == 0 else R(), R(3, 4, seed=1),
+                                            R(3, 4, seed=2)], {"reduction": reduction})
+case("aten.select_backward.default", [R(2, 4)], {"input_sizes": [2, 3, 4], "dim": 1, "index": -1})
 
 CONV = "aten.convolution.default"
 _conv = {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "transposed": False,

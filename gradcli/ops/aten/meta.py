@@ -316,3 +316,19 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         raise ValueError("_scaled_dot_product_flash_attention_for_cpu: key and value must have the same "
                          "sequence length")
     return [(tuple(batch) + (query.shape[-2], value.shape[-1]), query.dtype), (tuple(scores[:-1]), query.dtype)]
+
+
+@_rule("aten.mse_loss_backward.default")
+def _mse_loss_backward(grad_output, self, target, reduction):
+    shape = np.broadcast_shapes(self.shape, target.shape, grad_output.shape)
+    return [(tuple(shape), result_type(self, target))]
+
+
+@_rule("aten.select_backward.default")
+def _select_backward(grad_output, input_sizes, dim, index):
+    shape = tuple(int(s) for s in input_sizes)
+    d = _dim(dim, len(shape))
+    if not -shape[d] <= index < shape[d] or grad_output.shape != shape[:d] + shape[d + 1:]:
+        raise IndexError(f"select_backward: index {index} at dim {dim} of {list(shape)} does not fit a "
+                         f"gradient of shape {list(grad_output.shape)}")
+    return [(shape, grad_output.dtype)]

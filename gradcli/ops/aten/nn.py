@@ -281,14 +281,41 @@ def mse_loss(self, target, reduction=1):
     return as_dtype(np.mean(sq) if reduction == 1 else np.sum(sq), dt)
 
 
-def _mse_vjp(first):
-    def vjp(g, ans, self, target, reduction=1):
-        # mse_loss_backward(grad, a, b, reduction) = norm * (a - b) * grad, norm 2 (/ numel for mean)
-        a, b = (self, target) if first else (target, self)
-        diff = L.sub(a, b)
-        norm = 2.0 / max(_numel(diff.shape), 1) if reduction == 1 else 2.0
-        return L.unbroadcast(L.mul(L.mul(diff, scalar(norm, diff)), g), a.shape)
+def _mse_norm(self, target, reduction):
+    n = _numel(np.broadcast_shapes(tuple(self.shape), tuple(target.shape)))
+    return 2.0 / max(n, 1) if reduction == 1 else 2.0
+
+
+@aten("mse_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction) -> Tensor",
+      "MseLossBackwardBackward0")
+def mse_loss_backward(grad_output, self, target, reduction):
+    # norm * (self - target) * grad, norm 2 (/ numel for mean)
+    dt = result_type(self, target)
+    diff = np.subtract(cast(self, dt), cast(target, dt))
+    return as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt)
+
+
+# self: mse_loss_backward(grad, self, target, reduction); target: mse_loss_backward(grad, target, self, reduction)
+defvjp(mse_loss,
+       lambda g, ans, self, target, reduction=1: L.unbroadcast(
+           mse_loss_backward(g, self, target, reduction=reduction), tuple(self.shape)),
+       lambda g, ans, self, target, reduction=1: L.unbroadcast(
+           mse_loss_backward(g, target, self, reduction=reduction), tuple(target.shape)))
+
+
+def _mse_double(sign):
+    # self / target: mse_loss_double_backward(grad * grad_output, self, reduction) = +-norm * grad * grad_output
+    def vjp(gg, ans, go, self, target, reduction):
+        x = self if sign > 0 else target
+        out = L.mul(L.mul(gg, go), scalar(sign * _mse_norm(self, target, reduction), _value(gg)))
+        return L.unbroadcast(out, tuple(x.shape))
     return vjp
 
 
-defvjp(mse_loss, _mse_vjp(True), _mse_vjp(False))
+# grad_output: mse_loss_double_backward_grad_output(grad, grad_output, self, target, reduction):
+#   norm * (self - target) * grad, summed to grad_output's shape
+defvjp(mse_loss_backward,
+       lambda gg, ans, go, self, target, reduction: L.unbroadcast(
+           L.mul(L.mul(L.sub(self, target), scalar(_mse_norm(self, target, reduction), _value(gg))), gg),
+           tuple(go.shape)),
+       _mse_double(1), _mse_double(-1))

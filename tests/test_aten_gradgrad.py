@@ -372,10 +372,6 @@ def test_second_derivatives_stay_on_a_simulated_device():
 # checked above): the backward is written with several ops where PyTorch has one
 # double-backward node. What gradcli records instead, per gradient:
 NODE_NAME_DIFFERENCES = {
-    "aten.convolution.default": "grad_bias is SumBackward1 (a sum over grad), not a third output of "
-                                "ConvolutionBackwardBackward0",
-    "aten.embedding_dense_backward.default": "the gather is recorded as embedding + where, not as PyTorch's "
-                                             "index_select/view",
     "aten.mse_loss_backward.default": "mse_loss_double_backward(_grad_output) is written with other ops than "
                                       "PyTorch's composite (Mul/View where it has Sum/Div/Neg)",
     "aten.native_batch_norm.default": "written with ops (Note [normalisation backward with ops]), no "

@@ -115,8 +115,19 @@ def _convolution_vjp_weight(g, ans, input, weight, bias, stride, padding, dilati
                             **_conv_args(stride, padding, dilation, groups))
 
 
+def _grad_bias_fn(grad_output):
+    return grad_output.sum(axis=(0,) + tuple(range(2, grad_output.ndim)))
+
+
+conv_grad_bias = Op("convolution_backward.grad_bias", _grad_bias_fn, "ConvolutionBackwardBackward0",
+                    saves=False, public=False, doc="the bias half of convolution_backward")
+# grad_output: ggb broadcast over the batch and spatial dims
+core_defvjp(conv_grad_bias, lambda gg, ans, go: L.expand(
+    L.reshape(gg, shape=(1, go.shape[1]) + (1,) * (len(go.shape) - 2)), shape=tuple(go.shape)))
+
+
 def _convolution_vjp_bias(g, ans, input, weight, bias, **args):
-    return None if bias is None else L.sum_(g, axis=(0,) + tuple(range(2, len(g.shape))))
+    return None if bias is None else conv_grad_bias(g)
 
 
 defvjp(convolution_op, _convolution_vjp_input, _convolution_vjp_weight, _convolution_vjp_bias)

@@ -6,10 +6,10 @@ import numpy as np
 from .. import aten_kernels as K
 from .. import library as L
 from ..library import _numel, _value
-from .pointwise import as_dtype, div_scalar, mul_scalar, scalar, zeros
+from .pointwise import as_dtype, div_scalar, masked_fill, mul_scalar, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
-from .shape import _dim, t, transpose
+from .shape import _dim, t, transpose, view
 
 
 # -- reductions -----------------------------------------------------------------------
@@ -231,11 +231,14 @@ defvjp(embedding,
 
 
 def _embedding_double_backward(gg, ans, go, indices, num_weights, padding_idx, scale_grad_by_freq):
-    # embedding_dense_double_backward(grad, indices, padding_idx): gather rows, padding rows zero.
+    # embedding_dense_double_backward(grad, indices, padding_idx): the rows of grad at the indices
+    # (index_select, here embedding), padding rows zero (masked_fill), viewed as indices + (-1,).
     # PyTorch ignores scale_grad_by_freq here (so it is not this op's exact derivative then).
-    out = embedding(gg, indices)
-    mask = (_value(indices) == padding_idx)[..., None]
-    return L.where(mask, scalar(0, gg), out)
+    idx = _value(indices).reshape(-1)
+    rows = embedding(gg, idx)
+    if padding_idx >= 0:
+        rows = masked_fill(rows, (idx == padding_idx)[:, None], value=0)
+    return view(rows, size=list(_value(indices).shape) + [-1])
 
 
 defvjp(embedding_dense_backward, _embedding_double_backward, None)

@@ -404,3 +404,88 @@ def test_create_graph_gradients_have_torchs_node_names(op_name):
                               [torch.tensor(vs[k], requires_grad=True) for k in used], create_graph=True)
     theirs = [g.grad_fn.name() if g.grad_fn is not None else None for g in tgs]
     assert (ours == theirs) != (op_name in NODE_NAME_DIFFERENCES), (ours, theirs)
+
+
+@needs_torch
+@pytest.mark.parametrize("op_name, arrays, args", [
+    ("aten.gelu.default", [R(2, 3) * 2], {"approximate": "tanh"}),
+    ("aten._softmax.default", [R(2, 4)], {"dim": 1, "half_to_float": False}),
+    ("aten._log_softmax.default", [R(2, 4)], {"dim": 0, "half_to_float": False}),
+    ("aten.sigmoid.default", [R(2, 3)], {}),
+])
+def test_third_derivative_matches_torch(op_name, arrays, args):
+    # every backward records itself, so create_graph twice gives d3 (x -> <w, d/dx <u, d/dx <v, f(x)>>>)
+    rng = np.random.default_rng(zlib.crc32(op_name.encode()))
+    op = OPS[op_name]
+    xs = [Tensor(a.copy(), requires_grad=True) if a is not None else None for a in arrays]
+    txs = [torch.tensor(a, requires_grad=True) if a is not None else None for a in arrays]
+    leaves = [x for x in xs if x is not None]
+    tleaves = [x for x in txs if x is not None]
+    out = op(*xs, **args)
+    names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
+    tout = _torch_op(op_name)(**dict(zip(names, txs)), **args)
+    if op.multi_output:
+        out, tout = out[0], tout[0]
+    v = rng.standard_normal(out.shape)
+    g1 = grad([out], leaves, grad_outputs=[v], create_graph=True)
+    t1 = torch.autograd.grad([tout], tleaves, [torch.tensor(v)], create_graph=True)
+    # a gradient that is constant (layer norm's bias gradient) does not require grad here; in
+    # PyTorch it is an output of the one double-backward node and does
+    first = [k for k, t in enumerate(t1) if t.requires_grad and g1[k].requires_grad]
+    assert all(t1[k].requires_grad for k, g in enumerate(g1) if g.requires_grad)
+    us = [rng.standard_normal(leaves[k].shape) for k in first]
+    g2 = grad([g1[k] for k in first], leaves, grad_outputs=us, create_graph=True, allow_unused=True)
+    t2 = torch.autograd.grad([t1[k] for k in first], tleaves, [torch.tensor(u) for u in us], create_graph=True,
+                             allow_unused=True)
+    keep = [k for k, (a, b) in enumerate(zip(g2, t2)) if b is not None and b.requires_grad]
+    assert keep
+    ws = [rng.standard_normal(leaves[k].shape) for k in keep]
+    g3 = grad([g2[k] for k in keep], leaves, grad_outputs=ws, allow_unused=True)
+    t3 = torch.autograd.grad([t2[k] for k in keep], tleaves, [torch.tensor(w) for w in ws], allow_unused=True)
+    for a, b in zip(g3, t3):
+        want = np.zeros(a.shape if a is not None else b.shape) if b is None else b.detach().numpy()
+        got = np.zeros(want.shape) if a is None else np.asarray(a, np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
+
+
+_NORMS = [("aten.native_batch_norm.default", lambda x, w: [x, w, None, None, None],
+           {"training": True, "momentum": 0.1, "eps": 1e-3}),
+          ("aten.native_layer_norm.default", lambda x, w: [x, w, None], {"normalized_shape": [2], "eps": 1e-3})]
+
+
+@pytest.mark.parametrize("op_name, layout, args", _NORMS, ids=[n for n, _, _ in _NORMS])
+def test_norm_third_derivative_is_the_true_one_where_pytorchs_is_not(op_name, layout, args):
+    # gradcli differs from PyTorch 2.13 on purpose here: the norm backwards recompute the
+    # statistics with ops (Note [normalisation backward with ops]), so every order is the
+    # derivative of the one below; PyTorch's batchnorm/layer_norm_double_backward take the saved
+    # statistics, outputs without gradient, so its third derivative misses their dependence on
+    # the input (its second derivative is exact, and equal to gradcli's).
+    op = OPS[op_name]
+    x0, w0 = R(3, 2), R(2, seed=1)
+    v, u, w3 = R(3, 2, seed=2), R(3, 2, seed=3), R(3, 2, seed=4)
+
+    def second(xa):
+        x, w = Tensor(xa.copy(), requires_grad=True), Tensor(w0.copy(), requires_grad=True)
+        out = op(*layout(x, w), **args)[0]
+        (g1,) = grad([out], [x], grad_outputs=[v], create_graph=True)
+        (g2,) = grad([g1], [x], grad_outputs=[u], create_graph=True)
+        return x, g2
+
+    x, g2 = second(x0)
+    (g3,) = grad([g2], [x], grad_outputs=[w3])
+    num = np.zeros(x0.shape)
+    for i in np.ndindex(x0.shape):
+        plus, minus = x0.copy(), x0.copy()
+        plus[i] += 1e-6
+        minus[i] -= 1e-6
+        num[i] = (np.sum(w3 * second(plus)[1].data) - np.sum(w3 * second(minus)[1].data)) / 2e-6
+    np.testing.assert_allclose(np.asarray(g3), num, rtol=1e-5, atol=1e-6)
+    if torch is not None:
+        tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+        names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
+        tout = _torch_op(op_name)(**dict(zip(names, layout(tx, tw))), **args)[0]
+        (t1,) = torch.autograd.grad(tout, tx, torch.tensor(v), create_graph=True)
+        (t2,) = torch.autograd.grad(t1, tx, torch.tensor(u), create_graph=True)
+        np.testing.assert_allclose(t2.detach().numpy(), g2.data, rtol=1e-9)     # second order: equal
+        (t3,) = torch.autograd.grad(t2, tx, torch.tensor(w3))
+        assert not np.allclose(t3.numpy(), num, rtol=1e-3)                       # third: PyTorch's is not

@@ -115,19 +115,24 @@ def _convolution_vjp_weight(g, ans, input, weight, bias, stride, padding, dilati
                             **_conv_args(stride, padding, dilation, groups))
 
 
-def _grad_bias_fn(grad_output):
+def _grad_bias_fn(grad_output, input, weight):
     return grad_output.sum(axis=(0,) + tuple(range(2, grad_output.ndim)))
 
 
+# Its node has edges to input and weight too (no gradient flows there), as PyTorch's one
+# ConvolutionBackwardBackward0 node: grad_bias requires grad when they do.
 conv_grad_bias = Op("convolution_backward.grad_bias", _grad_bias_fn, "ConvolutionBackwardBackward0",
-                    saves=False, public=False, doc="the bias half of convolution_backward")
-# grad_output: ggb broadcast over the batch and spatial dims
-core_defvjp(conv_grad_bias, lambda gg, ans, go: L.expand(
-    L.reshape(gg, shape=(1, go.shape[1]) + (1,) * (len(go.shape) - 2)), shape=tuple(go.shape)))
+                    saves=False, arity=3, public=False, doc="the bias part of convolution_backward")
+# grad_output: ggb broadcast over the batch and spatial dims; input, weight: none
+core_defvjp(conv_grad_bias,
+            lambda gg, ans, go, x, w: L.expand(L.reshape(gg, shape=(1, go.shape[1]) + (1,) * (len(go.shape) - 2)),
+                                               shape=tuple(go.shape)),
+            lambda gg, ans, go, x, w: None,
+            lambda gg, ans, go, x, w: None)
 
 
 def _convolution_vjp_bias(g, ans, input, weight, bias, **args):
-    return None if bias is None else conv_grad_bias(g)
+    return None if bias is None else conv_grad_bias(g, input, weight)
 
 
 defvjp(convolution_op, _convolution_vjp_input, _convolution_vjp_weight, _convolution_vjp_bias)

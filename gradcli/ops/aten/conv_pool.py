@@ -10,15 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import aten_kernels as K
+from .. import library as L
 from ..aten_kernels.conv import _check_input, _out_size, _params
-from .registry import aten, defvjp, defvjp_joint
-
-
-def stand_in(meta, like):
-    """An array of ``meta``'s shape and dtype owning one element, in ``like``'s array
-    module: what a kernel reads of an input the node did not save (saves=False)."""
-    xp = K.array_module(like)
-    return xp.broadcast_to(xp.zeros((), meta.dtype), tuple(meta.shape))
+from ...devices import device_of, on_device
+from ..core import Op
+from ..core import defvjp as core_defvjp
+from ..library import _value
+from .nn import embedding
+from .registry import aten, defvjp
+from .shape import view
 
 
 # -- convolution ----------------------------------------------------------------------
@@ -53,19 +53,100 @@ def convolution_op(input, weight, bias, stride, padding, dilation, transposed, o
     return K.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 
 
-def _convolution_vjp(g, ans, input, weight, bias, stride, padding, dilation, transposed, output_padding,
-                     groups, output_mask):
-    # input, weight, bias: "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(),
-    #   stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : ..."
-    mask = list(output_mask[:2]) + [output_mask[2] and bias is not None]
-    return K.convolution_backward(g, input, weight, None if bias is None else bias.shape, stride, padding,
-                                  dilation, transposed, output_padding, groups, mask)
+# Note [convolution double backward]: the two halves of convolution_backward are ops
+# of their own (not in OPS: they are not graph-file ops), each linear in both its
+# inputs, so their VJPs are convolutions and each other; that is PyTorch's
+# _convolution_double_backward, and every order records itself. Their nodes carry
+# PyTorch's name for convolution_backward's node.
+def _conv_args(stride, padding, dilation, groups):
+    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
 
 
-defvjp_joint(convolution_op, _convolution_vjp, (True, True, True))
+def _shaped(shape, like):
+    """A zero-stride stand-in of ``shape`` in ``like``'s dtype, on its device: the kernels
+    read only its shape."""
+    like = _value(like)
+    xp = K.array_module(like)
+    return on_device(xp.broadcast_to(xp.zeros((), like.dtype), tuple(shape)), device_of(like))
+
+
+def _grad_input_fn(grad_output, weight, input_shape, stride, padding, dilation, groups):
+    return K.convolution_backward(grad_output, _shaped(input_shape, grad_output), weight, None, stride, padding,
+                                  dilation, False, [0] * len(stride), groups, (True, False, False))[0]
+
+
+def _grad_weight_fn(grad_output, input, weight_shape, stride, padding, dilation, groups):
+    return K.convolution_backward(grad_output, input, _shaped(weight_shape, grad_output), None, stride, padding,
+                                  dilation, False, [0] * len(stride), groups, (False, True, False))[1]
+
+
+conv_grad_input = Op("convolution_backward.grad_input", _grad_input_fn, "ConvolutionBackwardBackward0",
+                     arity=2, public=False, doc="the input half of convolution_backward")
+conv_grad_weight = Op("convolution_backward.grad_weight", _grad_weight_fn, "ConvolutionBackwardBackward0",
+                      arity=2, public=False, doc="the weight half of convolution_backward")
+
+
+def _conv(x, w, stride, padding, dilation, groups):
+    return convolution_op(x, w, None, stride=stride, padding=padding, dilation=dilation, transposed=False,
+                          output_padding=[0] * len(stride), groups=groups)
+
+
+core_defvjp(conv_grad_input,
+            # grad_output: conv(ggI, weight); weight: the weight gradient of (ggI, grad_output)
+            lambda gg, ans, go, w, input_shape, **p: _conv(gg, w, **p),
+            lambda gg, ans, go, w, input_shape, **p: conv_grad_weight(go, gg, weight_shape=tuple(w.shape), **p))
+core_defvjp(conv_grad_weight,
+            # grad_output: conv(input, ggW); input: the input gradient of (grad_output, ggW)
+            lambda gg, ans, go, x, weight_shape, **p: _conv(x, gg, **p),
+            lambda gg, ans, go, x, weight_shape, **p: conv_grad_input(go, gg, input_shape=tuple(x.shape), **p))
+
+
+# input, weight, bias: "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(),
+#   stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : ..."
+def _convolution_vjp_input(g, ans, input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                           groups):
+    return conv_grad_input(g, weight, input_shape=tuple(input.shape),
+                           **_conv_args(stride, padding, dilation, groups))
+
+
+def _convolution_vjp_weight(g, ans, input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                            groups):
+    return conv_grad_weight(g, input, weight_shape=tuple(weight.shape),
+                            **_conv_args(stride, padding, dilation, groups))
+
+
+def _grad_bias_fn(grad_output, input, weight):
+    return grad_output.sum(axis=(0,) + tuple(range(2, grad_output.ndim)))
+
+
+# Its node has edges to input and weight too (no gradient flows there), as PyTorch's one
+# ConvolutionBackwardBackward0 node: grad_bias requires grad when they do.
+conv_grad_bias = Op("convolution_backward.grad_bias", _grad_bias_fn, "ConvolutionBackwardBackward0",
+                    saves=False, arity=3, public=False, doc="the bias part of convolution_backward")
+# grad_output: ggb broadcast over the batch and spatial dims; input, weight: none
+core_defvjp(conv_grad_bias,
+            lambda gg, ans, go, x, w: L.expand(L.reshape(gg, shape=(1, go.shape[1]) + (1,) * (len(go.shape) - 2)),
+                                               shape=tuple(go.shape)),
+            lambda gg, ans, go, x, w: None,
+            lambda gg, ans, go, x, w: None)
+
+
+def _convolution_vjp_bias(g, ans, input, weight, bias, **args):
+    return None if bias is None else conv_grad_bias(g, input, weight)
+
+
+defvjp(convolution_op, _convolution_vjp_input, _convolution_vjp_weight, _convolution_vjp_bias)
 
 
 # -- pooling ------------------------------------------------------------------------------
+# Note [pooling double backward]: each pooling backward is an ATen op of its own
+# (PyTorch's node names), linear in grad_output: its VJP for grad_output is the
+# pooling forward again (avg_pool2d, _adaptive_avg_pool2d) or a gather at the
+# indices (max_pool_double_backward), and for self zeros (derivatives.yaml).
+def _zeros_for(meta, g):
+    return on_device(_shaped(meta.shape, g).copy(), device_of(_value(g)))
+
+
 @aten("max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
       "int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)", "MaxPool2DWithIndicesBackward0",
       differentiable_outputs=(True, False))
@@ -73,12 +154,38 @@ def max_pool2d_with_indices_op(self, kernel_size, stride=(), padding=(0, 0), dil
     return K.max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)
 
 
+@aten("max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, "
+      "int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
+      "MaxPool2DWithIndicesBackwardBackward0")
+def max_pool2d_with_indices_backward(grad_output, self, indices, kernel_size, stride, padding, dilation,
+                                     ceil_mode):
+    return K.max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+                                              ceil_mode, indices)
+
+
 # self: max_pool2d_with_indices_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode, result1)
 defvjp(max_pool2d_with_indices_op,
        lambda gs, ans, self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False:
-       K.max_pool2d_with_indices_backward(gs[0], self, kernel_size, stride, padding, dilation, ceil_mode,
-                                          ans[1]),
-       first_order_only=True)
+       max_pool2d_with_indices_backward(gs[0], _shaped(self.shape, gs[0]), _value(ans[1]), kernel_size=kernel_size,
+                                        stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode))
+
+
+def _max_pool_double_backward(gg, ans, go, self, indices, **args):
+    # grad_output: max_pool_double_backward(grad, indices, 2): grad gathered at each window's
+    # argmax, written with ops (view + embedding) so that it records itself
+    h, w = self.shape[-2:]
+    idx = _value(indices)
+    xp = K.array_module(idx)
+    planes = 1
+    for n in idx.shape[:-2]:
+        planes *= n
+    offsets = (xp.arange(planes, dtype=np.int64) * (h * w)).reshape(idx.shape[:-2] + (1, 1))
+    rows = view(gg, size=[-1, 1])
+    return view(embedding(rows, idx + offsets), size=list(idx.shape))
+
+
+defvjp(max_pool2d_with_indices_backward, _max_pool_double_backward,
+       lambda gg, ans, go, self, indices, **args: _zeros_for(self, gg), None)
 
 
 @aten("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, "
@@ -88,12 +195,26 @@ def avg_pool2d_op(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False,
     return K.avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
+@aten("avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, "
+      "bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor", "AvgPool2DBackwardBackward0",
+      saves=False)
+def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    return K.avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                 divisor_override)
+
+
 # self: avg_pool2d_backward(grad, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 defvjp(avg_pool2d_op,
        lambda g, ans, self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
-       divisor_override=None: K.avg_pool2d_backward(g, stand_in(self, g), kernel_size, stride, padding,
-                                                    ceil_mode, count_include_pad, divisor_override),
-       first_order_only=True)
+       divisor_override=None: avg_pool2d_backward(
+           g, _shaped(self.shape, g), kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+           count_include_pad=count_include_pad, divisor_override=divisor_override))
+# grad_output: avg_pool2d(grad, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+# self: zeros_like(self)
+defvjp(avg_pool2d_backward,
+       lambda gg, ans, go, self, **args: avg_pool2d_op(gg, **args),
+       lambda gg, ans, go, self, **args: _zeros_for(self, gg))
 
 
 @aten("_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor", "AdaptiveAvgPool2DBackward0",
@@ -102,7 +223,16 @@ def adaptive_avg_pool2d(self, output_size):
     return K._adaptive_avg_pool2d(self, output_size)
 
 
+@aten("_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor",
+      "AdaptiveAvgPool2DBackwardBackward0", saves=False)
+def adaptive_avg_pool2d_backward(grad_output, self):
+    return K._adaptive_avg_pool2d_backward(grad_output, self)
+
+
 # self: _adaptive_avg_pool2d_backward(grad, self)
 defvjp(adaptive_avg_pool2d,
-       lambda g, ans, self, output_size: K._adaptive_avg_pool2d_backward(g, stand_in(self, g)),
-       first_order_only=True)
+       lambda g, ans, self, output_size: adaptive_avg_pool2d_backward(g, _shaped(self.shape, g)))
+# grad_output: _adaptive_avg_pool2d(grad, grad_output.sym_sizes().slice(-2)); self: zeros_like(self)
+defvjp(adaptive_avg_pool2d_backward,
+       lambda gg, ans, go, self: adaptive_avg_pool2d(gg, output_size=list(go.shape[-2:])),
+       lambda gg, ans, go, self: _zeros_for(self, gg))

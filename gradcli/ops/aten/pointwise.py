@@ -9,7 +9,9 @@ import math
 
 import numpy as np
 
+from .. import aten_kernels as K
 from .. import library as L
+from ..library import _value
 from .promotion import cast, result_type, to_float
 from .registry import ELEMENTWISE, aten, defvjp
 
@@ -21,18 +23,10 @@ def as_dtype(x, dt):
     return x.astype(dt, copy=False)
 
 
-def array_module(x):
-    """NumPy, or CuPy for a CuPy array: where a kernel makes new arrays (aranges, masks)."""
-    if type(x).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
-
-
 def zeros(like_shape, like):
-    """Zeros of ``like_shape`` with the dtype (and array type) of ``like``."""
-    return np.zeros_like(like, shape=tuple(like_shape))
+    """Zeros of ``like_shape`` with the dtype (and array type) of ``like`` (an array or a
+    Tensor: zeros are a constant, they record nothing)."""
+    return np.zeros_like(_value(like), shape=tuple(like_shape))
 
 
 def scalar(value, like):
@@ -87,7 +81,7 @@ def mul_scalar(self, other):
 
 
 # self: mul_tensor_backward(grad, other, self.scalar_type())
-defvjp(mul_scalar, lambda g, ans, self, other: L.mul(g, other))
+defvjp(mul_scalar, lambda g, ans, self, other: mul_scalar(g, other=other))
 
 
 @aten("div.Tensor(Tensor self, Tensor other) -> Tensor", "DivBackward0", meta=ELEMENTWISE)
@@ -136,8 +130,25 @@ def relu(self):
     return np.maximum(self, np.zeros((), self.dtype))
 
 
-# self: threshold_backward(grad, result, 0): zero where result <= 0
-defvjp(relu, lambda g, ans, self: L.where(ans <= 0, scalar(0, g), g))
+# self: threshold_backward(grad, result, 0): zero where result <= 0 (Note [Differentiable VJPs]
+# in library.py: masks read values, gradients flow through ops)
+defvjp(relu, lambda g, ans, self: threshold_backward(g, ans, threshold=0))
+
+
+# Note [activation backwards as ops]: each activation's backward is an ATen op of its own
+# (its forward the one copy of the formula, its VJPs PyTorch's double-backward formulas), so
+# a create_graph backward records PyTorch's node (ThresholdBackwardBackward0, ...).
+@aten("threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor",
+      "ThresholdBackwardBackward0", meta=ELEMENTWISE)
+def threshold_backward(grad_output, self, threshold):
+    dt = result_type(grad_output, self)
+    return as_dtype(np.where(self <= threshold, np.zeros((), dt), grad_output), dt)
+
+
+# grad_output: threshold_backward(grad, self, threshold); self: zeros_like(grad)
+defvjp(threshold_backward,
+       lambda gg, ans, go, self, threshold: threshold_backward(gg, self, threshold=threshold),
+       lambda gg, ans, go, self, threshold: zeros(self.shape, gg))
 
 
 @aten("sigmoid(Tensor self) -> Tensor", "SigmoidBackward0", meta=ELEMENTWISE)
@@ -147,8 +158,19 @@ def sigmoid(self):
     return as_dtype(np.reciprocal(np.add(np.exp(np.negative(x)), 1)), dt)
 
 
+@aten("sigmoid_backward(Tensor grad_output, Tensor output) -> Tensor", "SigmoidBackwardBackward0",
+      meta=ELEMENTWISE)
+def sigmoid_backward(grad_output, output):
+    dt = result_type(grad_output, output)
+    return as_dtype(grad_output * (1 - output) * output, dt)
+
+
 # self: sigmoid_backward(grad, result) = grad * (1 - result) * result
-defvjp(sigmoid, lambda g, ans, self: L.mul(L.mul(g, L.sub(scalar(1, ans), ans)), ans))
+defvjp(sigmoid, lambda g, ans, self: sigmoid_backward(g, ans))
+# grad_output: sigmoid_backward(grad, output); output: grad * grad_output * (-2 * output + 1)
+defvjp(sigmoid_backward,
+       lambda gg, ans, go, y: sigmoid_backward(gg, y),
+       lambda gg, ans, go, y: L.mul(L.mul(gg, go), L.add(L.mul(y, scalar(-2, y)), scalar(1, y))))
 
 
 @aten("tanh(Tensor self) -> Tensor", "TanhBackward0", meta=ELEMENTWISE)
@@ -157,8 +179,18 @@ def tanh(self):
     return as_dtype(np.tanh(cast(self, dt)), dt)
 
 
+@aten("tanh_backward(Tensor grad_output, Tensor output) -> Tensor", "TanhBackwardBackward0", meta=ELEMENTWISE)
+def tanh_backward(grad_output, output):
+    dt = result_type(grad_output, output)
+    return as_dtype(grad_output * (1 - output * output), dt)
+
+
 # self: tanh_backward(grad, result) = grad * (1 - result * result)
-defvjp(tanh, lambda g, ans, self: L.mul(g, L.sub(scalar(1, ans), L.mul(ans, ans))))
+defvjp(tanh, lambda g, ans, self: tanh_backward(g, ans))
+# grad_output: tanh_backward(grad, output); output: grad * (-2 * output * grad_output)
+defvjp(tanh_backward,
+       lambda gg, ans, go, y: tanh_backward(gg, y),
+       lambda gg, ans, go, y: L.mul(gg, L.mul(L.mul(y, scalar(-2, y)), go)))
 
 
 @aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0", meta=ELEMENTWISE)
@@ -170,7 +202,8 @@ def hardsigmoid(self):
 # the CPU kernel's one_sixth is the float constant 1.0f / 6.0f, in every dtype
 _ONE_SIXTH_F32 = float(np.float32(1.0) / np.float32(6.0))
 defvjp(hardsigmoid, lambda g, ans, self: L.where(
-    (self > -3) & (self < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)))
+    (_value(self) > -3) & (_value(self) < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)),
+    first_order_only="hardsigmoid_backward")
 
 
 @aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0", meta=ELEMENTWISE)
@@ -178,61 +211,71 @@ def hardswish(self):
     return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
 
 
-def _hardswish_vjp(g, ans, self):
-    # hardswish_backward(grad, self): 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
-    inner = L.mul(g, L.add(L.div(self, scalar(3, self)), scalar(0.5, self)))
-    return L.where(self < -3, scalar(0, g), L.where(self <= 3, inner, g))
+@aten("hardswish_backward(Tensor grad_output, Tensor self) -> Tensor", "HardswishBackwardBackward0",
+      meta=ELEMENTWISE)
+def hardswish_backward(grad_output, self):
+    # 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
+    dt = result_type(grad_output, self)
+    inner = grad_output * (self / 3 + 0.5)
+    return as_dtype(np.where(self < -3, np.zeros((), dt), np.where(self <= 3, inner, grad_output)), dt)
 
 
-defvjp(hardswish, _hardswish_vjp)
+# self: hardswish_backward(grad, self)
+defvjp(hardswish, lambda g, ans, self: hardswish_backward(g, self))
+# grad_output: hardswish_backward(grad, self)
+# self: at::where(at::logical_and(-3.0 < self, self < 3.0), grad * grad_output / 3.0, at::zeros({}, ...))
+defvjp(hardswish_backward,
+       lambda gg, ans, go, self: hardswish_backward(gg, self),
+       lambda gg, ans, go, self: L.where((_value(self) > -3) & (_value(self) < 3),
+                                         L.div(L.mul(gg, go), scalar(3, _value(gg))), scalar(0, _value(gg))))
 
 
-def erf(x):
-    """The error function, elementwise (libm's erf; CuPy's for CuPy arrays)."""
-    if type(x).__module__.startswith("cupy"):
-        from cupyx.scipy.special import erf as cupy_erf
-
-        return cupy_erf(x)
-    return _ERF(x).astype(x.dtype) if x.ndim else np.asarray(math.erf(x), x.dtype)
+@aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0", meta=ELEMENTWISE)
+def gelu(self, approximate="none"):
+    return K.gelu(self, approximate)
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
+@aten('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none") -> Tensor',
+      "GeluBackwardBackward0", meta=ELEMENTWISE)
+def gelu_backward(grad_output, self, approximate="none"):
+    return K.gelu_backward(grad_output, self, approximate)
+
+
+# self: gelu_backward(grad, self, approximate)
+defvjp(gelu, lambda g, ans, self, approximate="none": gelu_backward(g, self, approximate=approximate))
+
 _SQRT1_2 = math.sqrt(0.5)
 _KBETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5
 _KKAPPA = 0.044715
 _KALPHA = (2.0 / math.sqrt(math.pi)) * _SQRT1_2 * 0.5
 
 
-@aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0", meta=ELEMENTWISE)
-def gelu(self, approximate="none"):
-    if approximate == "tanh":
-        inner = _KBETA * (self + _KKAPPA * self * self * self)
-        return as_dtype(0.5 * self * (1 + np.tanh(inner)), self.dtype)
-    if approximate != "none":
-        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    return as_dtype(self * 0.5 * (1 + erf(self * _SQRT1_2)), self.dtype)
-
-
-def _gelu_vjp(g, ans, self, approximate="none"):
-    # gelu_backward(grad, self, approximate), as the CPU kernel computes it
+def _gelu_double_backward(gg, ans, go, self, approximate="none"):
+    # gelu_double_backward(ggI, gO, self, approximate): ggI * gO * gelu''(self), written with
+    # ops so that it records itself (a third derivative)
     x = self
+    c = lambda v: scalar(v, x)  # noqa: E731
     if approximate == "tanh":
-        x_sq = x * x
-        inner = _KBETA * (x + _KKAPPA * x_sq * x)
-        t = np.tanh(inner)
-        left = 0.5 * x
-        right = 1 + t
-        left_derivative = 0.5 * right
-        right_derivative = left * (1 - t * t) * (_KBETA * (1 + 3 * _KKAPPA * x_sq))
-        d = left_derivative + right_derivative
+        # gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) u', t = tanh(u), u = kBeta (x + kKappa x^3),
+        # u' = kBeta (1 + 3 kKappa x^2); gelu'' = (1 - t^2) u' + 0.5 x (1 - t^2) (6 kBeta kKappa x - 2 t u'^2)
+        x_sq = L.mul(x, x)
+        t = L.tanh(L.mul(L.add(x, L.mul(c(_KKAPPA), L.mul(x_sq, x))), c(_KBETA)))
+        du = L.mul(c(_KBETA), L.add(c(1), L.mul(c(3 * _KKAPPA), x_sq)))
+        sech2 = L.sub(c(1), L.mul(t, t))
+        inner = L.sub(L.mul(c(6 * _KBETA * _KKAPPA), x), L.mul(L.mul(c(2), t), L.mul(du, du)))
+        d2 = L.add(L.mul(sech2, du), L.mul(L.mul(c(0.5), x), L.mul(sech2, inner)))
     else:
-        cdf = 0.5 * (1 + erf(x * _SQRT1_2))
-        pdf = _KALPHA * np.exp(-0.5 * x * x)
-        d = cdf + x * pdf
-    return L.mul(g, as_dtype(d, x.dtype))
+        # gelu' = cdf + x pdf, pdf = kAlpha exp(-x^2 / 2): gelu'' = pdf (2 - x^2)
+        x_sq = L.mul(x, x)
+        pdf = L.mul(c(_KALPHA), L.exp(L.mul(x_sq, c(-0.5))))
+        d2 = L.mul(pdf, L.sub(c(2), x_sq))
+    return L.mul(L.mul(gg, go), d2)
 
 
-defvjp(gelu, _gelu_vjp)
+# grad_output: gelu_backward(grad, self, approximate); self: gelu_double_backward(grad, grad_output, self, ...)
+defvjp(gelu_backward,
+       lambda gg, ans, go, self, approximate="none": gelu_backward(gg, self, approximate=approximate),
+       _gelu_double_backward)
 
 
 # -- selection and copies ------------------------------------------------------------------
@@ -284,7 +327,7 @@ defvjp(neg, lambda g, ans, self: L.neg(g))                                   # -
 defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # grad * result
 defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
 defvjp(sqrt, lambda g, ans, self: L.div(g, L.mul(ans, scalar(2, ans))))      # grad / (2 * result)
-defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(self).astype(g.dtype)))  # grad * self.sgn()
+defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(_value(self)).astype(g.dtype)))  # grad * self.sgn()
 
 
 @aten("silu(Tensor self) -> Tensor", "SiluBackward0", meta=ELEMENTWISE)
@@ -293,9 +336,10 @@ def silu(self):
 
 
 def _silu_vjp(g, ans, self):
-    # silu_backward(grad, self): grad * sigmoid(x) * (1 + x * (1 - sigmoid(x)))
-    s = sigmoid.forward(self)
-    return L.mul(g, as_dtype(s * (1 + self * (1 - s)), self.dtype))
+    # silu_backward(grad, self): grad * sigmoid(x) * (1 + x * (1 - sigmoid(x))), with ops
+    s = L.sigmoid(self)
+    one = scalar(1, s)
+    return L.mul(g, L.mul(s, L.add(one, L.mul(self, L.sub(one, s)))))
 
 
 defvjp(silu, _silu_vjp)
@@ -307,9 +351,22 @@ def hardtanh(self, min_val=-1, max_val=1):
     return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
 
 
-# self: hardtanh_backward(grad, self, min_val, max_val): 0 where x <= min_val or x >= max_val
-defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: L.where(
-    (self <= min_val) | (self >= max_val), scalar(0, g), g))
+@aten("hardtanh_backward(Tensor grad_output, Tensor self, Scalar min_val, Scalar max_val) -> Tensor",
+      "HardtanhBackwardBackward0", meta=ELEMENTWISE)
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    # 0 where x <= min_val or x >= max_val
+    dt = result_type(grad_output, self)
+    return as_dtype(np.where((self <= min_val) | (self >= max_val), np.zeros((), dt), grad_output), dt)
+
+
+# self: hardtanh_backward(grad, self, min_val, max_val)
+defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: hardtanh_backward(
+    g, self, min_val=min_val, max_val=max_val))
+# grad_output: hardtanh_backward(grad, self, min_val, max_val); self: zeros_like(grad)
+defvjp(hardtanh_backward,
+       lambda gg, ans, go, self, min_val, max_val: hardtanh_backward(gg, self, min_val=min_val,
+                                                                     max_val=max_val),
+       lambda gg, ans, go, self, min_val, max_val: zeros(self.shape, gg))
 
 
 @aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False,
@@ -338,8 +395,8 @@ def div_scalar(self, other):
 
 defvjp(add_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
 defvjp(sub_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
-defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha))
-defvjp(div_scalar, lambda g, ans, self, other: L.div(g, other))              # grad / other
+defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: neg(g) if alpha == 1 else mul_scalar(neg(g), other=alpha))
+defvjp(div_scalar, lambda g, ans, self, other: div_scalar(g, other=other))   # grad / other
 
 
 @aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0",
@@ -350,7 +407,7 @@ def masked_fill(self, mask, value):
 
 def _masked_fill_vjp(g, ans, self, mask, value):
     # self: grad.masked_fill(mask, 0), summed to self's shape; mask: non_differentiable
-    return L.unbroadcast(L.where(mask, scalar(0, g), g), tuple(self.shape))
+    return L.unbroadcast(masked_fill(g, _value(mask), value=0), tuple(self.shape))
 
 
 defvjp(masked_fill, _masked_fill_vjp, None)

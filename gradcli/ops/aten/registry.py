@@ -161,8 +161,7 @@ class _FlatVJPs:
 
         def vjp(g, ans, *flat, **args):
             if op.first_order_only and any(type(x) is Tensor for x in (g if op.multi_output else [g])):
-                raise RuntimeError(f"{op.name}: its backward is computed by a NumPy kernel and cannot be "
-                                   f"differentiated again (create_graph) yet")
+                return _not_differentiable(op, vjp, g, ans, flat, args)
             n = len(flat)
             j = i if all(op.differentiable_inputs) else [
                 f for f, d in enumerate(op.differentiable_flat(n)) if d][i]   # edge -> flat input
@@ -178,6 +177,43 @@ class _FlatVJPs:
         return vjp
 
 
+def _value(x):
+    return x.data if type(x) is Tensor else x
+
+
+class _RaiseOnBackward:
+    """The VJPs of a NotImplemented node: every one raises PyTorch's error."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message):
+        self.message = message
+
+    def __getitem__(self, i):
+        def vjp(*_, **__):
+            raise RuntimeError(self.message)
+        return vjp
+
+
+def _not_differentiable(op, vjp, g, ans, flat, args):
+    """Note [no double backward]: where PyTorch has no derivative for an op's backward,
+    create_graph still gives the first-order gradient, as a Tensor whose ``grad_fn`` is
+    a ``torch::autograd::NotImplemented`` node (PyTorch's name) with edges to what it
+    depends on; differentiating through it raises PyTorch's error then, not before."""
+    gs = [_value(x) for x in g] if op.multi_output else _value(g)
+    raw = vjp(gs, [_value(x) for x in ans] if op.multi_output else _value(ans),
+              *[_value(x) for x in flat], **args)
+    deps = [x for x in (list(g) if op.multi_output else [g]) + list(flat)
+            if type(x) is Tensor and x.requires_grad]
+    if raw is None or not deps:
+        return raw
+    marker = Op(f"{op.name}:not_implemented", lambda value, *_: value, "torch::autograd::NotImplemented",
+                saves=False, arity=(1, None), public=False, doc="a gradient PyTorch cannot differentiate")
+    marker.vjps = _RaiseOnBackward(f"derivative for aten::{op.first_order_only} is not implemented "
+                                   f"(the backward of {op.name}; as PyTorch 2.13)")
+    return record(marker, [raw] + deps, {})
+
+
 def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
     """Register ``forward(*inputs, **args)`` as the ATen overload ``schema`` declares.
 
@@ -185,7 +221,7 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
     infer on stand-ins]): ``ELEMENTWISE`` (the tensor inputs broadcast; the dtype is
     the forward's on 0-d stand-ins), or ``fn(*inputs, **args) -> [(shape, dtype)]``
     called with ``Meta`` objects (``shape``, ``dtype``, ``ndim``) for the tensors,
-    raising ValueError as the forward would; None: the forward runs on stand-ins.
+    raising ValueError as the forward would (meta.py attaches the non-elementwise ones).
     ``differentiable_outputs``: one bool per output (PyTorch's
     ``output_differentiability``); outputs marked False get no ``grad_fn``.
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
@@ -206,8 +242,10 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
 def defvjp(op, *vjps, first_order_only=False):
     """One VJP per schema tensor input (None: not differentiable, e.g. indices).
 
-    ``first_order_only``: the VJPs compute on raw arrays (a NumPy kernel), not
-    with ops, so a gradient that is itself a recording Tensor is refused.
+    ``first_order_only``: False, or the name of PyTorch's backward op that has no
+    derivative (e.g. ``"hardsigmoid_backward"``): the VJPs then compute on raw arrays
+    and under create_graph their result records a node that raises PyTorch's error
+    when differentiated (Note [no double backward]).
     """
     if len(vjps) != len(op.schema.tensors):
         raise ValueError(f"{op.name}: {len(vjps)} VJPs for {len(op.schema.tensors)} tensor inputs")
@@ -217,9 +255,10 @@ def defvjp(op, *vjps, first_order_only=False):
     op.vjps = _FlatVJPs(op)
 
 
-def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
+def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
     """``fn(g, ans, *inputs, output_mask, **args)`` -> one gradient (or None) per tensor input;
-    ``differentiable_inputs``: one bool per tensor input (those the node has edges to)."""
+    ``differentiable_inputs``: one bool per tensor input (those the node has edges to);
+    ``first_order_only`` as for ``defvjp``."""
     op.joint_vjp = fn
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
@@ -283,19 +322,12 @@ class AtenCall:
         return self.op.fn(*self.structure(flat), **args)
 
     def infer_outputs(self, shapes, dtypes, args):
-        """Note [ATen infer on stand-ins]: the outputs' shapes and dtypes are what the
-        forward makes of stand-ins of the inputs' shapes and dtypes (shapes.py's Note
-        [Inferring with stand-ins]): zero-stride read-only views of one element, except
-        small inputs (at most ``_SMALL`` elements), which are real zero arrays so that a
-        forward writing into one (batch norm's running statistics) can. Views (view,
-        expand, permute, slice, ...) cost nothing, so a graph that grows a tensor by
-        views is refused at the first result over the budget before anything is
-        allocated; but an op that computes allocates its result (once, on stand-ins)
-        before the loader compares it with the budget. A result that cannot be
-        allocated at all is a ValueError ("does not fit in memory"), reported on the
-        op's line. Ops whose work is heavy or whose result can outgrow their inputs
-        declare a ``meta`` rule instead (``aten(meta=...)``): elementwise ops (a
-        broadcast can square the size) and convolution infer without computing."""
+        """Note [ATen infer on stand-ins]: the outputs' shapes and dtypes, computed by the
+        op's shape rule without allocating (meta.py's Note [shape rules allocate nothing]):
+        elementwise ops broadcast the input shapes and take the dtype the forward makes of
+        0-d stand-ins; every other op has a ``meta`` rule called with ``Meta`` inputs
+        (view ops run the forward on zero-stride stand-ins). None (unknown) for an op
+        without a rule (tests/test_aten_ops.py requires one for every op)."""
         args = {**self.op.defaults, **args}
         meta = self.op.meta
         if meta == ELEMENTWISE:
@@ -305,25 +337,6 @@ class AtenCall:
             with np.errstate(all="ignore"):
                 out = self.op.fn(*self.structure([np.zeros((), d) for d in dtypes]), **args)
             return [(shape, np.dtype(out.dtype))]
-        if meta is not None:
-            return meta(*self.structure([Meta(s, d) for s, d in zip(shapes, dtypes)]), **args)
-        stand_ins = [np.zeros(s, d) if _count(s) <= _SMALL else np.broadcast_to(np.zeros((), d), s)
-                     for s, d in zip(shapes, dtypes)]
-        try:
-            with np.errstate(all="ignore"):
-                out = self.op.fn(*self.structure(stand_ins), **args)
-        except MemoryError:
-            raise ValueError(f"{self.op.name}: its result does not fit in memory") from None
-        outs = list(out) if self.op.multi_output else [out]
-        return [(tuple(int(n) for n in np.shape(o)), np.asarray(o).dtype if not hasattr(o, "dtype")
-                 else np.dtype(o.dtype)) for o in outs]
-
-
-_SMALL = 4096
-
-
-def _count(shape):
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
+        if meta is None:
+            return None
+        return meta(*self.structure([Meta(s, d) for s, d in zip(shapes, dtypes)]), **args)

@@ -75,6 +75,20 @@ def test_views_allocate_nothing_but_their_readers_do():
               max_graph_bytes=10**7, max_tensor_bytes=10**10)
 
 
+def test_aten_views_allocate_nothing_but_their_readers_do():
+    # The same for ATen ops, whose schemas say which return views.
+    ops = [{"op": "aten.expand.default", "inputs": ["x"], "output": "v",
+            "args": {"size": [1000, 10**6]}},
+           {"op": "aten.t.default", "inputs": ["v"], "output": "t"},
+           {"op": "aten.sum.default", "inputs": ["t"], "output": "loss"}]
+    x = {"x": {"shape": [1, 1], "requires_grad": True}}
+    assert loads(_doc(x, ops), max_graph_bytes=10**7, max_tensor_bytes=10**10) is not None
+    ops.insert(2, {"op": "aten.exp.default", "inputs": ["t"], "output": "e"})
+    ops[-1]["inputs"] = ["e"]
+    with pytest.raises(GraphError, match=r"ops\[2\] \(aten.exp.default\): the graph's tensors"):
+        loads(_doc(x, ops), max_graph_bytes=10**7, max_tensor_bytes=10**10)
+
+
 def test_view_ops_say_so_and_return_views():
     """``Op.view`` is a promise the budget relies on: such an op's outputs share
     its input's memory (or are its input)."""
@@ -83,13 +97,29 @@ def test_view_ops_say_so_and_return_views():
                "unsqueeze": {"axis": 0}, "slice": {"index": parse_index("1:, ::2")},
                "split": {"sections": 2, "indices": None, "axis": 0}, "delay": {},
                "fail": {}, "nan": {}}
+    # ATen ops say so by their schema's alias annotation (Note [Views from the schema]).
+    samples.update({"aten.alias.default": {}, "aten.expand.default": {"size": [5, 2, 3, 4]},
+                    "aten.permute.default": {"dims": [2, 0, 1]},
+                    "aten.select.int": {"dim": 1, "index": 1},
+                    "aten.slice.Tensor": {"dim": 2, "start": 1, "end": 3},
+                    "aten.split.Tensor": {"split_size": 1, "dim": 0},
+                    "aten.squeeze.dim": {"dim": 0}, "aten.squeeze.dims": {"dim": [0]},
+                    "aten.t.default": {}, "aten.transpose.int": {"dim0": 0, "dim1": 2},
+                    "aten.unbind.int": {"dim": 0}, "aten.unsqueeze.default": {"dim": 0},
+                    "aten.view.default": {"size": [6, 4]}})
     views = sorted(n for n, op in OPS.items() if op.public and op.view)
     assert set(views) <= set(samples), f"add a sample for the new view op(s) {views}"
     for name in views:
+        if name == "aten.t.default":
+            x = np.arange(6.0).reshape(2, 3)       # t takes at most 2 dimensions
+        else:
+            x = np.arange(24.0).reshape(2, 3, 4)
         out = OPS[name].fn(x, **samples[name])
         for o in out if isinstance(out, list) else [out]:
             assert o is x or np.shares_memory(o, x), name
-    assert not any(OPS[n].view for n in ("exp", "cast", "concat", "stack", "reshape", "clone"))
+    assert not any(OPS[n].view for n in ("exp", "cast", "concat", "stack", "reshape", "clone",
+                                         "aten._unsafe_view.default", "aten.clone.default",
+                                         "aten.unsafe_split.Tensor", "aten.cat.default"))
 
 
 def test_graph_budget_refuses_before_allocating():

@@ -52,7 +52,8 @@ class AtenOp(Op):
         list_pos = [i for i, p in enumerate(schema.tensors) if p.is_list]
         # arity counts schema tensor inputs (a Tensor[] is one input: a list)
         super().__init__(name=schema.name, fn=forward, node_name=node_name, saves=saves, arity=n,
-                         args=schema.args, multi_output=multi, doc=f"ATen {schema.text}")
+                         args=schema.args, multi_output=multi, doc=f"ATen {schema.text}",
+                         view=schema.returns_view)
         self.schema = schema
         self.forward = forward
         self.fn = self._forward_any

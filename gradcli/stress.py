@@ -127,10 +127,13 @@ def _engine_class():
             self._stress_running = set()
             self._stress_running_lock = threading.Lock()
             self._stress_prune_at = 64
+            self._stress_cancelled = False
             LIVE.add_engine(self)
 
         def execute_with_graph_task(self, graph_task, *args, **kwargs):
             with self._stress_running_lock:
+                if self._stress_cancelled:      # a backward that starts after the interrupt
+                    raise StressInterrupted("the stress run was interrupted")
                 self._stress_running.add(graph_task)
                 if len(self._stress_running) >= self._stress_prune_at:
                     # A graph task handed to the reentrant pool outlives this
@@ -151,6 +154,7 @@ def _engine_class():
         def cancel_running(self):
             """Fail every graph task still running (each wakes and skips its work)."""
             with self._stress_running_lock:
+                self._stress_cancelled = True
                 tasks = [g for g in self._stress_running if not g.future_completed]
                 self._stress_running = set()
             for g in tasks:

@@ -4,9 +4,12 @@ concurrency, errors, shutdown and perturbed interleavings.
 Each scenario runs checks in a loop (bounded by iterations and a deadline)
 on a fresh Engine, then stops the engine and counts threads left behind.
 A watchdog dumps every thread's stack and exits non-zero on a hang.
+An interrupt (Ctrl-C) cancels every backward in flight and stops the engines
+within a second (Note [Interrupting stress]).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -71,6 +74,142 @@ class Context:
         return i == 0 or (i < self.iterations and self.time_left() > 0)
 
 
+# -- interrupts ----------------------------------------------------------------------
+# Note [Interrupting stress]
+# Ctrl-C raises KeyboardInterrupt in the main thread only, while the backwards
+# run on stress worker threads (and on the engines' device and pool threads).
+# Without help the main thread stopped waiting, but nothing told the workers:
+# engine.stop() then waited for their backwards (a 20 s `delay` ran to its
+# end) and the interpreter's exit joined the non-daemon workers, so a hung
+# worker made the process unkillable by Ctrl-C. Now:
+#   - the main thread waits in short timed joins, so it sees the interrupt
+#     even when the signal landed on another thread;
+#   - each scenario's engine is a StressEngine, which knows the graph tasks it
+#     is running; on an interrupt, `interrupt_all()` fails each of them (as a
+#     plain backward interrupted on its own thread does, Note [Interrupted
+#     backwards] in autograd/engine.py): queued nodes are skipped and a node in
+#     sleep_unless_cancelled() wakes at once;
+#   - then it joins the workers and stops the engines within INTERRUPT_WAIT_S
+#     in all; what is still busy after that (a node that cannot be cancelled)
+#     is a daemon thread, left to end with the process, which exits at once.
+INTERRUPT_WAIT_S = 0.5
+
+
+class StressInterrupted(RuntimeError):
+    """The error a cancelled graph task ends with (the run was interrupted)."""
+
+
+class _Live:
+    """The engines and worker threads of the stress run in progress."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.engines = []
+        self.workers = set()
+
+    def add_engine(self, engine):
+        with self.lock:
+            self.engines = [e for e in self.engines if not (e.stopped and e.stress_idle())]
+            self.engines.append(engine)
+
+
+LIVE = _Live()
+
+
+def _engine_class():
+    from .autograd import Engine
+
+    class StressEngine(Engine):
+        """An Engine that can cancel the graph tasks it is running."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._stress_running = set()
+            self._stress_running_lock = threading.Lock()
+            self._stress_prune_at = 64
+            self._stress_cancelled = False
+            LIVE.add_engine(self)
+
+        def execute_with_graph_task(self, graph_task, *args, **kwargs):
+            with self._stress_running_lock:
+                if self._stress_cancelled:      # a backward that starts after the interrupt
+                    raise StressInterrupted("the stress run was interrupted")
+                self._stress_running.add(graph_task)
+                if len(self._stress_running) >= self._stress_prune_at:
+                    # A graph task handed to the reentrant pool outlives this
+                    # call: drop finished ones here (amortized O(1) per call).
+                    self._stress_running = {g for g in self._stress_running if not g.future_completed}
+                    self._stress_prune_at = max(64, 2 * len(self._stress_running))
+            try:
+                return super().execute_with_graph_task(graph_task, *args, **kwargs)
+            finally:
+                if graph_task.future_completed:
+                    with self._stress_running_lock:
+                        self._stress_running.discard(graph_task)
+
+        def stress_idle(self):
+            with self._stress_running_lock:
+                return all(g.future_completed for g in self._stress_running)
+
+        def cancel_running(self):
+            """Fail every graph task still running (each wakes and skips its work)."""
+            with self._stress_running_lock:
+                self._stress_cancelled = True
+                tasks = [g for g in self._stress_running if not g.future_completed]
+                self._stress_running = set()
+            for g in tasks:
+                g.set_exception(StressInterrupted("the stress run was interrupted"), None)
+
+    return StressEngine
+
+
+_ENGINE_CLASS = None
+
+
+def new_engine():
+    """A fresh StressEngine, known to interrupt_all()."""
+    global _ENGINE_CLASS
+    if _ENGINE_CLASS is None:
+        _ENGINE_CLASS = _engine_class()
+    return _ENGINE_CLASS()
+
+
+def interrupt_all():
+    """Cancel every backward of the run, join the workers and stop the engines,
+    within INTERRUPT_WAIT_S (Note [Interrupting stress]). Idempotent."""
+    deadline = time.monotonic() + INTERRUPT_WAIT_S
+    with LIVE.lock:
+        engines, LIVE.engines = LIVE.engines, []
+        workers, LIVE.workers = list(LIVE.workers), set()
+    for engine in engines:
+        engine.cancel_running()
+    for t in workers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = any(t.is_alive() for t in workers)
+    for engine in engines:
+        # Workers that ended took their backwards with them: stop cleanly.
+        # A hung one leaves its engine's threads behind at once (daemons).
+        engine.stop(wait_limit=0.0 if hung else max(0.01, deadline - time.monotonic()))
+
+
+@contextlib.contextmanager
+def _engine_for(result, label="engine"):
+    """A StressEngine for one scenario: stopped (and its leftover threads
+    counted) when the scenario ends; on an interrupt, everything is cancelled."""
+    engine = new_engine()
+    try:
+        yield engine
+    except Exception:
+        engine.stop()
+        _wait_gone(engine, result, label)
+        raise
+    except BaseException:       # KeyboardInterrupt: leave within a second
+        interrupt_all()
+        raise
+    engine.stop()
+    _wait_gone(engine, result, label)
+
+
 # -- helpers -----------------------------------------------------------------------
 def _T(data, requires_grad=False):
     from .autograd import Tensor
@@ -115,18 +254,12 @@ def _chain(x, n, ops, rng, device=None, fail_at=None, jitter_ms=0):
 def _iterate(ctx, result, iteration):
     """Run ``iteration(engine, i)`` on a fresh Engine until --iterations or the
     deadline, then stop the engine and count the threads it left behind."""
-    from .autograd import Engine
-
-    engine = Engine()
-    try:
+    with _engine_for(result) as engine:
         i = 0
         while ctx.another(i):
             iteration(engine, i)
             result.iterations += 1
             i += 1
-    finally:
-        engine.stop()
-        _wait_gone(engine, result)
 
 
 # -- scenarios -------------------------------------------------------------------------
@@ -174,11 +307,23 @@ def _run_threads(n, target):
         except Exception as exc:  # noqa: BLE001 - reported as a failure
             errors.append(f"thread {k}: {type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=wrap, args=(k,), name=f"stress-{k}") for k in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # Daemons: a worker hung in a node that cannot be cancelled never holds
+    # up the process's exit (Note [Interrupting stress]).
+    threads = [threading.Thread(target=wrap, args=(k,), name=f"stress-{k}", daemon=True)
+               for k in range(n)]
+    with LIVE.lock:
+        LIVE.workers.update(threads)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)     # timed: the main thread sees Ctrl-C at once
+    except BaseException:
+        interrupt_all()
+        raise
+    with LIVE.lock:
+        LIVE.workers.difference_update(threads)
     return errors
 
 
@@ -253,11 +398,11 @@ def scenario_errors(ctx, result):
 
 def scenario_shutdown(ctx, result):
     from . import ops
-    from .autograd import Engine, backward
+    from .autograd import backward
 
     i = 0
     while i < ctx.iterations and ctx.time_left() > 0:
-        engine = Engine()
+        engine = new_engine()
         x = _T(np.ones(4), True)
         _timed(result, backward, _chain(x, 5, ops, ctx.rng, device="sim:0"), engine=engine)
         _check(result, _close(x.grad, np.full(4, 1.5 ** 5)), "wrong gradient before stop")
@@ -266,14 +411,15 @@ def scenario_shutdown(ctx, result):
         result.iterations += 1
         i += 1
     # Stop with work in flight: must return within the wait limit.
-    engine = Engine()
+    engine = new_engine()
     x = _T(np.ones(4), True)
     y = ops.to(ops.sum_(ops.delay(ops.to(x, device="sim:0"), ms=1500)), device="cpu")
     worker = threading.Thread(target=lambda: _swallow(backward, y, engine=engine), daemon=True)
     worker.start()
     time.sleep(0.2)
     t0 = time.monotonic()
-    engine.stop(wait_limit=0.3)
+    with _engine_log_quiet():   # the warning it logs is this check's expected outcome
+        engine.stop(wait_limit=0.3)
     # stop() gave up on the busy device thread instead of waiting for the
     # 1.5 s delay: the backward is still running when stop() returns.
     _check(result, worker.is_alive(), "stop() with work in flight overran its wait limit "
@@ -295,6 +441,20 @@ def scenario_shutdown(ctx, result):
     except subprocess.TimeoutExpired:
         result.failures.append("a process with busy device threads did not exit (hang at exit)")
     result.iterations += 1
+
+
+@contextlib.contextmanager
+def _engine_log_quiet():
+    """Drop the engine's log records (its stop() warnings) for a while."""
+    import logging
+
+    logger = logging.getLogger("gradcli.engine")
+    drop = logging.Filter("\0")      # matches no logger name: drops every record
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def _swallow(fn, *args, **kwargs):
@@ -354,12 +514,12 @@ def scenario_fork(ctx, result):
     import multiprocessing as mp
 
     from . import ops
-    from .autograd import Engine, backward
+    from .autograd import backward
 
     if not hasattr(os, "fork"):
         result.iterations += 1
         return
-    engine = Engine()
+    engine = new_engine()
     x = _T(np.ones(3), True)
     backward(_chain(x, 3, ops, ctx.rng, device="sim:0"), engine=engine)
     r, w = os.pipe()
@@ -411,11 +571,9 @@ def _spawn_child():
 
 def scenario_graphs(ctx, result):
     """Stress given graph files: concurrent runs must equal a single-threaded reference."""
-    from .autograd import Engine
     from .errors import BackwardError
 
-    engine = Engine()
-    try:
+    with _engine_for(result) as engine:
         for path, load in ctx.graphs:
             ref_graph = load()
             try:
@@ -445,9 +603,6 @@ def scenario_graphs(ctx, result):
                 result.failures.extend(_run_threads(ctx.threads, one))
                 result.iterations += 1
                 i += 1
-    finally:
-        engine.stop()
-        _wait_gone(engine, result)
 
 
 def _wait_gone(engine, result, label="engine"):
@@ -482,6 +637,9 @@ def run_scenarios(names, ctx, progress=None):
             raise       # a given graph file is invalid input, not a failed check
         except Exception as exc:  # noqa: BLE001 - a scenario that breaks is a failure
             result.failures.append(f"{type(exc).__name__}: {exc}")
+        except BaseException:   # Ctrl-C: cancel what runs, stop, leave (Note [Interrupting stress])
+            interrupt_all()
+            raise
         result.seconds = time.monotonic() - t0
         results.append(result)
         if progress:

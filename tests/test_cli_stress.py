@@ -136,3 +136,103 @@ def test_junit_writer_counts_and_escapes():
     assert cases["broken"].find("error").get("message") == "GraphError: \\x07bad"
     assert cases["later"].find("skipped") is not None
     assert cases["ok"].find("system-out").text == "pass: fine"
+
+
+# -- Ctrl-C (issue 11 item 12, Note [Interrupting stress]) ----------------------------
+def _start_stress(repo_root, *args):
+    """`gradcli stress ...` in a child whose SIGINT is Python's default handler
+    (a shell starts background jobs with SIGINT ignored, and children inherit it)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(repo_root))
+    return subprocess.Popen(
+        [sys.executable, "-m", "gradcli", "stress", *map(str, args)], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _threads_of(pid):
+    from pathlib import Path
+
+    try:
+        return len(list(Path(f"/proc/{pid}/task").iterdir()))
+    except OSError:
+        return 0
+
+
+def _interrupt_when_workers_run(proc, workers, limit=90):
+    """Send SIGINT (by pid) once the stress workers run, past the reference run."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + limit
+    while _threads_of(proc.pid) < workers + 1 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    assert _threads_of(proc.pid) >= workers + 1, "the stress workers never started"
+    time.sleep(0.5)                        # the workers are inside their backwards
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return time.monotonic() - t0, out, err
+
+
+SLOW_20S = SLOW.replace("ms: 1500", "ms: 20000")
+
+needs_proc = pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"),
+                                reason="counts the child's threads in /proc")
+
+
+@needs_proc
+@pytest.mark.timeout(180)
+def test_ctrl_c_cancels_the_workers_backwards(tmp_path, repo_root):
+    """The workers sleep in a 20 s `delay`: Ctrl-C cancels their graph tasks,
+    stops the engine and exits 130 with one line (it used to wait the delay out)."""
+    path = tmp_path / "slow.yaml"
+    path.write_text(SLOW_20S)
+    proc = _start_stress(repo_root, path, "--threads", "4", "--duration", "30")
+    elapsed, out, err = _interrupt_when_workers_run(proc, workers=4)
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == ["gradcli: interrupted"] and out == ""
+    assert elapsed < 10, f"exited {elapsed:.1f}s after SIGINT (the delay is 20 s)"
+
+
+HUNG = """
+    import threading
+    import time
+
+    class Hang:
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            # Off the main thread (the stress workers), hang where no
+            # cancellation reaches: a plain sleep.
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(60)
+            return g
+"""
+
+
+@needs_proc
+@pytest.mark.timeout(120)
+def test_ctrl_c_is_not_held_up_by_a_hung_worker(tmp_path, repo_root):
+    """A worker stuck in a node that cannot be cancelled never makes the
+    process unkillable by Ctrl-C: the workers are daemons, the engine is left."""
+    import textwrap
+
+    (tmp_path / "hangmod.py").write_text(textwrap.dedent(HUNG))
+    path = tmp_path / "hung.yaml"
+    path.write_text("version: 1\ntensors:\n  x: {value: [1.0, 2.0], requires_grad: true}\n"
+                    "ops:\n  - {op: custom, function: 'hangmod:Hang', inputs: [x], outputs: [y]}\n"
+                    "  - {op: sum, inputs: [y], output: loss}\nbackward:\n  roots: [loss]\n")
+    proc = _start_stress(repo_root, path, "--allow-code", "--threads", "3", "--duration", "30")
+    elapsed, out, err = _interrupt_when_workers_run(proc, workers=3)
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == ["gradcli: interrupted"] and out == ""
+    assert elapsed < 10, f"exited {elapsed:.1f}s after SIGINT (the hang is 60 s)"

@@ -160,7 +160,15 @@ defvjp(minimum, lambda g, ans, x, y: _select_grad(g, x, y, np.greater, x.shape),
        lambda g, ans, x, y: _select_grad(g, y, x, np.greater, y.shape))
 
 
-@primitive("where", "WhereBackward0", arity=3, broadcasts=True)
+def _where_infer(shapes, dtypes):
+    """PyTorch's where takes a bool condition only (a float one is refused, not cast)."""
+    if dtypes[0] != np.bool_:
+        raise S.ShapeMismatch(f"where expected condition {{0}} to be a boolean tensor, but got "
+                              f"a tensor with dtype {dtypes[0]}")
+    return [(S.broadcast(shapes), np.result_type(dtypes[1], dtypes[2]))]
+
+
+@primitive("where", "WhereBackward0", arity=3, broadcasts=True, infer=_where_infer)
 def where(cond, x, y):
     """cond ? x : y (cond is a bool tensor)"""
     return np.where(cond, x, y)

@@ -445,6 +445,9 @@ def test_command_cross_entropy_with_target_file(tmp_path):
     (["{path}:build_model", "--input-shape", "2,4", "--loss", "cross_entropy"], "needs --target"),
     (["{path}:build_model", "--input-shape", "2,4"], "aten.bernoulli.default"),
     (["{path}:build_model", "--input-shape", "2,5"], "running the module failed: RuntimeError"),
+    (["{path}:build_model", "--input-shape", "100000,100000,100000"],   # was exit 3 (allocator)
+     "--input-shape 100000,100000,100000: the input needs 4000000000000000 bytes, over the "
+     "tensor budget"),
 ])
 def test_command_errors_exit_2_with_one_line(tmp_path, args, text):
     path, _ = _module_file(tmp_path, RANDOM_OP)
@@ -454,6 +457,22 @@ def test_command_errors_exit_2_with_one_line(tmp_path, args, text):
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("gradcli: error: ") and text in lines[0], \
         res.output
+
+
+def test_command_allocation_failure_of_an_input_exits_2(tmp_path, monkeypatch):
+    """Under the budget, the allocator may still refuse (memory in use): exit 2, one line."""
+    path, _ = _module_file(tmp_path, RANDOM_OP)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: "
+                           "not enough memory: you tried to allocate 64 bytes.")
+
+    monkeypatch.setattr(torch, "randn", refuse)
+    res = CliRunner().invoke(gradcli_main, ["export", f"{path}:build_model", "--input-shape",
+                                            "2,4", "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--input-shape: cannot allocate the inputs" in lines[0], res.output
 
 
 # -- compare ---------------------------------------------------------------------------------------

@@ -377,6 +377,26 @@ def test_refuses_an_op_it_cannot_express_naming_op_and_line(tmp_path):
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("forward, op, line", [
+    ("return torch.cumsum(self.fc(x), 0)", "aten.cumsum.default", "torch.cumsum(self.fc(x), 0)"),
+    ("return self.fc(x).split([1, 3], 1)[1] * 2", "aten.split_with_sizes.default",
+     "self.fc(x).split([1, 3], 1)[1] * 2"),
+])
+def test_refuses_an_op_gradcli_cannot_run_naming_op_and_line(tmp_path, forward, op, line):
+    """Issue 10 item 3: PyTorch replays these, gradcli would refuse the written file."""
+    from gradcli.ops import OPS
+
+    assert op not in OPS
+    body = RANDOM_OP.replace("p = torch.sigmoid(self.fc(x))", "pass").replace(
+        "return torch.bernoulli(p) * p", forward)
+    path, mod = _module_file(tmp_path, body)
+    with pytest.raises(ExportError) as info:
+        from_module(mod.build_model(), (torch.randn(2, 4),))
+    msg = str(info.value)
+    assert f"cannot export {op}: gradcli has no op {op}" in msg
+    assert f"{path}:11 (return {line})" in msg and "\n" not in msg
+
+
 DETACH_ON_GRAD_PATH = RANDOM_OP.replace(
     "p = torch.sigmoid(self.fc(x))", "p = self.fc(x)").replace(
     "return torch.bernoulli(p) * p", "return p * p.detach()")

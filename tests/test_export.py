@@ -7,6 +7,7 @@ the real module, so the export is proven faithful without gradcli's ATen ops.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -541,8 +542,6 @@ def test_replay_refuses_what_pytorch_cannot_run():
     doc = {"version": 1, "tensors": {"x": {"shape": [2], "init": "normal", "requires_grad": True}},
            "ops": [{"op": "sum", "inputs": ["x"], "output": "s"}],
            "backward": {"roots": ["s"]}}
-    with pytest.raises(compare_torch.CompareError, match="pass its values in leaves="):
-        compare_torch.replay(doc)
     result = compare_torch.replay(doc, leaves={"x": np.array([1.0, 2.0])})
     np.testing.assert_array_equal(result.grads["x"], [1.0, 1.0])
     doc["ops"] = [{"op": "delay", "inputs": ["x"], "output": "s", "args": {"ms": 1}}]
@@ -551,6 +550,31 @@ def test_replay_refuses_what_pytorch_cannot_run():
     doc["ops"] = [{"op": "aten.nonexistent_op.default", "inputs": ["x"], "output": "s"}]
     with pytest.raises(compare_torch.CompareError, match="unknown ATen op"):
         compare_torch.replay(doc, leaves={"x": np.array([1.0, 2.0])})
+
+
+def test_replay_takes_its_leaves_from_gradclis_loader(tmp_path):
+    """Note [Replayed leaves]: no second leaf reader. A random init replays with the
+    values gradcli's loader draws (it was refused: "pass its values in leaves="), and
+    what the loader refuses (a missing .npz member) is refused."""
+    import gradcli
+
+    doc = {"version": 1, "tensors": {"x": {"shape": [3], "init": {"dist": "normal", "seed": 3},
+                                           "requires_grad": True}},
+           "ops": [{"op": "mul", "inputs": ["x", "x"], "output": "y"},
+                   {"op": "sum", "inputs": ["y"], "output": "s"}],
+           "backward": {"roots": ["s"]}}
+    x = gradcli.loads(json.dumps(doc), format="json").leaves["x"]
+    drawn = x.make(x.shape)
+    np.testing.assert_array_equal(compare_torch.replay(doc).grads["x"], 2 * drawn)
+    np.save(tmp_path / "w.npy", np.array([1.0, 2.0], dtype=np.float32))
+    np.savez(tmp_path / "a.npz", w=np.array([3.0]))
+    doc["tensors"] = {"x": {"file": "w.npy", "requires_grad": True}}
+    result = compare_torch.replay(doc, base_dir=str(tmp_path))
+    assert result.grads["x"].dtype == np.float32
+    np.testing.assert_array_equal(result.grads["x"], [2.0, 4.0])
+    doc["tensors"] = {"x": {"file": "a.npz", "key": "nope", "requires_grad": True}}
+    with pytest.raises(compare_torch.CompareError, match="gradcli cannot load the graph: .*nope"):
+        compare_torch.replay(doc, base_dir=str(tmp_path))
 
 
 # -- light imports -----------------------------------------------------------------------------------

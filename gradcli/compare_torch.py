@@ -16,23 +16,24 @@ the difference: that is what the comparison is for. Engine exercisers
 (``checkpoint``, ``reenter``, ``delay``, ``fail``, ``nan``, ``custom``, ``grad``)
 and ``to`` have no PyTorch equivalent here and are refused, naming the op.
 
-Leaf tensors are read here with NumPy (``value``, ``file``/``key``, and the
-deterministic ``init`` kinds ``zeros``, ``ones``, ``full``, ``arange``);
-random initialisers (``normal``, ``uniform``) are gradcli's own generator, so
-their values must be passed in ``leaves`` (gradcli's loaded leaf arrays).
+Note [Replayed leaves]: the leaf tensors (and ``grad_roots`` tensors) are the
+arrays gradcli's own loader builds from the same document: its dtypes,
+``init`` kinds (seeded random ones included), ``file``/``key`` reading with
+its member checks, and its memory budgets. The replay has no leaf reader of
+its own, so PyTorch and gradcli start from the same values by construction.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
+import tempfile
 
 import numpy as np
 
 from .errors import GraphError
 from .ops.torch_ref import torch_reference
-
-_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}
-
 
 class CompareError(GraphError):
     """A graph the PyTorch replay cannot run (an op with no PyTorch equivalent, ...)."""
@@ -78,13 +79,16 @@ def node_order(roots, run):
 def replay(source, *, base_dir=None, arrays=None, leaves=None) -> TorchResult:
     """Run a graph in PyTorch: ``source`` is a path or a parsed document (a dict).
 
-    ``arrays``: ``{(file, key): array}`` used instead of reading those files;
-    ``leaves``: ``{name: array}`` values for leaf tensors (required for random
-    ``init``s). Raises CompareError (a GraphError) naming the op for what it
-    cannot replay.
+    ``arrays``: ``{(file, key): array}``, the arrays of the files the document
+    names when they are not written yet (the exporter's check), standing in
+    for every file; ``leaves``: ``{name: array}`` values that replace leaf
+    tensors (gradcli's loaded leaves: a validate run passes its own). Raises
+    CompareError (a GraphError) naming the op for what it cannot replay, or
+    gradcli's load error for a document gradcli itself refuses.
     """
     import torch
 
+    path = None
     if isinstance(source, (str, os.PathLike)):
         from .document import read_document
 
@@ -94,18 +98,52 @@ def replay(source, *, base_dir=None, arrays=None, leaves=None) -> TorchResult:
         display = path
     else:
         data, display = source, f"<{source.get('name', 'graph')}>"
-    return _Replay(torch, data, base_dir or ".", arrays or {}, leaves or {}, display).run()
+    rep = _Replay(torch, data, display)
+    rep.check_replayable()
+    try:
+        with _loaded(data, path, base_dir or ".", arrays, display) as graph:
+            rep.take_leaves(graph, leaves or {})    # files are read here, while they exist
+    except GraphError as exc:
+        if isinstance(exc, CompareError):
+            raise
+        raise CompareError(f"gradcli cannot load the graph: {exc}", display) from None
+    return rep.run()
+
+
+@contextlib.contextmanager
+def _loaded(data, path, base_dir, arrays, display):
+    """gradcli's Graph of the document (Note [Replayed leaves]); ``arrays`` are
+    written to a temporary folder for the loader to read them."""
+    from .loader import load, loads
+
+    if path is not None and not arrays:
+        yield load(path)
+        return
+    text = json.dumps(data)
+    if not arrays:
+        yield loads(text, format="json", name=display.strip("<>"), base_dir=base_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="gradcli-replay-") as folder:
+        by_file = {}
+        for (file, key), arr in arrays.items():
+            by_file.setdefault(file, {})[key] = np.asarray(arr)
+        for file, members in by_file.items():
+            target = os.path.join(folder, file)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if file.endswith(".npz"):
+                np.savez(target, **members)
+            else:
+                np.save(target, members[None])
+        yield loads(text, format="json", name=display.strip("<>"), base_dir=folder)
 
 
 class _Replay:
-    def __init__(self, torch, data, base_dir, arrays, leaves, display):
+    def __init__(self, torch, data, display):
         self.torch = torch
         self.data = data
-        self.base_dir = base_dir
-        self.arrays = dict(arrays)
-        self.leaves = leaves
         self.display = display
-        self.npz = {}
+        self.leaf_arrays = {}
+        self.root_grads = {}
 
     def fail(self, message, op_index=None, op=None):
         where = ""
@@ -113,61 +151,41 @@ class _Replay:
             where = f"ops[{op_index}]" + (f" ({op.get('id')})" if op and op.get("id") else "") + ": "
         raise CompareError(f"{where}{message}", self.display)
 
-    # leaves --------------------------------------------------------------------------------
-    def array(self, spec, name):
-        if name in self.leaves:
-            return np.asarray(self.leaves[name])
-        dtype = spec.get("dtype")
-        if dtype is not None and dtype not in _DTYPES:
-            self.fail(f"tensor {name}: unknown dtype {dtype!r}")
-        if "file" in spec:
-            arr = self.file_array(spec["file"], spec.get("key"), name)
-            return arr if dtype is None else arr.astype(dtype, copy=False)
-        dtype = dtype or "float64"
-        if "value" in spec:
-            return np.asarray(spec["value"], dtype=dtype)
-        init = spec.get("init", "zeros")
-        kind = init.get("dist") if isinstance(init, dict) else init
-        shape = tuple(spec.get("shape", ()))
-        if kind == "zeros":
-            return np.zeros(shape, dtype)
-        if kind == "ones":
-            return np.ones(shape, dtype)
-        if kind == "full":
-            return np.full(shape, init.get("fill", 0.0), dtype)
-        if kind == "arange":
-            return np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
-        self.fail(f"tensor {name}: init {kind!r} is gradcli's random generator; pass its values "
-                  "in leaves= to replay it in PyTorch")
+    # before loading: what PyTorch cannot replay, named by op -------------------------------
+    def check_replayable(self):
+        for name, spec in (self.data.get("tensors") or {}).items():
+            device = (spec or {}).get("device", "cpu") if isinstance(spec, dict) else "cpu"
+            if device != "cpu":
+                self.fail(f"tensor {name}: device {device!r} is not replayed in PyTorch (CPU only)")
+        for i, op in enumerate(self.data.get("ops") or []):
+            name = op.get("op", "") if isinstance(op, dict) else ""
+            if name.startswith("aten."):
+                self.overload(name, op, i)
+            elif torch_reference(name) is None:
+                self.fail(f"op {name!r} has no PyTorch equivalent to replay", i, op)
 
-    def file_array(self, file, key, name):
-        if (file, key) in self.arrays:
-            return np.asarray(self.arrays[(file, key)])
-        path = os.path.join(self.base_dir, file)
-        try:
-            if file.endswith(".npz"):
-                if path not in self.npz:
-                    with np.load(path, allow_pickle=False) as z:
-                        self.npz[path] = {k: z[k] for k in z.files}
-                return self.npz[path][key]
-            return np.load(path, allow_pickle=False)
-        except (OSError, KeyError, ValueError) as exc:
-            self.fail(f"tensor {name}: cannot read {file}"
-                      f"{'[' + key + ']' if key else ''}: {exc}")
+    # leaves: gradcli's loaded arrays (Note [Replayed leaves]) --------------------------------
+    def take_leaves(self, graph, leaves):
+        from .graph import LeafSpec
+        from .devices import to_host
 
-    def tensor(self, spec, name):
-        t = self.torch.from_numpy(np.array(self.array(spec, name)))
-        device = spec.get("device", "cpu")
-        if device != "cpu":
-            self.fail(f"tensor {name}: device {device!r} is not replayed in PyTorch (CPU only)")
-        if spec.get("requires_grad"):
+        for name, leaf in graph.leaves.items():
+            value = leaves[name] if name in leaves else leaf.make(leaf.shape)
+            self.leaf_arrays[name] = np.asarray(to_host(value))
+        for name, g in graph.backward_spec.grad_roots.items():
+            if isinstance(g, LeafSpec):
+                self.root_grads[name] = np.asarray(to_host(g.make(g.shape)))
+
+    def tensor(self, name, requires_grad):
+        t = self.torch.from_numpy(np.array(self.leaf_arrays[name]))
+        if requires_grad:
             t.requires_grad_(True)
         return t
 
     # ops -------------------------------------------------------------------------------------
     def run(self):
         torch = self.torch
-        env = {name: self.tensor(spec or {}, name)
+        env = {name: self.tensor(name, bool((spec or {}).get("requires_grad")))
                for name, spec in (self.data.get("tensors") or {}).items()}
         grad_names = [n for n, spec in (self.data.get("tensors") or {}).items()
                       if (spec or {}).get("requires_grad")]
@@ -216,11 +234,7 @@ class _Replay:
     def call_aten(self, name, op, env, index):
         from .export import schema as S
 
-        parts = name.split(".")
-        packet = getattr(self.torch.ops.aten, parts[1], None) if len(parts) == 3 else None
-        overload = getattr(packet, parts[2], None) if packet is not None else None
-        if overload is None:
-            self.fail(f"unknown ATen op {name!r}", index, op)
+        overload = self.overload(name, op, index)
         inputs = list(op.get("inputs", []))
         args = dict(op.get("args") or {})
         kwargs = {}
@@ -236,6 +250,14 @@ class _Replay:
             self.fail(f"{name} has no argument {sorted(args)[0]!r}", index, op)
         return overload(**kwargs)
 
+    def overload(self, name, op, index):
+        parts = name.split(".")
+        packet = getattr(self.torch.ops.aten, parts[1], None) if len(parts) == 3 else None
+        overload = getattr(packet, parts[2], None) if packet is not None else None
+        if overload is None:
+            self.fail(f"unknown ATen op {name!r}", index, op)
+        return overload
+
     # backward ------------------------------------------------------------------------------
     def backward(self, env, grad_names):
         torch = self.torch
@@ -249,7 +271,8 @@ class _Replay:
             elif isinstance(g, (int, float)):
                 grad_roots.append(torch.full_like(root, float(g)))
             else:
-                grad_roots.append(self.tensor(g, f"grad_roots.{name}").to(root.dtype))
+                grad_roots.append(self.torch.from_numpy(np.array(self.root_grads[name]))
+                                  .to(root.dtype))
         retain = spec.get("retain_graph")
         create = bool(spec.get("create_graph", False))
         wrt = spec.get("inputs")

@@ -515,6 +515,16 @@ _SEQ_TAGS = (None, "!", "tag:yaml.org,2002:seq")
 _MAP_TAGS = (None, "!", "tag:yaml.org,2002:map")
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+# Note [YAML numbers]: gradcli reads YAML scalars as PyYAML's YAML 1.1 resolver
+# does, with two deliberate differences (docs/graph-format.md, "Numbers in
+# YAML"): a plain number in exponent form without a dot or an exponent sign
+# (1e308, -1e-3, 2E5, 1.0e5), a str for YAML 1.1, is the float that YAML 1.2
+# and JSON read; and a base-60 int or float (1:30, 190:20:30.15: 90, 685230.15
+# for YAML 1.1) is refused, so `[1:30]` meant as a slice or a time is never
+# silently a number.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 EAGER_LINE_DEPTH = 2        # YAML: lines of paths up to this long are kept while parsing
 _NO_KEY = object()
 
@@ -573,11 +583,18 @@ class _Scalars:
                     tag = res_tag
                     break
             else:
+                if _EXPONENT_FLOAT.match(text):        # Note [YAML numbers]
+                    return float(text)
                 return text
         elif tag == "!":
             tag = self.loader.resolve(self.yaml.ScalarNode, text, ev.implicit)
         if tag == _STR:
             return text
+        if ":" in text and tag in (_INT, _FLOAT):       # Note [YAML numbers]
+            line = ev.start_mark.line + 1 if ev.start_mark is not None else None
+            raise GraphError(f"{text[:40]!r} is a base-60 number in YAML 1.1, which gradcli "
+                             "does not read: write the number itself, or quote it for a "
+                             "string", self.display, line)
         key = (tag, text)
         found = self.cache.get(key, _NO_KEY)
         if found is not _NO_KEY:

@@ -679,6 +679,9 @@ class _Loader:
                 if not isinstance(v, list):
                     self.fail(f"input {p.name!r} is a tensor list: give a list of names, "
                               f"got {_short(v)}", ipath + (k,), label)
+                if not v:   # PyTorch: torch.cat(): expected a non-empty list of Tensors
+                    self.fail(f"input {p.name!r}: expected a non-empty list of Tensors, got []",
+                              ipath + (k,), label)
                 layout.append([item(x, p, k, True) for x in v])
             else:
                 layout.append(item(v, p, k, False))

@@ -75,6 +75,19 @@ def test_a_name_where_a_tensor_list_goes_is_refused():
         loader.loads(doc([X], ["{op: aten.cat.default, inputs: [x], output: y}", SUM]))
 
 
+@pytest.mark.parametrize("op", ["aten.cat.default", "aten.stack.default"])
+def test_an_empty_tensor_list_is_refused_at_load(op, gradcli_cli, tmp_path):
+    """Was exit 3 "internal error: AttributeError ... grad_fn" (cat) and "list index
+    out of range (inputs: )" (stack); PyTorch: "expected a non-empty list of Tensors"."""
+    with pytest.raises(GraphError, match=rf"^<graph>:5: ops\[0\] \({op}\): input 'tensors': "
+                                         r"expected a non-empty list of Tensors, got \[\]$"):
+        loader.loads(doc([X], [f"{{op: {op}, inputs: [[]], output: y}}", SUM]))
+    path = tmp_path / "empty.yaml"
+    path.write_text(doc([X], [f"{{op: {op}, inputs: [[]], output: y}}", SUM]))
+    result = gradcli_cli("run", path)
+    assert result.exit_code == 2 and "expected a non-empty list of Tensors" in result.stderr
+
+
 def test_wrong_number_of_inputs_names_the_schema_inputs():
     with pytest.raises(GraphError, match=r"<graph>:5: .*takes 2 tensor inputs \(self, other\), got 1"):
         loader.loads(doc([X], ["{op: aten.mul.Tensor, inputs: [x], output: y}", SUM]))

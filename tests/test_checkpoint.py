@@ -281,3 +281,71 @@ def test_deeper_checkpoint_nesting_is_a_one_line_error(levels, tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "checkpoints nest 129 deep here; at most 128 levels" in lines[0]
+
+
+# The reviewer's files: a grad op through a checkpoint (create_graph on, and a
+# root that also adds a term not through it). The re-run's backward() cannot
+# serve grad() (exec_info) nor record itself; PyTorch's reentrant checkpoint
+# refuses (torch.autograd._is_checkpoint_valid), so gradcli refuses, exit 3,
+# naming the checkpoint's node and op, instead of a gradient missing its part.
+GRAD_THROUGH_CHECKPOINT = """version: 1
+tensors:
+  x: {value: [0.5, -1.0, 2.0], requires_grad: true}
+  w: {value: [1.5, 0.5, -0.25], requires_grad: true}
+ops:
+  - op: checkpoint
+    inputs: [x, w]
+    outputs: [y]
+    body:
+      - {op: mul, inputs: [x, w], output: m}
+      - {op: sin, inputs: [m], output: y}
+  - {op: sum, inputs: [y], output: f}
+  - {op: grad, inputs: [f, x], outputs: [g]%s}
+  - {op: sum, inputs: [g], output: s0}
+%sbackward: {roots: [s]}
+"""
+ALSO_XX = """  - {op: mul, inputs: [x, x], output: xx}
+  - {op: sum, inputs: [xx], output: s1}
+  - {op: add, inputs: [s0, s1], output: s}
+"""
+ONLY_S0 = "  - {op: sum, inputs: [s0], output: s}\n"
+
+
+@pytest.mark.parametrize("args, rest", [
+    ("", ONLY_S0),                                   # /tmp/rv/ckpt.yaml's shape
+    ("", ALSO_XX),                                   # /tmp/rv/ckpt2.yaml's shape (was exit 0)
+    (", args: {create_graph: false}", ALSO_XX),      # a plain grad() through it
+])
+def test_grad_op_through_a_checkpoint_is_refused_like_pytorch(args, rest, tmp_path, gradcli_cli):
+    path = tmp_path / "ckpt.yaml"
+    path.write_text(GRAD_THROUGH_CHECKPOINT % (args, rest))
+    result = gradcli_cli("run", path)
+    assert result.exit_code == 3, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "ops[2] (grad)" in lines[0] and "CheckpointFunctionBackward" in lines[0]
+    assert "torch.utils.checkpoint is incompatible with .grad()" in lines[0]
+    assert "node created by op ops[0]" in lines[0]
+
+
+def test_torch_refuses_grad_through_a_reentrant_checkpoint():
+    """The behaviour the test above follows."""
+    torch = pytest.importorskip("torch")
+    import torch.utils.checkpoint as tc
+
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    w = torch.tensor([1.5, 0.5, -0.25], dtype=torch.float64, requires_grad=True)
+    y = tc.checkpoint(lambda a, b: torch.sin(a * b), x, w, use_reentrant=True)
+    with pytest.raises(RuntimeError, match="incompatible with .grad()"):
+        torch.autograd.grad(y.sum(), [x], create_graph=True)
+
+
+def test_plain_backward_through_a_checkpoint_still_runs():
+    g = graph("""  - op: checkpoint
+    inputs: [x, w]
+    outputs: [y]
+    body:
+      - {op: mul, inputs: [x, w], output: y}
+  - {op: sum, inputs: [y], output: loss}
+""")
+    np.testing.assert_allclose(g.run().grads["x"], [3.0, -1.0])

@@ -130,6 +130,36 @@ def test_module_is_resolved_from_the_graph_folder_first_then_sys_path(tmp_path, 
     assert gradcli.load(other / "g.yaml", allow_code=True).forward()["y"].data.tolist() == [0, 0, 0]
 
 
+@pytest.mark.parametrize("module", ["copy", "json", "numpy"])
+def test_a_graph_module_named_like_another_never_replaces_it(module, tmp_path):
+    """/tmp/rv/cust/: copy.py next to a graph replaced the standard library's copy in
+    sys.modules for the whole process (and json, never imported yet, would be shadowed)."""
+    import importlib
+    import sys
+
+    before = sys.modules.get(module)
+    path = write(tmp_path, module, SQUARE, SQUARE_OPS)
+    result = gradcli.load(path, allow_code=True).run()
+    np.testing.assert_allclose(result.grads["x"], 6.0 * np.array([0.5, -1.0, 2.0]))
+    if before is not None:
+        assert sys.modules[module] is before
+    real = importlib.import_module(module)
+    assert not hasattr(real, "Square") and not str(getattr(real, "__file__", "")).startswith(
+        str(tmp_path))
+    import copy
+    assert copy.deepcopy([[1]]) == [[1]]
+
+
+def test_graph_folder_modules_import_their_neighbours_relatively(tmp_path):
+    module, helper = unique("uses_helper"), unique("helper")
+    (tmp_path / f"{helper}.py").write_text("FACTOR = 3.0\n")
+    code = f"from . import {helper} as h\n" + textwrap.dedent(SQUARE).replace(
+        "ctx.scale = scale", "ctx.scale = scale * h.FACTOR / 3.0")
+    path = write(tmp_path, module, code, SQUARE_OPS)
+    result = gradcli.load(path, allow_code=True).run()
+    np.testing.assert_allclose(result.grads["x"], 6.0 * np.array([0.5, -1.0, 2.0]))
+
+
 def test_bad_function_names_and_missing_classes_are_invalid_input(tmp_path):
     module = unique("mod")
     path = write(tmp_path, module, SQUARE, SQUARE_OPS)
@@ -337,7 +367,9 @@ def test_reentrant_backward_on_simulated_device_threads(tmp_path):
     assert nested and all(r.thread == cube[0].thread for r in nested)
     import sys
 
-    threads = sys.modules[module].THREADS
+    (user,) = [m for n, m in sys.modules.items()       # under its private name
+               if n.startswith("_gradcli_user_") and n.endswith("." + module)]
+    threads = user.THREADS
     assert threads and threads[0] == cube[0].thread and threads[0] != "MainThread"
     single = gradcli.load(path, allow_code=True).run(multithreading=False)
     np.testing.assert_allclose(np.asarray(single.grads["xs"]), np.asarray(result.grads["xs"]))

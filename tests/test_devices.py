@@ -483,8 +483,6 @@ def test_chrome_trace_with_reentrant_pool_thread(engine):
 @pytest.mark.timeout(30)
 def test_cli_trace_of_multi_device_yaml(tmp_path):
     path = REPO / "graphs" / "multi_device.yaml"
-    if not path.exists():
-        pytest.skip("graphs/multi_device.yaml is not there yet")
     out = tmp_path / "t.json"
     proc = subprocess.run([sys.executable, "-m", "gradcli", "run", str(path), "--device-map",
                            "cuda=sim", "--trace", str(out)], capture_output=True, text=True,

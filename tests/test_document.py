@@ -225,13 +225,55 @@ def test_yaml_tags_with_bad_content_are_one_line_errors(value, tag):
 
 
 def test_scalars_read_as_pyyaml_reads_them():
-    text = ("a: [1, 1.0, 1e3, .inf, -.nan, 0x1f, 0o17, 1_000, true, no, ~, null, '', x, '1',"
+    # (1e3 and 12:30:00 moved to the next tests: gradcli reads them differently on purpose)
+    text = ("a: [1, 1.0, 1.0e+3, .inf, -.nan, 0x1f, 0o17, 1_000, true, no, ~, null, '', x, '1',"
             " !!str 2, !!float 3, !!int '4', 2001-12-14, 2001-12-14t21:59:43.10-05:00, ! 5,"
-            " !!binary aGk=, 'y', y, Yes, OFF, 12:30:00]\n")
+            " !!binary aGk=, 'y', y, Yes, OFF, '12:30:00', 1e3x, e5]\n")
     got, want = parse_yaml(text).data, yaml.safe_load(text)
     assert repr(got) == repr(want)
     assert type(parse_yaml("version: 1.0\n").data["version"]) is float
     assert type(parse_json('{"version": 1.0}').data["version"]) is float
+
+
+# Note [YAML numbers]: the two deliberate differences from PyYAML's YAML 1.1 reading.
+@pytest.mark.parametrize("text, value, pyyaml", [
+    ("1e3", 1000.0, "1e3"),                 # YAML 1.1: a str (no dot); YAML 1.2 and JSON: 1000.0
+    ("-1e308", -1e308, "-1e308"),           # the reviewer's `low: -1e308`
+    ("2E-3", 0.002, "2E-3"),
+    ("1.0e5", 100000.0, "1.0e5"),           # YAML 1.1 wants an exponent sign
+    (".5e3", 500.0, ".5e3"),
+])
+def test_exponent_numbers_without_a_dot_are_floats_as_in_json(text, value, pyyaml):
+    assert yaml.safe_load(f"a: {text}\n")["a"] == pyyaml
+    got = parse_yaml(f"a: [{text}]\nb: {text}\n").data
+    assert got == {"a": [value], "b": value} and type(got["b"]) is float
+    if not text.startswith("."):                                  # not a JSON number
+        assert parse_json(f'{{"a": {text}}}').data["a"] == value   # as JSON reads it
+    assert parse_yaml(f"a: '{text}'\n").data["a"] == text      # quoted: still a str
+
+
+@pytest.mark.parametrize("text, pyyaml", [
+    ("[1:30]", [90]), ("12:30:00", 45000), ("-1:30", -90), ("190:20:30.15", 685230.15),
+    ("!!int 1:30", 90), ("!!float 1:30.5", 90.5),
+])
+def test_base_60_numbers_are_refused_in_one_line(text, pyyaml):
+    assert yaml.safe_load(f"value: {text}\n")["value"] == pyyaml     # what YAML 1.1 makes of it
+    with pytest.raises(GraphError) as info:
+        parse_yaml(f"a: 1\nvalue: {text}\n", "f.yaml")
+    msg = str(info.value)
+    assert msg.startswith("f.yaml:2: ") and "is a base-60 number in YAML 1.1" in msg
+    assert "quote it" in msg and "\n" not in msg
+    assert parse_yaml(f"value: '{text}'\n").data["value"] == text
+
+
+def test_init_bound_written_without_a_dot_loads():
+    """`low: -1e308` was "must be a number, got '-1e308'"."""
+    g = loads("version: 1\ntensors:\n  x: {shape: [3], init: {dist: uniform, low: -1e2, "
+              "high: 1e2, seed: 1}, requires_grad: true}\nops:\n"
+              "  - {op: sum, inputs: [x], output: s}\nbackward: {roots: [s]}\n")
+    x = g.leaves["x"]
+    values = x.make(x.shape).tolist()
+    assert len(values) == 3 and all(-100.0 <= v <= 100.0 for v in values)
 
 
 def test_version_must_be_the_int_1():

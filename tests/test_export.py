@@ -7,6 +7,7 @@ the real module, so the export is proven faithful without gradcli's ATen ops.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -377,6 +378,28 @@ def test_refuses_an_op_it_cannot_express_naming_op_and_line(tmp_path):
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("forward, op, line", [
+    ("return torch.cumsum(self.fc(x), 0)", "aten.cumsum.default", "torch.cumsum(self.fc(x), 0)"),
+    ("return self.fc(x).split([1, 3], 1)[1] * 2", "aten.split_with_sizes.default",
+     "self.fc(x).split([1, 3], 1)[1] * 2"),
+])
+def test_refuses_an_op_gradcli_cannot_run_naming_op_and_line(tmp_path, forward, op, line,
+                                                            monkeypatch):
+    """Issue 10 item 3: PyTorch replays these, gradcli would refuse the written file.
+    (The registry is asked: should gradcli gain the op, the test still removes it.)"""
+    from gradcli.ops import OPS
+
+    monkeypatch.delitem(OPS, op, raising=False)
+    body = RANDOM_OP.replace("p = torch.sigmoid(self.fc(x))", "pass").replace(
+        "return torch.bernoulli(p) * p", forward)
+    path, mod = _module_file(tmp_path, body)
+    with pytest.raises(ExportError) as info:
+        from_module(mod.build_model(), (torch.randn(2, 4),))
+    msg = str(info.value)
+    assert f"cannot export {op}: gradcli has no op {op}" in msg
+    assert f"{path}:11 (return {line})" in msg and "\n" not in msg
+
+
 DETACH_ON_GRAD_PATH = RANDOM_OP.replace(
     "p = torch.sigmoid(self.fc(x))", "p = self.fc(x)").replace(
     "return torch.bernoulli(p) * p", "return p * p.detach()")
@@ -445,6 +468,9 @@ def test_command_cross_entropy_with_target_file(tmp_path):
     (["{path}:build_model", "--input-shape", "2,4", "--loss", "cross_entropy"], "needs --target"),
     (["{path}:build_model", "--input-shape", "2,4"], "aten.bernoulli.default"),
     (["{path}:build_model", "--input-shape", "2,5"], "running the module failed: RuntimeError"),
+    (["{path}:build_model", "--input-shape", "100000,100000,100000"],   # was exit 3 (allocator)
+     "--input-shape 100000,100000,100000: the input needs 4000000000000000 bytes, over the "
+     "tensor budget"),
 ])
 def test_command_errors_exit_2_with_one_line(tmp_path, args, text):
     path, _ = _module_file(tmp_path, RANDOM_OP)
@@ -454,6 +480,22 @@ def test_command_errors_exit_2_with_one_line(tmp_path, args, text):
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("gradcli: error: ") and text in lines[0], \
         res.output
+
+
+def test_command_allocation_failure_of_an_input_exits_2(tmp_path, monkeypatch):
+    """Under the budget, the allocator may still refuse (memory in use): exit 2, one line."""
+    path, _ = _module_file(tmp_path, RANDOM_OP)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: "
+                           "not enough memory: you tried to allocate 64 bytes.")
+
+    monkeypatch.setattr(torch, "randn", refuse)
+    res = CliRunner().invoke(gradcli_main, ["export", f"{path}:build_model", "--input-shape",
+                                            "2,4", "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--input-shape: cannot allocate the inputs" in lines[0], res.output
 
 
 # -- compare ---------------------------------------------------------------------------------------
@@ -500,8 +542,6 @@ def test_replay_refuses_what_pytorch_cannot_run():
     doc = {"version": 1, "tensors": {"x": {"shape": [2], "init": "normal", "requires_grad": True}},
            "ops": [{"op": "sum", "inputs": ["x"], "output": "s"}],
            "backward": {"roots": ["s"]}}
-    with pytest.raises(compare_torch.CompareError, match="pass its values in leaves="):
-        compare_torch.replay(doc)
     result = compare_torch.replay(doc, leaves={"x": np.array([1.0, 2.0])})
     np.testing.assert_array_equal(result.grads["x"], [1.0, 1.0])
     doc["ops"] = [{"op": "delay", "inputs": ["x"], "output": "s", "args": {"ms": 1}}]
@@ -510,6 +550,31 @@ def test_replay_refuses_what_pytorch_cannot_run():
     doc["ops"] = [{"op": "aten.nonexistent_op.default", "inputs": ["x"], "output": "s"}]
     with pytest.raises(compare_torch.CompareError, match="unknown ATen op"):
         compare_torch.replay(doc, leaves={"x": np.array([1.0, 2.0])})
+
+
+def test_replay_takes_its_leaves_from_gradclis_loader(tmp_path):
+    """Note [Replayed leaves]: no second leaf reader. A random init replays with the
+    values gradcli's loader draws (it was refused: "pass its values in leaves="), and
+    what the loader refuses (a missing .npz member) is refused."""
+    import gradcli
+
+    doc = {"version": 1, "tensors": {"x": {"shape": [3], "init": {"dist": "normal", "seed": 3},
+                                           "requires_grad": True}},
+           "ops": [{"op": "mul", "inputs": ["x", "x"], "output": "y"},
+                   {"op": "sum", "inputs": ["y"], "output": "s"}],
+           "backward": {"roots": ["s"]}}
+    x = gradcli.loads(json.dumps(doc), format="json").leaves["x"]
+    drawn = x.make(x.shape)
+    np.testing.assert_array_equal(compare_torch.replay(doc).grads["x"], 2 * drawn)
+    np.save(tmp_path / "w.npy", np.array([1.0, 2.0], dtype=np.float32))
+    np.savez(tmp_path / "a.npz", w=np.array([3.0]))
+    doc["tensors"] = {"x": {"file": "w.npy", "requires_grad": True}}
+    result = compare_torch.replay(doc, base_dir=str(tmp_path))
+    assert result.grads["x"].dtype == np.float32
+    np.testing.assert_array_equal(result.grads["x"], [2.0, 4.0])
+    doc["tensors"] = {"x": {"file": "a.npz", "key": "nope", "requires_grad": True}}
+    with pytest.raises(compare_torch.CompareError, match="gradcli cannot load the graph: .*nope"):
+        compare_torch.replay(doc, base_dir=str(tmp_path))
 
 
 # -- light imports -----------------------------------------------------------------------------------

@@ -342,6 +342,7 @@ GRADGRAD = {
     "split": ([R(6, 2)], {"sections": 3, "axis": 0}, None),
     "slice": ([R(4, 5)], {"index": "1:3, ::2"}, None),
     "slice_backward": ([R(2, 3)], {"shape": [4, 5], "index": "1:3, ::2"}, None),
+    "threshold_backward": ([R(3, 4), R(3, 4, seed=1, away=0.05)], {}, None),
     "clone": ([R(3, 4)], {}, None),
     "matmul": ([R(2, 3, 4), R(4, 5, seed=1)], {}, None),
     "softmax": ([R(3, 4)], {"axis": 1}, None),
@@ -366,6 +367,51 @@ def test_gradgrad_table_covers_every_op():
                      if op.fn is not None and op.public and not isinstance(op, AtenOp)
                      and n not in GRADGRAD and n not in EXCLUDED)
     assert not missing, f"ops without a gradgrad line: {missing}"
+
+
+# op -> (node of the gradient under create_graph with a seed that does not
+# require grad, or None: PyTorch's own answer, checked below). relu and abs
+# record a node reading the forward's tensor (Note [Recorded masks of relu
+# and abs]); the others mask with comparisons, recording nothing.
+SEED_GRAD_FN = {
+    "relu": ("ThresholdBackwardBackward0", lambda t, x: t.relu(x)),
+    "abs": ("MulBackward0", lambda t, x: t.abs(x)),
+    "clamp": (None, lambda t, x: t.clamp(x, -0.5, 0.5)),
+    "maximum": (None, lambda t, x: t.maximum(x, t.full_like(x, 0.1))),
+    "minimum": (None, lambda t, x: t.minimum(x, t.full_like(x, 0.1))),
+    "max": (None, lambda t, x: t.amax(x, (0, 1))),
+    "min": (None, lambda t, x: t.amin(x, (0, 1))),
+    "where": (None, lambda t, x: t.where(x > 0, x, t.zeros_like(x))),
+}
+SEED_ARGS = {"clamp": {"min": -0.5, "max": 0.5}}
+
+
+@pytest.mark.parametrize("op_name", sorted(SEED_GRAD_FN))
+def test_gradient_records_like_pytorch_when_the_seed_does_not_require_grad(op_name):
+    """/tmp/rv/relu2.yaml: grad(relu(x).sum(), x, create_graph) then backward
+    was "root does not require grad"; PyTorch records ThresholdBackwardBackward0
+    and the double backward gives x.grad = zeros."""
+    torch = pytest.importorskip("torch")
+    expected, torch_fn = SEED_GRAD_FN[op_name]
+    values = np.array([[1.0, -2.0, 3.0], [-0.25, 0.75, -4.0]])
+    tx = torch.tensor(values, requires_grad=True)
+    (tg,) = torch.autograd.grad(torch_fn(torch, tx).sum(), [tx], create_graph=True)
+    assert (type(tg.grad_fn).__name__ if tg.requires_grad else None) == expected
+
+    op = OPS[op_name]
+    x = Tensor(values.copy(), requires_grad=True)
+    if op_name == "where":
+        out = op(Tensor(values > 0), x, Tensor(np.zeros_like(values)))
+    elif op_name in ("maximum", "minimum"):
+        out = op(x, Tensor(np.full_like(values, 0.1)))
+    else:
+        out = op(x, **_args(op, SEED_ARGS.get(op_name, {})))
+    (g,) = grad([OPS["sum"](out)], [x], create_graph=True)
+    assert (g.grad_fn.name if g.requires_grad else None) == expected
+    if g.requires_grad:
+        tg.sum().backward()
+        backward([OPS["sum"](g)])
+        np.testing.assert_array_equal(x.grad, tx.grad.numpy(force=True))  # zeros
 
 
 def _args(op, args):

@@ -344,6 +344,9 @@ case("delay-jitter", "delay", [R(3)], {"ms": 1, "jitter_ms": 1, "seed": 4})
 case("to-cpu", "to", [R(2, 3)], {"device": "cpu"})
 # the gradient of slice, itself differentiable (internal: not loadable from files)
 case("slice_backward", "slice_backward", [R(2, 2)], {"shape": [4, 3], "index": "1:3, ::2"})
+# the recorded masks of relu and abs (internal; their gradient w.r.t. the mask is zero)
+case("threshold_backward", "threshold_backward", [R(3, 4), R(3, 4, seed=1, away=0.05)])
+case("sgn", "sgn", [R(3, 4, away=0.05)])
 
 # Ops whose backward is not a derivative (fails on purpose, returns NaN): forward only.
 FORWARD_CASES = [

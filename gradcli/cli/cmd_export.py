@@ -28,6 +28,17 @@ def _shape(ctx, param, values):
     return shapes
 
 
+def _allocation_failed(exc):
+    """A MemoryError, or torch's allocator refusing (a RuntimeError naming it)."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "DefaultCPUAllocator" in text or \
+        "not enough memory" in text or "out of memory" in text.lower()
+
+
+def _first_line(exc):
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 @click.command("export")
 @click.argument("model", metavar="MODULE.py:FUNCTION")
 @click.option("--input-shape", "input_shapes", multiple=True, callback=_shape, metavar="N,C,H,W",
@@ -93,9 +104,23 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
         except (OSError, ValueError) as exc:
             _fail(f"{path}: cannot read {what} as a .npy array: {exc}")
 
+    from ..loader import default_max_tensor_bytes
+
+    budget = default_max_tensor_bytes()
+    itemsize = 8 if dtype == "float64" else 4      # torch.randn's float32, or the cast
+    for s in input_shapes:
+        nbytes = itemsize * int(np.prod(s, dtype=object))
+        if nbytes > budget:
+            _fail(f"--input-shape {','.join(map(str, s))}: the input needs {nbytes} bytes, over "
+                  f"the tensor budget of {budget} bytes (a quarter of memory)")
     inputs = [torch.as_tensor(read(p, "an input")) for p in input_files]
     gen = torch.Generator().manual_seed(seed)
-    inputs += [torch.randn(s, generator=gen) for s in input_shapes]
+    try:
+        inputs += [torch.randn(s, generator=gen) for s in input_shapes]
+    except (MemoryError, RuntimeError) as exc:
+        if not _allocation_failed(exc):
+            raise
+        _fail(f"--input-shape: cannot allocate the inputs: {_first_line(exc)}")
     target_arr = read(target, "the target") if target is not None else None
     try:
         graph = from_module(module, tuple(inputs), loss=loss, target=target_arr, dtype=dtype,
@@ -104,6 +129,10 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
         _fail(f"bug in gradcli export: {exc}", EXIT_INTERNAL)
     except ExportError as exc:
         _fail(str(exc))
+    except (MemoryError, RuntimeError) as exc:
+        if not _allocation_failed(exc):
+            raise
+        _fail(f"{model}: out of memory tracing the module on these inputs: {_first_line(exc)}")
     try:
         path = graph.write(out_dir)
     except OSError as exc:

@@ -304,6 +304,17 @@ def _fail(node, message):
                       f"{message} {_source_line(node)}")
 
 
+def _runnable(node, name):
+    """``name`` if gradcli can run it; else the op and its source line (issue 10 item 3):
+    export writes only files gradcli loads, not ones only PyTorch can replay."""
+    from ..ops import OPS  # noqa: PLC0415
+
+    op = OPS.get(name)
+    if op is None or not op.public or not op.supported:
+        _fail(node, f"gradcli has no op {name} (see `gradcli ops` for the ops it runs)")
+    return name
+
+
 class _Converter:
     def __init__(self, gm, leaf_names, leaf_values, leaf_kinds, seed):
         self.gm = gm
@@ -457,7 +468,7 @@ class _Converter:
             if functional is None:
                 _fail(node, "in-place op without an out-of-place overload")
             overload, schema = functional, functional._schema
-        entry = {"op": S.op_name(overload)}
+        entry = {"op": _runnable(node, S.op_name(overload))}
         inputs, args = [], {}
         for arg, val in S.bind(schema, node.args, node.kwargs):
             kind = S.tensor_kind(arg)

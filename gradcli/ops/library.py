@@ -163,7 +163,15 @@ defvjp(minimum, lambda g, ans, x, y: _select_grad(g, x, y, np.greater, x.shape),
        lambda g, ans, x, y: _select_grad(g, y, x, np.greater, y.shape))
 
 
-@primitive("where", "WhereBackward0", arity=3, broadcasts=True)
+def _where_infer(shapes, dtypes):
+    """PyTorch's where takes a bool condition only (a float one is refused, not cast)."""
+    if dtypes[0] != np.bool_:
+        raise S.ShapeMismatch(f"where expected condition {{0}} to be a boolean tensor, but got "
+                              f"a tensor with dtype {dtypes[0]}")
+    return [(S.broadcast(shapes), np.result_type(dtypes[1], dtypes[2]))]
+
+
+@primitive("where", "WhereBackward0", arity=3, broadcasts=True, infer=_where_infer)
 def where(cond, x, y):
     """cond ? x : y (cond is a bool tensor)"""
     return np.where(cond, x, y)
@@ -242,8 +250,39 @@ def relu(x):
     return np.maximum(x, np.zeros((), x.dtype))
 
 
-# threshold_backward: zero where x <= 0, so a NaN input passes its gradient on.
-defvjp(relu, lambda g, ans, x: mul(g, np.logical_not(_value(ans) <= 0).astype(g.dtype)))
+# Note [Recorded masks of relu and abs]: PyTorch writes relu's gradient as
+# threshold_backward(grad, result, 0) and abs's as grad * self.sgn(): both
+# record a node that reads the forward's tensor (ThresholdBackwardBackward0,
+# SgnBackward0), so under create_graph the gradient requires grad even when
+# grad does not (the seed), and its double backward gives zeros to x instead
+# of "does not require grad". clamp, maximum/minimum, max/min and where mask
+# with comparisons in PyTorch too: their gradient records only through g.
+@primitive("threshold_backward", "ThresholdBackwardBackward0", arity=2, public=False,
+           infer=lambda shapes, dtypes: [(shapes[0], dtypes[0])])
+def threshold_backward(g, x):
+    """g where x > 0, else 0 (a NaN x passes g on): the gradient of relu"""
+    return np.where(x <= 0, np.zeros((), g.dtype), g)
+
+
+def _zeros_of(g, ans, *inputs, **args):
+    """zeros_like(grad): the gradient of an input that a formula only compares."""
+    gv = _value(g)
+    from ..devices import xp_of_array   # a positive test: NumPy scalars are host values
+
+    return xp_of_array(gv).zeros_like(gv)
+
+
+defvjp(threshold_backward, lambda g, ans, gin, x: threshold_backward(g, x), _zeros_of)
+defvjp(relu, lambda g, ans, x: threshold_backward(g, ans))
+
+
+@primitive("sgn", "SgnBackward0", saves=False, public=False, infer=S.ELEMENTWISE)
+def sgn(x):
+    """-1, 0 or 1: the sign of x (its gradient is zero)"""
+    return np.sign(x)
+
+
+defvjp(sgn, _zeros_of)
 
 
 @primitive("abs", "AbsBackward0", infer=S.ELEMENTWISE)
@@ -252,7 +291,7 @@ def abs_(x):
     return np.abs(x)
 
 
-defvjp(abs_, lambda g, ans, x: mul(g, np.sign(_value(x)).astype(g.dtype)))
+defvjp(abs_, lambda g, ans, x: mul(g, sgn(x)))
 
 
 @primitive("sqrt", "SqrtBackward0", infer=S.ELEMENTWISE)

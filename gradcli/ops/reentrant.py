@@ -108,6 +108,26 @@ class CheckpointOp:
         return list(checkpoint(self.function, *inputs))
 
 
+# Note [Checkpoint and grad()]: as PyTorch's reentrant checkpoint
+# (torch.autograd._is_checkpoint_valid), the re-run's backward() accumulates
+# into the re-run inputs' .grad and cannot honour a graph task that only
+# computes some gradients (grad(), or backward with `inputs`: a non-empty
+# exec_info) nor record the backward for a grad op's create_graph. gradcli
+# refuses then, with PyTorch's message, instead of returning a gradient that
+# misses the checkpoint's part (a grad op names the checkpoint's node and op).
+ERR_CHECKPOINT_GRAD = ("checkpoint: torch.utils.checkpoint is incompatible with .grad() or "
+                       "passing an `inputs` parameter to .backward() (a grad op or backward "
+                       "inputs differentiate through this checkpoint)")
+
+
+def _checkpoint_valid():
+    """False inside a graph task with exec_info: grad() or backward(inputs=...)."""
+    from ..autograd.state import ENGINE_TLS  # noqa: PLC0415
+
+    task = ENGINE_TLS.current_graph_task
+    return task is None or not task.exec_info
+
+
 class CheckpointBackward(Node):
     """Re-runs the function with recording, then runs its backward reentrantly."""
 
@@ -123,6 +143,8 @@ class CheckpointBackward(Node):
 
         if self.saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
+        if not _checkpoint_valid():
+            raise RuntimeError(ERR_CHECKPOINT_GRAD)
         detached = [Tensor(d, requires_grad=e is not None) if hasattr(d, "dtype") else d
                     for d, e in zip(self.saved, self.next_edges)]
         with enable_grad():

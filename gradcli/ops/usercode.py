@@ -5,16 +5,20 @@ from the graph file's folder first, then from ``sys.path``, and takes
 ``Name`` from it (a dotted ``Outer.Inner`` is followed attribute by
 attribute). Nothing is imported unless the load was given ``allow_code``
 (the loader refuses the entry before it asks for the function). A module
-found in the graph's folder is imported with that folder first on
-``sys.path``; if a module of the same name was imported before from
-somewhere else, it is imported again from the graph's folder (two graphs in
-two folders may each bring their own ``ops.py``), and a module imported
-from a graph's folder is not what a graph elsewhere gets from ``sys.path``.
+found in the graph's folder is imported under a private name,
+``_gradcli_user_<hash of the folder>.pkg.mod`` (a package whose ``__path__``
+is the folder): it never evicts or shadows a module of the process
+(``copy.py`` next to a graph leaves ``import copy`` the standard library's),
+two graphs in two folders each get their own ``ops.py``, and the folder is
+not put on ``sys.path`` (its modules import each other relatively: ``from .
+import helpers``). A module not in the folder is imported normally.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.machinery
+import importlib.util
 import os
 import re
 import sys
@@ -25,7 +29,7 @@ from ..errors import BackwardError, GradcliError
 _FUNCTION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
                           r":[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _IMPORT_LOCK = threading.Lock()
-_FROM_GRAPH_FOLDERS: set = set()     # top-level modules imported from a graph's folder
+_PRIVATE_PREFIX = "_gradcli_user_"   # + a hash of the graph's folder
 
 
 class ForwardRaised(BackwardError):
@@ -95,38 +99,28 @@ def _import(module_name, base_dir):
     top = module_name.split(".")[0]
     with _IMPORT_LOCK:
         local = importlib.machinery.PathFinder.find_spec(top, [base_dir]) is not None
-        cached = sys.modules.get(top)
-        if cached is not None and (
-                not _inside(cached, base_dir) if local else top in _FROM_GRAPH_FOLDERS):
-            # imported before from elsewhere: from another graph's folder, or (for a
-            # module in this graph's folder) from sys.path
-            for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
-                del sys.modules[name]
-        _FROM_GRAPH_FOLDERS.discard(top)
-        if local:
-            _FROM_GRAPH_FOLDERS.add(top)
-            sys.path.insert(0, base_dir)
+        full = f"{_folder_package(base_dir)}.{module_name}" if local else module_name
         try:
-            return importlib.import_module(module_name)
+            return importlib.import_module(full)
         except ModuleNotFoundError as exc:
-            if exc.name is not None and module_name.startswith(exc.name) and (
-                    len(exc.name) == len(module_name) or module_name[len(exc.name)] == "."):
+            missing = exc.name
+            if local and missing is not None and missing.startswith(full[:-len(module_name)]):
+                missing = missing[len(full) - len(module_name):]
+            if missing is not None and module_name.startswith(missing) and (
+                    len(missing) == len(module_name) or module_name[len(missing)] == "."):
                 where = "the graph's folder or sys.path"
-                raise NotFound(f"no module named {exc.name!r} (looked in {where})") from None
+                raise NotFound(f"no module named {missing!r} (looked in {where})") from None
             raise
-        finally:
-            if local:
-                try:
-                    sys.path.remove(base_dir)
-                except ValueError:
-                    pass
 
 
-def _inside(module, folder):
-    paths = [getattr(module, "__file__", None) or ""]
-    paths += list(getattr(module, "__path__", []) or [])
-    folder = os.path.realpath(folder)
-    for p in paths:
-        if p and os.path.realpath(p).startswith(folder + os.sep):
-            return True
-    return False
+def _folder_package(base_dir):
+    """The private package whose ``__path__`` is ``base_dir`` (Note [Resolving user code])."""
+    folder = os.path.realpath(base_dir)
+    name = f"{_PRIVATE_PREFIX}{hashlib.sha256(folder.encode()).hexdigest()[:16]}"
+    if name not in sys.modules:
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = [folder]
+        package = importlib.util.module_from_spec(spec)
+        package.__doc__ = f"modules of the graph folder {folder} (gradcli custom ops)"
+        sys.modules[name] = package
+    return name

@@ -248,7 +248,7 @@ def _chain(x, n, ops, rng, device=None, fail_at=None, jitter_ms=0):
             y = ops.fail(y, message=f"planted failure at step {i}")
     if device is not None:
         y = ops.to(y, device="cpu")
-    return ops.sum_(y)
+    return ops.sum(y)
 
 
 def _iterate(ctx, result, iteration):
@@ -274,13 +274,13 @@ def scenario_reentrant(ctx, result):
         depth = depths[i % len(depths)]
         # Deep reentrant backward through the pool.
         x = _T(np.ones(4), True)
-        y = ops.sum_(ops.mul(ops.reenter(x, depth=depth), np.full(4, 3.0)))
+        y = ops.sum(ops.mul(ops.reenter(x, depth=depth), np.full(4, 3.0)))
         _timed(result, backward, y, engine=engine)
         _check(result, _close(x.grad, np.full(4, 3.0)), f"reenter depth {depth}: grad {x.grad}")
         # Reentrant backward from a device thread.
         x = _T(np.ones(4), True)
         xs = ops.to(x, device="sim:0")
-        y = ops.sum_(ops.to(ops.reenter(ops.mul(xs, np.float64(2.0)), depth=150), device="cpu"))
+        y = ops.sum(ops.to(ops.reenter(ops.mul(xs, np.float64(2.0)), depth=150), device="cpu"))
         _timed(result, backward, y, engine=engine)
         _check(result, _close(x.grad, np.full(4, 2.0)), f"reenter on sim:0: grad {x.grad}")
         # 100 nested checkpoints.
@@ -292,7 +292,7 @@ def scenario_reentrant(ctx, result):
             fn = (lambda inner: lambda a: checkpoint(inner, a))(fn)
         x = _T(np.array([0.5, -1.0]), True)
         out = fn(x)
-        _timed(result, backward, ops.sum_(out), engine=engine)
+        _timed(result, backward, ops.sum(out), engine=engine)
         _check(result, _close(x.grad, 2 * np.array([0.5, -1.0])), f"nested checkpoints: grad {x.grad}")
 
     _iterate(ctx, result, iteration)
@@ -354,7 +354,7 @@ def scenario_concurrent(ctx, result):
         # Shared graph without retain_graph: one wins, the others get the
         # "backward through the graph a second time" error; nothing hangs.
         x = _T(np.full(8, 0.5), True)
-        y = ops.sum_(ops.mul(ops.exp(x), x))
+        y = ops.sum(ops.mul(ops.exp(x), x))
         outcomes = []
 
         def racer(k):
@@ -413,7 +413,7 @@ def scenario_shutdown(ctx, result):
     # Stop with work in flight: must return within the wait limit.
     engine = new_engine()
     x = _T(np.ones(4), True)
-    y = ops.to(ops.sum_(ops.delay(ops.to(x, device="sim:0"), ms=1500)), device="cpu")
+    y = ops.to(ops.sum(ops.delay(ops.to(x, device="sim:0"), ms=1500)), device="cpu")
     worker = threading.Thread(target=lambda: _swallow(backward, y, engine=engine), daemon=True)
     worker.start()
     time.sleep(0.2)
@@ -429,7 +429,7 @@ def scenario_shutdown(ctx, result):
     code = ("import numpy as np, threading, gradcli.ops as O\n"
             "from gradcli.autograd import Tensor, backward\n"
             "x = Tensor(np.ones(3), requires_grad=True)\n"
-            "y = O.to(O.sum_(O.delay(O.to(x, device='sim:0'), ms=20000)), device='cpu')\n"
+            "y = O.to(O.sum(O.delay(O.to(x, device='sim:0'), ms=20000)), device='cpu')\n"
             "threading.Thread(target=backward, args=(y,), daemon=True).start()\n"
             "import time; time.sleep(0.3)\n")
     env = dict(os.environ, GRADCLI_SHUTDOWN_WAIT_LIMIT="1")
@@ -485,7 +485,7 @@ def scenario_chaos(ctx, result):
             total = branches[0]
             for br in branches[1:]:
                 total = ops.add(total, br)
-            return x, ops.sum_(ops.mul(total, total))
+            return x, ops.sum(ops.mul(total, total))
 
         x_ref, y_ref = build()
         with set_multithreading_enabled(False):
@@ -503,7 +503,7 @@ def scenario_chaos(ctx, result):
 
         xs = _T(np.ones(4), True)
         xs.data = to_device(xs.data, parse_device(dev))
-        ys = ops.sum_(ops.mul(ops.delay(xs, ms=0, jitter_ms=2, seed=seed), xs))
+        ys = ops.sum(ops.mul(ops.delay(xs, ms=0, jitter_ms=2, seed=seed), xs))
         _timed(result, backward, ys, engine=engine)
         _check(result, _close(np.asarray(xs.grad), np.full(4, 2.0)), f"all-{dev} graph: grad {xs.grad}")
 

@@ -386,7 +386,7 @@ def md_build(branches):
             leaves.append(w)
             h = O.matmul(h, w)
         outs.append(O.to(O.tanh(h), device="cpu"))
-    return leaves, O.sum_(O.add(outs[0], outs[1]))
+    return leaves, O.sum(O.add(outs[0], outs[1]))
 
 
 def md_check(leaves, ref, dtype, what, stride=1):

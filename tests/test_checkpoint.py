@@ -158,7 +158,7 @@ def test_checkpoint_takes_a_callable_like_torch_utils_checkpoint():
     y = checkpoint(block, x, w)               # one Tensor in, one Tensor out
     assert y.grad_fn.name == "CheckpointFunctionBackward"
     assert calls == [True]                    # the forward ran once, without recording
-    backward([O.sum_(y)])
+    backward([O.sum(y)])
     assert len(calls) == 2                    # and again inside the backward
     np.testing.assert_allclose(x.grad, np.exp(x.data * w.data) * w.data)
     np.testing.assert_allclose(w.grad, np.exp(x.data * w.data) * x.data)
@@ -234,7 +234,7 @@ def test_autograd_grad_checks_each_output():
 
     x = Tensor(np.arange(4.0), requires_grad=True)
     p, q = O.OPS["split"](x, sections=2)
-    loss = O.sum_(q)
+    loss = O.sum(q)
     with pytest.raises(RuntimeError, match="One of the differentiated Tensors appears to not "
                                            "have been used in the graph"):
         grad([loss], [p], retain_graph=True)

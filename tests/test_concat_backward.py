@@ -47,7 +47,7 @@ def test_offsets_are_computed_once_per_node(offset_calls):
     # count is what a test can hold on a loaded machine.)
     xs = _inputs(5_000)
     w = np.random.default_rng(1).normal(size=(2, sum(x.data.shape[1] for x in xs)))
-    backward(O.sum_(O.mul(O.concat(*xs, axis=1), w)))
+    backward(O.sum(O.mul(O.concat(*xs, axis=1), w)))
     assert offset_calls == [5_000]           # once, not once per input (5,000 times)
     for x, e in zip(xs, _expected(xs, w)):
         assert np.array_equal(x.grad, e)
@@ -63,7 +63,7 @@ def test_the_cache_never_serves_another_node(offset_calls):
     y2 = O.concat(a, b, d, axis=1)           # offsets 0, 1, 2
     y1 = O.concat(a, c, const, axis=1)       # offsets 0, 1, 3; created last, runs first
     w = np.arange(5.0).reshape(1, 5)
-    backward(O.sum_(O.mul(O.add(y1, y2), w)))
+    backward(O.sum(O.mul(O.add(y1, y2), w)))
     assert np.array_equal(a.grad, 2 * w[:, :1])
     assert np.array_equal(c.grad, w[:, 1:3])
     assert np.array_equal(b.grad, w[:, 1:2])
@@ -75,11 +75,11 @@ def test_concat_backward_records_under_create_graph():
     """The VJP is written with ops: its gradients are differentiable."""
     xs = _inputs(5)                          # widths 1, 2, 3, 1, 2
     w = Tensor(np.random.default_rng(2).normal(size=(2, 9)), requires_grad=True)
-    gs = grad(O.sum_(O.mul(O.concat(*xs, axis=-1), w)), xs, create_graph=True)
+    gs = grad(O.sum(O.mul(O.concat(*xs, axis=-1), w)), xs, create_graph=True)
     for g, e in zip(gs, _expected(xs, w.data)):
         assert g.grad_fn is not None and np.array_equal(g.data, e)
     # gs[1] is w[:, 1:3]: d/dw sum(gs[1] ** 2) is 2 w there, 0 elsewhere.
-    backward(O.sum_(O.mul(gs[1], gs[1])))
+    backward(O.sum(O.mul(gs[1], gs[1])))
     expected = np.zeros((2, 9))
     expected[:, 1:3] = 2 * w.data[:, 1:3]
     assert np.allclose(w.grad, expected)
@@ -96,7 +96,7 @@ def test_concurrent_concat_backwards_keep_their_own_offsets():
                 xs = _inputs(50 + seed, seed)
                 width = sum(x.data.shape[1] for x in xs)
                 w = np.random.default_rng(seed).normal(size=(2, width))
-                backward(O.sum_(O.mul(O.concat(*xs, axis=1), w)))
+                backward(O.sum(O.mul(O.concat(*xs, axis=1), w)))
                 for x, e in zip(xs, _expected(xs, w)):
                     if not np.array_equal(x.grad, e):
                         errors.append(f"thread {seed}: wrong gradient")

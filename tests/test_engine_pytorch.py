@@ -249,7 +249,7 @@ def test_diamond_run_order_matches_prediction():
     h = O.exp(x)          # seq s
     left = O.sin(h)       # seq s+1
     right = O.cos(h)      # seq s+2
-    out = O.sum_(left * right)
+    out = O.sum(left * right)
     ran = []
     nodes = [out.grad_fn, out.grad_fn.next_edges[0][0], left.grad_fn, right.grad_fn, h.grad_fn,
              x.grad_accumulator]

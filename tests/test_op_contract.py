@@ -353,3 +353,16 @@ def test_cli_ops_table_and_json():
 def test_arg_defaults_are_given_to_rules_and_outputs():
     assert OPS["split"].defaults() == {"sections": None, "indices": None, "axis": 0}
     assert Arg(check=A.shape).required
+
+
+def test_public_op_functions_are_named_as_in_files_and_listed_in_all():
+    """Issue 8 item 8: gradcli.ops.sum, .pow, .abs, ... (no trailing underscore, which
+    reads as in-place in PyTorch's convention), every one listed in __all__."""
+    import gradcli.ops as O
+
+    for name, op in OPS.items():
+        if op.public and op.fn is not None and name.isidentifier():
+            assert getattr(O, name) is op and name in O.__all__, name
+    assert not [n for n in O.__all__ if n.endswith("_")]
+    assert not any(hasattr(O, n) for n in ("sum_", "pow_", "abs_", "max_", "min_", "slice_"))
+    assert O.sum(np.array([1.0, 2.0])) == 3.0 and O.max(np.array([1.0, 5.0])) == 5.0

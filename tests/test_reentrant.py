@@ -18,7 +18,7 @@ from gradcli.ops.reentrant import checkpoint
 
 
 def _reenter_loss(x, depth, scale=3.0):
-    return O.sum_(O.mul(O.OPS["reenter"](x, depth=depth), np.full(x.shape, scale)))
+    return O.sum(O.mul(O.OPS["reenter"](x, depth=depth), np.full(x.shape, scale)))
 
 
 @pytest.mark.timeout(60)
@@ -81,7 +81,7 @@ def test_reenter_from_device_thread():
     try:
         x = Tensor(np.ones(3), requires_grad=True)
         xs = O.to(x, device="sim:0")
-        y = O.sum_(O.to(O.mul(O.OPS["reenter"](xs, depth=200), np.float64(2.0)), device="cpu"))
+        y = O.sum(O.to(O.mul(O.OPS["reenter"](xs, depth=200), np.float64(2.0)), device="cpu"))
         trace = []
         backward(y, engine=engine, trace=trace)
         np.testing.assert_array_equal(x.grad, np.full(3, 2.0))
@@ -115,7 +115,7 @@ def test_nested_checkpoints_give_the_plain_gradient():
         x = Tensor(np.array([0.5, -1.5, 2.0]), requires_grad=True)
         (out,) = op(x)
         assert out.grad_fn.name == "CheckpointFunctionBackward"
-        backward(O.sum_(out), engine=engine)
+        backward(O.sum(out), engine=engine)
         np.testing.assert_allclose(x.grad, 2 * np.array([0.5, -1.5, 2.0]))
     finally:
         engine.stop()
@@ -126,7 +126,7 @@ def test_checkpoint_backward_twice_fails_like_pytorch():
     op = _nested_checkpoints(1)
     x = Tensor(np.ones(2), requires_grad=True)
     (out,) = op(x)
-    loss = O.sum_(out)
+    loss = O.sum(out)
     backward(loss)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         backward(loss)
@@ -144,7 +144,7 @@ def _two_device_sum(seed):
     total = parts[0]
     for p in parts[1:]:
         total = O.add(total, p)
-    return x, O.sum_(O.mul(total, total))
+    return x, O.sum(O.mul(total, total))
 
 
 @pytest.mark.timeout(60)
@@ -297,7 +297,7 @@ def test_pytorch_deep_reentrant_depth_runs_in_bounded_memory():
             "from gradcli.autograd import Tensor, backward, Engine\n"
             "e = Engine()\n"
             "x = Tensor(np.ones(3), requires_grad=True)\n"
-            "backward(O.sum_(O.OPS['reenter'](x, depth=8193)), engine=e)\n"
+            "backward(O.sum(O.OPS['reenter'](x, depth=8193)), engine=e)\n"
             "assert (x.grad == 1).all(), x.grad\n"
             # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec,
             # so it would report this test process's own peak (pytest's).

@@ -61,7 +61,7 @@ def test_engine_runs_nodes_on_their_streams_and_syncs(monkeypatch, multithreadin
     x = Tensor(on_device(to_device(np.array([0.5, 1.0, 2.0]), sim0), sim0), requires_grad=True)
     a = O.exp(x)
     b = O.mul(a, a)
-    loss = O.sum_(b)
+    loss = O.sum(b)
     # The forward ran exp on stream A, and mul and sum on stream B; x's
     # accumulator on stream L.
     A, B, L = FakeStream("A", log), FakeStream("B", log), FakeStream("L", log)
@@ -94,9 +94,9 @@ def test_cuda_streams_on_a_real_gpu():
     x_host = np.linspace(-1, 1, 64).reshape(8, 8)
     with side:
         x = Tensor(cupy.asarray(x_host), requires_grad=True)
-        y = O.sum_(O.tanh(O.matmul(x, x)))
+        y = O.sum(O.tanh(O.matmul(x, x)))
     assert y.grad_fn.stream == side
     backward(y)
     xc = Tensor(x_host.copy(), requires_grad=True)
-    backward(O.sum_(O.tanh(O.matmul(xc, xc))))
+    backward(O.sum(O.tanh(O.matmul(xc, xc))))
     np.testing.assert_allclose(cupy.asnumpy(x.grad), xc.grad, rtol=1e-10)

@@ -1,12 +1,23 @@
-"""The op library: ``OPS`` maps a graph file's op name to its ``Op``."""
+"""The op library: ``OPS`` maps a graph file's op name to its ``Op``.
+
+The public ops are also functions of this module, named as in graph files
+(``gradcli.ops.sum(x, axis=0)``, ``gradcli.ops.pow(x, y)``, ...): called on
+raw arrays they compute, called with a ``Tensor`` they record a node.
+
+>>> import numpy as np, gradcli.ops as O
+>>> from gradcli.autograd import Tensor, backward
+>>> x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+>>> backward(O.sum(O.pow(x, np.array(2.0))))
+>>> x.grad
+array([2., 4.])
+"""
 from ..autograd.tensor import Tensor
 from . import library as _library
 from .core import OPS, Arg, Op, OpBackward, ShapeMismatch, declare, defvjp, primitive
 from . import aten as _aten  # noqa: F401,E402 - registers the aten.* ops
 from . import custom as _custom  # noqa: F401,E402 - registers custom (user code)
 from . import higher as _higher  # noqa: F401,E402 - registers grad
-from .library import *  # noqa: F401,F403 - the ops as functions: add, mul, matmul, ...
-from .library import BackwardFailure
+from .library import BackwardFailure, expand_reduced, unbroadcast  # noqa: F401 - built from ops
 from .reentrant import reenter  # noqa: F401 - registers reenter
 from .. import dispatch as _dispatch
 
@@ -43,5 +54,12 @@ Tensor.__neg__ = lambda self: _library.neg(self)
 Tensor.sum = lambda self, axis=None, keepdims=False: _library.sum_(self, axis=axis, keepdims=keepdims)
 Tensor.mean = lambda self, axis=None, keepdims=False: _library.mean(self, axis=axis, keepdims=keepdims)
 
+# The public ops as functions (generated from the registry, so it cannot drift).
+# library.py defines a few as sum_, pow_, abs_, max_, min_, slice_ so as not to
+# shadow Python's builtins inside that module; here they have their own names.
+OP_FUNCTIONS = sorted(n for n, op in OPS.items()
+                      if op.public and op.fn is not None and n.isidentifier())
+globals().update({_name: OPS[_name] for _name in OP_FUNCTIONS})
+
 __all__ = ["OPS", "Arg", "BackwardFailure", "Op", "OpBackward", "ShapeMismatch", "declare",
-           "defvjp", "primitive"]
+           "defvjp", "expand_reduced", "primitive", "unbroadcast", *OP_FUNCTIONS]

@@ -257,6 +257,34 @@ case("aten._to_copy.default", [R(3, 4)], {"dtype": "float64"})
 case("aten.squeeze.dims", [R(1, 3, 1, 2)], {"dim": [0, 2, 3]})
 case("aten.squeeze.dims", [R(1, 3, 1)], {"dim": [-1]})
 
+# -- boundaries: kinks and edge values exactly where PyTorch's kernels compare (fd=False:
+# no derivative there; checked against torch). Note [hardswish boundaries] in pointwise.py.
+_at3 = np.array([-4.0, -3.0, -2.9, 0.0, 2.9, 3.0, 4.0])
+case("aten.hardswish.default", [_at3.copy()], fd=False, id="aten.hardswish.default-at-3")
+case("aten.hardswish_backward.default", [R(7), _at3.copy()], fd=False, id="aten.hardswish_backward.default-at-3")
+case("aten.hardsigmoid.default", [_at3.copy()], fd=False, id="aten.hardsigmoid.default-at-3")
+case("aten.hardtanh.default", [np.array([-2.0, -1.0, 0.0, 1.0, 2.0])], fd=False, id="aten.hardtanh.default-at-1")
+case("aten.hardtanh.default", [np.array([-1.0, 0.0, 3.0, 6.0, 7.0])], {"min_val": 0.0, "max_val": 6.0}, fd=False,
+     id="aten.hardtanh.default-at-0-6")
+case("aten.hardtanh_backward.default", [R(5), np.array([-2.0, -1.0, 0.0, 1.0, 2.0])],
+     {"min_val": -1.0, "max_val": 1.0}, fd=False, id="aten.hardtanh_backward.default-at-1")
+case("aten.relu.default", [np.array([-1.0, -0.0, 0.0, 1e-300, 1.0])], fd=False, id="aten.relu.default-at-0")
+case("aten.threshold_backward.default", [R(4), np.array([0.0, 0.5, 0.5000001, 1.0])], {"threshold": 0.5},
+     fd=False, id="aten.threshold_backward.default-at-threshold")
+case("aten.gelu.default", [np.array([-1.0, -0.0, 0.0, 1.0])], fd=False, id="aten.gelu.default-at-0")
+case("aten.gelu.default", [np.array([-0.0, 0.0])], {"approximate": "tanh"}, fd=False,
+     id="aten.gelu.default-tanh-at-0")
+case("aten.gelu_backward.default", [R(2), np.array([-0.0, 0.0])], fd=False, id="aten.gelu_backward.default-at-0")
+# mean nll_loss with every target ignored: NaN (0/0) forward, zero gradient (as PyTorch)
+case("aten.nll_loss_forward.default", [R(3, 4), I(-100, -100, -100), None], {"reduction": 1, "ignore_index": -100},
+     fd=False, id="aten.nll_loss_forward.default-all-ignored")
+case("aten.nll_loss_forward.default", [R(3, 4), I(2, 2, 2), R(4, low=0.5, high=2)],
+     {"reduction": 1, "ignore_index": 2}, wrt=[0], fd=False, id="aten.nll_loss_forward.default-all-ignored-weight")
+case("aten.nll_loss_forward.default", [R(4), np.array(1), None], {"reduction": 1, "ignore_index": 1},
+     fd=False, id="aten.nll_loss_forward.default-1d-ignored")
+case("aten.nll_loss_backward.default", [R(), R(3, 4, seed=1), I(-100, -100, -100), None, np.array(0.0)],
+     {"reduction": 1, "ignore_index": -100}, wrt=[1], id="aten.nll_loss_backward.default-all-ignored")
+
 
 # -- running a case ---------------------------------------------------------------------
 def _flat(inputs):
@@ -910,3 +938,96 @@ def test_shape_rules_raise_what_the_forward_raises(op_name, inputs, args):
     with pytest.raises(forward.type) as inferred:
         ATEN_OPS[op_name].bind(layout).infer_outputs([a.shape for a in arrays], [a.dtype for a in arrays], args)
     assert str(inferred.value)
+
+
+# -- inputs PyTorch refuses are refused (not wrapped, clipped or deduplicated) ---------------
+REFUSED = []
+
+
+def refused(op, inputs, args, match, static=True, id=None):  # noqa: A002
+    """One row: gradcli raises ValueError/TypeError matching ``match`` where torch raises;
+    ``static``: the load-time shape rule refuses it too (the problem is in shapes, dtypes or
+    arguments, not in values such as indices)."""
+    n = sum(1 for c in REFUSED if c.values[0] == op)
+    REFUSED.append(pytest.param(op, inputs, args, match, static, id=id or f"{op}-{n}"))
+
+
+_conv0 = dict(_conv)
+refused("aten.embedding.default", [R(6, 3), I(1, -1)], {}, "index -1 out of range", static=False)
+refused("aten.embedding.default", [R(6, 3), I(0, 6)], {}, "index 6 out of range", static=False)
+refused("aten.embedding.default", [R(0, 3), I(0)], {}, "out of range")
+refused("aten.where.self", [R(3, 4), R(3, 4, seed=1), R(3, 4, seed=2)], {}, "condition to be a boolean")
+refused("aten.where.self", [np.ones((3, 4), np.int64), R(3, 4, seed=1), R(3, 4, seed=2)], {},
+        "condition to be a boolean")
+refused("aten.masked_fill.Scalar", [R(3, 4), R(3, 4, seed=1)], {"value": 1.0}, "boolean masks")
+refused("aten.masked_fill.Scalar", [R(3, 4), np.ones((3, 4), np.uint8)], {"value": 1.0}, "boolean masks")
+for _k, _v, _m in [("dilation", [0, 0], "dilation must be positive"), ("dilation", [-1, 1], "dilation must be positive"),
+                   ("stride", [0, 0], "stride must be positive"), ("stride", [10 ** 30, 1], "stride must be positive"),
+                   ("padding", [-1, 0], "padding must be non-negative"),
+                   ("output_padding", [-1, 0], "output_padding must be non-negative"),
+                   ("stride", [1, 1, 1], "stride must have 2 elements")]:
+    refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1), None], dict(_conv0, **{_k: _v}), _m,
+            id=f"{CONV}-{_k}={_v}")
+for _name in ("aten.view.default", "aten._unsafe_view.default"):
+    refused(_name, [x234], {"size": [-2]}, "invalid shape dimension -2")
+    refused(_name, [x234], {"size": [24, -2]}, "invalid shape dimension -2 at index 1")
+    refused(_name, [x234], {"size": [-1, -1]}, "only one dimension can be inferred")
+    refused(_name, [R(0, 3)], {"size": [-1, 0]}, "ambiguous")
+    refused(_name, [x234], {"size": [5, -1]}, "invalid for input of size 24")
+refused("aten.sum.dim_IntList", [x234], {"dim": [0, 0]}, "dim 0 appears multiple times")
+refused("aten.sum.dim_IntList", [x234], {"dim": [0, -3]}, "dim 0 appears multiple times")
+refused("aten.sum.dim_IntList", [R()], {"dim": [0, -1]}, "dim 0 appears multiple times")
+refused("aten.mean.dim", [x234], {"dim": [1, 1]}, "dim 1 appears multiple times")
+refused("aten.squeeze.dims", [R(1, 3)], {"dim": [0, 0]}, "dim 0 appears multiple times")
+refused("aten.squeeze.dims", [R(1, 3)], {"dim": [0, -2]}, "dim 0 appears multiple times")
+refused("aten.squeeze.dims", [R()], {"dim": [0, -1]}, "dim 0 appears multiple times")
+refused("aten.permute.default", [x234], {"dims": [0, 0, 1]}, "duplicate dims")
+refused("aten.permute.default", [x234], {"dims": [0, 1]}, "has 3 dims but dims")
+refused("aten.mse_loss.default", [R(3, 4), R(3, 4, seed=1)], {"reduction": 9}, "reduction must be 0")
+refused("aten.mse_loss.default", [R(3, 4), R(3, 4, seed=1)], {"reduction": -1}, "reduction must be 0")
+refused("aten.add.Tensor", [R(3, 4), R(3, 4, seed=1)], {"alpha": True}, "Boolean alpha")
+refused("aten.add.Tensor", [np.arange(3), np.arange(3)], {"alpha": True}, "Boolean alpha")
+refused("aten.add.Tensor", [np.arange(3), np.arange(3)], {"alpha": 1.5}, "alpha must not be a floating")
+refused("aten.sub.Tensor", [R(3, 4), R(3, 4, seed=1)], {"alpha": True}, "Boolean alpha")
+refused("aten.sub.Tensor", [R(3), R(3, seed=1) > 0], {}, "subtraction with a bool")
+refused("aten.add.Scalar", [R(3, 4)], {"other": 1.0, "alpha": True}, "Boolean alpha")
+refused("aten.sub.Scalar", [R(3, 4)], {"other": True}, "subtraction with a bool")
+refused("aten.rsub.Scalar", [R(3, 4)], {"other": 1.0, "alpha": True}, "Boolean alpha")
+
+
+def _inferred(op_name, inputs, args):
+    from gradcli.ops.aten.registry import Slot
+
+    arrays = [x for x in _flat(inputs) if isinstance(x, np.ndarray)]
+    k = iter(range(len(arrays)))
+    layout = _rebuild(inputs, lambda i, x: Slot(next(k)) if isinstance(x, np.ndarray) else x)
+    return ATEN_OPS[op_name].bind(layout).infer_outputs([a.shape for a in arrays], [a.dtype for a in arrays], args)
+
+
+@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
+def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
+    wrt = _wrt(inputs, None)
+    with pytest.raises((ValueError, TypeError), match=match) as ours:
+        _ours(op_name, inputs, args, wrt)
+    if static:   # the loader's shape rule refuses the entry at load, with the forward's error type
+        with pytest.raises(ours.type, match=match):
+            _inferred(op_name, inputs, args)
+    if torch is not None:
+        with pytest.raises(Exception):  # noqa: B017 - torch's RuntimeError/IndexError
+            _theirs(op_name, inputs, args, wrt)
+
+
+@needs_torch
+def test_convolution_with_a_huge_stride_matches_torch():
+    # any int64 stride is valid: the output is one window wide on that axis
+    x, w = R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1)
+    args = dict(_conv, stride=[2 ** 62, 1])
+    flat, outs = _ours(CONV, [x, w, None], args, [0, 1])
+    tflat, touts = _theirs(CONV, [x, w, None], args, [0, 1])
+    assert outs[0].shape == tuple(touts[0].shape) == (1, 3, 1, 3)
+    assert _inferred(CONV, [x, w, None], args) == [((1, 3, 1, 3), np.dtype(np.float64))]
+    np.testing.assert_allclose(outs[0].data, touts[0].detach().numpy(), rtol=1e-12)
+    v = np.ones(outs[0].shape)
+    for a, b in zip(grad(outs[0], flat[:2], grad_outputs=[v]),
+                    torch.autograd.grad(touts[0], tflat[:2], torch.tensor(v))):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-12)

@@ -205,6 +205,9 @@ def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
         raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
     if weight.ndim < 1:
         raise ValueError("embedding: weight must have at least one dimension")
+    if weight.shape[0] == 0 and 0 not in indices.shape:
+        # indices' values are unknown here, but no index fits a weight with no rows
+        raise ValueError("embedding: index out of range for a weight of 0 rows (indices must be in [0, 0))")
     return [(indices.shape + weight.shape[1:], weight.dtype)]
 
 
@@ -242,6 +245,7 @@ def _nll_loss_backward(grad_output, self, target, weight, total_weight, reductio
 
 @_rule("aten.mse_loss.default")
 def _mse_loss(self, target, reduction=1):
+    nn._check_reduction("mse_loss", reduction)
     shape = np.broadcast_shapes(self.shape, target.shape)
     return [(tuple(shape) if reduction == 0 else (), result_type(self, target))]
 

@@ -9,7 +9,7 @@ from ..library import _numel, _value
 from .pointwise import as_dtype, div_scalar, masked_fill, mul_scalar, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
-from .shape import _dim, t, transpose, view
+from .shape import _dim, _dims_once, t, transpose, view
 
 
 # -- reductions -----------------------------------------------------------------------
@@ -17,7 +17,7 @@ def _axes(dim, ndim):
     """``int[1]? dim``: None or [] reduces every dim."""
     if dim is None or len(dim) == 0:
         return tuple(range(ndim))
-    return tuple(sorted({_dim(d, ndim) for d in dim}))
+    return tuple(sorted(_dims_once(dim, ndim)))
 
 
 @aten("sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
@@ -213,6 +213,11 @@ defvjp(log_softmax_backward_data,
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     if indices.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
+    n = weight.shape[0] if weight.ndim else 0
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
+        bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
+        raise ValueError(f"embedding: index {bad} out of range for a weight of {n} rows "
+                         f"(indices must be in [0, {n}))")
     return np.take(weight, indices, axis=0)
 
 
@@ -275,8 +280,14 @@ defvjp(nll_loss_backward,
        None, None, None)
 
 
+def _check_reduction(op, reduction):
+    if reduction not in (0, 1, 2):
+        raise ValueError(f"{op}: reduction must be 0 (none), 1 (mean) or 2 (sum), got {reduction}")
+
+
 @aten("mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor", "MseLossBackward0")
 def mse_loss(self, target, reduction=1):
+    _check_reduction("mse_loss", reduction)
     dt = result_type(self, target)
     sq = np.square(np.subtract(cast(self, dt), cast(target, dt)))
     if reduction == 0:
@@ -292,7 +303,8 @@ def _mse_norm(self, target, reduction):
 @aten("mse_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction) -> Tensor",
       "MseLossBackwardBackward0")
 def mse_loss_backward(grad_output, self, target, reduction):
-    # norm * (self - target) * grad, norm 2 (/ numel for mean)
+    # norm * (self - target) * grad, norm 2 (/ numel for mean); like PyTorch it takes any
+    # reduction other than mean as sum (only mse_loss itself checks it)
     dt = result_type(self, target)
     diff = np.subtract(cast(self, dt), cast(target, dt))
     return as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt)

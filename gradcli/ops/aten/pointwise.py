@@ -34,11 +34,29 @@ def scalar(value, like):
     return np.full((), value, dtype=like.dtype)
 
 
+def _check_alpha(name, dt, alpha):
+    """``alpha_check``: a bool alpha only for a bool result, a float alpha not for integers."""
+    if isinstance(alpha, (bool, np.bool_)) and dt.kind != "b":
+        raise TypeError(f"{name}: Boolean alpha only supported for Boolean results (got alpha={alpha!r} "
+                        f"for a {dt} result)")
+    if dt.kind in "biu" and isinstance(alpha, (float, np.floating)):
+        raise TypeError(f"{name}: for integral input tensors, argument alpha must not be a floating "
+                        f"point number (got alpha={alpha!r})")
+
+
+def _check_sub_bool(name, self, other):
+    """``sub_check``: no subtraction with a bool operand (tensor or number)."""
+    if any(result_type(x).kind == "b" for x in (self, other)):
+        raise TypeError(f"{name}: subtraction with a bool tensor is not supported "
+                        "(use logical_not or logical_xor)")
+
+
 # -- arithmetic -------------------------------------------------------------------
 @aten("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "AddBackward0", saves=False,
       meta=ELEMENTWISE)
 def add(self, other, alpha=1):
     dt = result_type(self, other)
+    _check_alpha("add", dt, alpha)
     a, b = cast(self, dt), cast(other, dt)
     return as_dtype(np.add(a, b) if alpha == 1 else np.add(a, np.multiply(b, alpha)), dt)
 
@@ -52,7 +70,9 @@ defvjp(add, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
 @aten("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "SubBackward0", saves=False,
       meta=ELEMENTWISE)
 def sub(self, other, alpha=1):
+    _check_sub_bool("sub", self, other)
     dt = result_type(self, other)
+    _check_alpha("sub", dt, alpha)
     a, b = cast(self, dt), cast(other, dt)
     return as_dtype(np.subtract(a, b) if alpha == 1 else np.subtract(a, np.multiply(b, alpha)), dt)
 
@@ -214,10 +234,12 @@ def hardswish(self):
 @aten("hardswish_backward(Tensor grad_output, Tensor self) -> Tensor", "HardswishBackwardBackward0",
       meta=ELEMENTWISE)
 def hardswish_backward(grad_output, self):
-    # 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
+    # Note [hardswish boundaries]: as PyTorch 2.13's CPU kernel, 0 for x <= -3, grad * (x / 3 + 0.5)
+    # strictly inside (-3, 3), grad for x >= 3 (so -3 gives 0 and 3 gives grad, not the
+    # inner formula's -0.5 grad and 1.5 grad); tests/test_aten_ops.py has rows at +-3
     dt = result_type(grad_output, self)
     inner = grad_output * (self / 3 + 0.5)
-    return as_dtype(np.where(self < -3, np.zeros((), dt), np.where(self <= 3, inner, grad_output)), dt)
+    return as_dtype(np.where(self <= -3, np.zeros((), dt), np.where(self < 3, inner, grad_output)), dt)
 
 
 # self: hardswish_backward(grad, self)
@@ -281,6 +303,10 @@ defvjp(gelu_backward,
 # -- selection and copies ------------------------------------------------------------------
 @aten("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", "WhereBackward0", meta=ELEMENTWISE)
 def where(condition, self, other):
+    # where expects a bool condition (uint8 is still accepted, deprecated, as PyTorch)
+    cdt = np.asarray(condition).dtype if not hasattr(condition, "dtype") else np.dtype(condition.dtype)
+    if cdt.kind != "b" and cdt != np.uint8:
+        raise TypeError(f"where: expected condition to be a boolean tensor, but got a tensor with dtype {cdt}")
     dt = result_type(self, other)
     return as_dtype(np.where(condition, cast(self, dt), cast(other, dt)), dt)
 
@@ -384,7 +410,9 @@ def sub_scalar(self, other, alpha=1):
 @aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False,
       meta=ELEMENTWISE)
 def rsub_scalar(self, other, alpha=1):
+    _check_sub_bool("rsub", self, other)
     dt = result_type(self, other)
+    _check_alpha("rsub", dt, alpha)
     return as_dtype(np.subtract(other, cast(self, dt) if alpha == 1 else np.multiply(cast(self, dt), alpha)), dt)
 
 
@@ -402,6 +430,9 @@ defvjp(div_scalar, lambda g, ans, self, other: div_scalar(g, other=other))   # g
 @aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0",
       meta=ELEMENTWISE)
 def masked_fill(self, mask, value):
+    mdt = np.asarray(mask).dtype if not hasattr(mask, "dtype") else np.dtype(mask.dtype)
+    if mdt.kind != "b":
+        raise TypeError(f"masked_fill: only boolean masks are supported, but got a mask with dtype {mdt}")
     return np.where(mask, np.asarray(value).astype(self.dtype), self)
 
 

@@ -20,6 +20,17 @@ def _dim(d, ndim):
     return d % n
 
 
+def _dims_once(dims, ndim):
+    """A dim list wrapped, each dim at most once (``dim_list_to_bitset``)."""
+    seen = set()
+    for d in dims:
+        w = _dim(d, ndim)
+        if w in seen:
+            raise ValueError(f"dim {w} appears multiple times in the list of dims {list(dims)}")
+        seen.add(w)
+    return seen
+
+
 def _index(ndim, dim, item):
     return (slice(None),) * dim + (item,) + (slice(None),) * (ndim - dim - 1)
 
@@ -34,8 +45,22 @@ def t(self):
 defvjp(t, lambda g, ans, self: t(g))
 
 
-def _view(self, size):
-    return np.reshape(self, tuple(size))
+def _view(self, size, name="view"):
+    # Note [view sizes]: NumPy takes any negative entry for -1; PyTorch's infer_size takes
+    # only -1, once, and refuses to infer it for an empty tensor
+    size = tuple(int(s) for s in size)
+    for i, s in enumerate(size):
+        if s < -1:
+            raise ValueError(f"{name}: invalid shape dimension {s} at index {i} of shape {list(size)}")
+    if size.count(-1) > 1:
+        raise ValueError(f"{name}: only one dimension can be inferred, got shape {list(size)}")
+    if -1 in size and self.size == 0 and 0 in size:
+        raise ValueError(f"{name}: cannot reshape a tensor of 0 elements into shape {list(size)} because "
+                         "the unspecified dimension size -1 can be any value and is ambiguous")
+    try:
+        return np.reshape(self, size)
+    except ValueError:
+        raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}") from None
 
 
 @aten("view(Tensor(a) self, SymInt[] size) -> Tensor(a)", "ViewBackward0", saves=False)
@@ -45,7 +70,7 @@ def view(self, size):
 
 @aten("_unsafe_view(Tensor self, SymInt[] size) -> Tensor", "UnsafeViewBackward0", saves=False)
 def unsafe_view(self, size):
-    return _view(self, size)
+    return _view(self, size, "_unsafe_view")
 
 
 # self: grad.reshape_symint(self.sym_sizes())
@@ -65,7 +90,12 @@ defvjp(expand, lambda g, ans, self, size, implicit=False: L.unbroadcast(g, tuple
 
 @aten("permute(Tensor(a) self, int[] dims) -> Tensor(a)", "PermuteBackward0", saves=False)
 def permute(self, dims):
-    return np.transpose(self, tuple(_dim(d, self.ndim) for d in dims))
+    if len(dims) != self.ndim:
+        raise ValueError(f"permute: the tensor has {self.ndim} dims but dims {list(dims)} has {len(dims)}")
+    wrapped = tuple(_dim(d, self.ndim) for d in dims)
+    if len(set(wrapped)) != len(wrapped):
+        raise ValueError(f"permute: duplicate dims are not allowed, got {list(dims)}")
+    return np.transpose(self, wrapped)
 
 
 def _permute_vjp(g, ans, self, dims):
@@ -170,7 +200,7 @@ defvjp(squeeze_dim, lambda g, ans, self, dim: _unsqueeze_to(g, [dim], tuple(self
 
 @aten("squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)", "SqueezeBackward2", saves=False)
 def squeeze_dims(self, dim):
-    dims = {_dim(d, self.ndim) for d in dim} if self.ndim else set()
+    dims = _dims_once(dim, self.ndim)
     return np.reshape(self, tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
 

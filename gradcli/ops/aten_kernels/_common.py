@@ -38,8 +38,10 @@ def windows(xp, x, lead, out_shape, kernel, stride, dilation):
     copy). ``x`` must be large enough on every window axis."""
     st = x.strides
     shape = tuple(x.shape[:lead]) + tuple(out_shape) + tuple(kernel)
+    # an output axis of one window never steps: its stride is 0, so that a huge
+    # stride (any int64 is valid, PyTorch's output is then 1 wide) cannot overflow
     strides = (tuple(st[:lead])
-               + tuple(st[lead + i] * stride[i] for i in range(len(kernel)))
+               + tuple(st[lead + i] * stride[i] if out_shape[i] > 1 else 0 for i in range(len(kernel)))
                + tuple(st[lead + i] * dilation[i] for i in range(len(kernel))))
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 

@@ -994,6 +994,48 @@ refused("aten.add.Scalar", [R(3, 4)], {"other": 1.0, "alpha": True}, "Boolean al
 refused("aten.sub.Scalar", [R(3, 4)], {"other": True}, "subtraction with a bool")
 refused("aten.rsub.Scalar", [R(3, 4)], {"other": 1.0, "alpha": True}, "Boolean alpha")
 
+# found probing the table's ops against torch: dtypes the kernels do not take, 0-dim and empty inputs
+_i23, _b3 = np.ones((2, 3), np.int64), np.ones(3, bool)
+for _u in ("gelu", "silu", "hardswish", "hardsigmoid"):
+    refused(f"aten.{_u}.default", [_i23], {}, "not implemented for int64", id=f"aten.{_u}.default-int")
+    refused(f"aten.{_u}.default", [_b3], {}, "not implemented for bool", id=f"aten.{_u}.default-bool")
+for _u in ("relu", "hardtanh", "abs", "neg"):
+    refused(f"aten.{_u}.default", [_b3], {}, "bool", id=f"aten.{_u}.default-bool")
+for _u in ("gelu_backward", "hardswish_backward", "sigmoid_backward", "tanh_backward"):
+    refused(f"aten.{_u}.default", [_i23, _i23], {}, "not implemented for int64", id=f"aten.{_u}.default-int")
+refused("aten.hardtanh_backward.default", [_i23, _i23], {"min_val": -1, "max_val": 1}, "not implemented for int64")
+refused("aten.threshold_backward.default", [_b3, _b3], {"threshold": 0}, "not implemented for bool")
+for _s in ("_softmax", "_log_softmax"):
+    refused(f"aten.{_s}.default", [_i23], {"dim": 0, "half_to_float": False}, "not implemented for int64")
+    refused(f"aten.{_s}.default", [R()], {"dim": 1, "half_to_float": False}, "Dimension out of range")
+    refused(f"aten.{_s}_backward_data.default", [_i23, _i23], {"dim": 0, "input_dtype": "int64"},
+            "not implemented for int64")
+refused("aten._safe_softmax.default", [_i23], {"dim": 0}, "not implemented for int64")
+refused("aten._safe_softmax.default", [R()], {"dim": 1}, "Dimension out of range")
+refused("aten.mse_loss.default", [_i23, _i23], {}, "not implemented for int64")
+refused("aten.nll_loss_forward.default", [_i23, I(0, 1), None], {"reduction": 1, "ignore_index": -100},
+        "not implemented for int64")
+refused("aten.nll_loss_forward.default", [R(2, 3), np.zeros(2, np.int32), None], {"reduction": 1, "ignore_index": -100},
+        "target dtype to be int64 or uint8")
+refused("aten.embedding.default", [R(3, 2, 2), I(0, 1)], {}, "'weight' must be 2-D")
+refused("aten.embedding.default", [R(3), I(0, 1)], {}, "'weight' must be 2-D")
+refused("aten.embedding.default", [R(3, 2), np.zeros(2, np.uint8)], {}, "int64 or int32")
+refused(ADAPTIVE, [np.ones((1, 1, 3, 3), np.int64)], {"output_size": [2, 2]}, "not implemented for int64")
+refused(SDPA, [np.ones((1, 1, 2, 2), np.int64)] * 3 + [None], {}, "not implemented for int64")
+refused(BN, [np.ones((2, 3), np.int64), None, None, None, None], dict(_bn, training=True), "not implemented for int64")
+refused(BN, [R(0, 3), None, None, None, None], dict(_bn, training=True), "at least one element")
+refused(BN, [R(2, 0), None, None, None, None], dict(_bn, training=True), "at least one element")
+refused(LN, [_i23, None, None], {"normalized_shape": [3], "eps": 1e-5}, "not implemented for int64")
+refused("aten.transpose.int", [R()], {"dim0": 0, "dim1": 1}, "Dimension out of range")
+refused("aten.select.int", [R()], {"dim": 0, "index": 0}, "0-dim tensor")
+refused("aten.unbind.int", [R()], {}, "0-dim tensor")
+refused("aten.split.Tensor", [R()], {"split_size": 1}, "at least a 1-dimensional")
+refused("aten.unsafe_split.Tensor", [R()], {"split_size": 1}, "at least a 1-dimensional")
+refused("aten.cat.default", [[]], {}, "non-empty list")
+refused("aten.cat.default", [[R(), R(seed=1)]], {}, "zero-dimensional tensor")
+refused("aten.stack.default", [[]], {}, "non-empty list")
+refused("aten.select_backward.default", [R(2)], {"input_sizes": [2, 3], "dim": 1, "index": 5}, "index 5")
+
 
 def _inferred(op_name, inputs, args):
     from gradcli.ops.aten.registry import Slot
@@ -1007,7 +1049,8 @@ def _inferred(op_name, inputs, args):
 @pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
 def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
     wrt = _wrt(inputs, None)
-    with pytest.raises((ValueError, TypeError), match=match) as ours:
+    # IndexError for dims and indices out of range (as PyTorch); the loader reports all three
+    with pytest.raises((ValueError, TypeError, IndexError), match=match) as ours:
         _ours(op_name, inputs, args, wrt)
     if static:   # the loader's shape rule refuses the entry at load, with the forward's error type
         with pytest.raises(ours.type, match=match):

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import aten_kernels as K
+from ..aten_kernels._common import check_dtype
 from .. import library as L
 from ..library import _value
 from .promotion import cast, result_type, to_float
@@ -147,6 +148,7 @@ defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, 
 # -- activations ---------------------------------------------------------------------
 @aten("relu(Tensor self) -> Tensor", "ReluBackward0", meta=ELEMENTWISE)
 def relu(self):
+    check_dtype("relu", self, "iufc", "a non-bool")
     return np.maximum(self, np.zeros((), self.dtype))
 
 
@@ -162,6 +164,7 @@ defvjp(relu, lambda g, ans, self: threshold_backward(g, ans, threshold=0))
       "ThresholdBackwardBackward0", meta=ELEMENTWISE)
 def threshold_backward(grad_output, self, threshold):
     dt = result_type(grad_output, self)
+    check_dtype("threshold_backward", np.empty(0, dt), "iufc", "a non-bool")
     return as_dtype(np.where(self <= threshold, np.zeros((), dt), grad_output), dt)
 
 
@@ -182,6 +185,7 @@ def sigmoid(self):
       meta=ELEMENTWISE)
 def sigmoid_backward(grad_output, output):
     dt = result_type(grad_output, output)
+    check_dtype("sigmoid_backward", np.empty(0, dt))
     return as_dtype(grad_output * (1 - output) * output, dt)
 
 
@@ -202,6 +206,7 @@ def tanh(self):
 @aten("tanh_backward(Tensor grad_output, Tensor output) -> Tensor", "TanhBackwardBackward0", meta=ELEMENTWISE)
 def tanh_backward(grad_output, output):
     dt = result_type(grad_output, output)
+    check_dtype("tanh_backward", np.empty(0, dt))
     return as_dtype(grad_output * (1 - output * output), dt)
 
 
@@ -215,6 +220,7 @@ defvjp(tanh_backward,
 
 @aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0", meta=ELEMENTWISE)
 def hardsigmoid(self):
+    check_dtype("hardsigmoid", self)
     return as_dtype(np.clip(self + 3, 0, 6) * (1 / 6), self.dtype)   # times 1/6, as the CPU kernel
 
 
@@ -228,6 +234,7 @@ defvjp(hardsigmoid, lambda g, ans, self: L.where(
 
 @aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0", meta=ELEMENTWISE)
 def hardswish(self):
+    check_dtype("hardswish", self)
     return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
 
 
@@ -238,6 +245,7 @@ def hardswish_backward(grad_output, self):
     # strictly inside (-3, 3), grad for x >= 3 (so -3 gives 0 and 3 gives grad, not the
     # inner formula's -0.5 grad and 1.5 grad); tests/test_aten_ops.py has rows at +-3
     dt = result_type(grad_output, self)
+    check_dtype("hardswish_backward", np.empty(0, dt))
     inner = grad_output * (self / 3 + 0.5)
     return as_dtype(np.where(self <= -3, np.zeros((), dt), np.where(self < 3, inner, grad_output)), dt)
 
@@ -254,12 +262,14 @@ defvjp(hardswish_backward,
 
 @aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0", meta=ELEMENTWISE)
 def gelu(self, approximate="none"):
+    check_dtype("gelu", self)
     return K.gelu(self, approximate)
 
 
 @aten('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none") -> Tensor',
       "GeluBackwardBackward0", meta=ELEMENTWISE)
 def gelu_backward(grad_output, self, approximate="none"):
+    check_dtype("gelu_backward", np.empty(0, result_type(grad_output, self)))
     return K.gelu_backward(grad_output, self, approximate)
 
 
@@ -343,12 +353,22 @@ def _unary_float(fn):
     return forward
 
 
+def _neg(self):
+    check_dtype("neg", self, "iufc", "a non-bool")
+    return np.negative(self)
+
+
+def _abs(self):
+    check_dtype("abs", self, "iufc", "a non-bool")
+    return np.abs(self)
+
+
 neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False,
-           meta=ELEMENTWISE)(lambda self: np.negative(self))
+           meta=ELEMENTWISE)(_neg)
 exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0", meta=ELEMENTWISE)(_unary_float(np.exp))
 log = aten("log(Tensor self) -> Tensor", "LogBackward0", meta=ELEMENTWISE)(_unary_float(np.log))
 sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0", meta=ELEMENTWISE)(_unary_float(np.sqrt))
-abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0", meta=ELEMENTWISE)(lambda self: np.abs(self))
+abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0", meta=ELEMENTWISE)(_abs)
 defvjp(neg, lambda g, ans, self: L.neg(g))                                   # -grad
 defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # grad * result
 defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
@@ -358,6 +378,7 @@ defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(_value(self)).astype(g.dtype)
 
 @aten("silu(Tensor self) -> Tensor", "SiluBackward0", meta=ELEMENTWISE)
 def silu(self):
+    check_dtype("silu", self)
     return as_dtype(self / (1 + np.exp(-self)), self.dtype)
 
 
@@ -374,6 +395,7 @@ defvjp(silu, _silu_vjp)
 @aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0",
       meta=ELEMENTWISE)
 def hardtanh(self, min_val=-1, max_val=1):
+    check_dtype("hardtanh", self, "iufc", "a non-bool")
     return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
 
 
@@ -382,6 +404,7 @@ def hardtanh(self, min_val=-1, max_val=1):
 def hardtanh_backward(grad_output, self, min_val, max_val):
     # 0 where x <= min_val or x >= max_val
     dt = result_type(grad_output, self)
+    check_dtype("hardtanh_backward", np.empty(0, dt))
     return as_dtype(np.where((self <= min_val) | (self >= max_val), np.zeros((), dt), grad_output), dt)
 
 

@@ -112,17 +112,24 @@ defvjp(permute, _permute_vjp)
 
 @aten("transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)", "TransposeBackward0", saves=False)
 def transpose(self, dim0, dim1):
+    d0, d1 = _dim(dim0, self.ndim), _dim(dim1, self.ndim)
     if self.ndim == 0:
         return self
-    return np.swapaxes(self, _dim(dim0, self.ndim), _dim(dim1, self.ndim))
+    return np.swapaxes(self, d0, d1)
 
 
 # self: grad.transpose(dim0, dim1)
 defvjp(transpose, lambda g, ans, self, dim0, dim1: transpose(g, dim0=dim0, dim1=dim1))
 
 
+def _need_dims(name, self):
+    if self.ndim == 0:
+        raise IndexError(f"{name}() cannot be applied to a 0-dim tensor")
+
+
 @aten("select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", "SelectBackward0", saves=False)
 def select(self, dim, index):
+    _need_dims("select", self)
     d = _dim(dim, self.ndim)
     size = self.shape[d]
     if not -size <= index < size:
@@ -131,11 +138,23 @@ def select(self, dim, index):
     return self[_index(self.ndim, d, index % size)]
 
 
+def _select_backward_check(grad_output, input_sizes, dim, index):
+    """select_backward's checks (shape rule and forward): the input sizes, as a tuple."""
+    shape = tuple(int(s) for s in input_sizes)
+    if not shape:
+        raise IndexError("select_backward: select() cannot be applied to a 0-dim tensor")
+    d = _dim(dim, len(shape))
+    if not -shape[d] <= index < shape[d] or tuple(grad_output.shape) != shape[:d] + shape[d + 1:]:
+        raise IndexError(f"select_backward: index {index} at dim {dim} of {list(shape)} does not fit a "
+                         f"gradient of shape {list(grad_output.shape)}")
+    return shape
+
+
 @aten("select_backward(Tensor grad_output, SymInt[] input_sizes, int dim, SymInt index) -> Tensor",
       "SelectBackwardBackward0", saves=False)
 def select_backward(grad_output, input_sizes, dim, index):
     # zeros of input_sizes with grad_output in the selected slice
-    shape = tuple(int(s) for s in input_sizes)
+    shape = _select_backward_check(grad_output, input_sizes, dim, index)
     d = _dim(dim, len(shape))
     out = np.zeros_like(grad_output, shape=shape)
     out[_index(len(shape), d, index % shape[d])] = grad_output
@@ -214,8 +233,18 @@ def _skipped_in_cat(x):
     return len(x.shape) == 1 and x.shape[0] == 0
 
 
+def _check_cat(tensors):
+    """cat's checks on the list itself (shape rule and forward)."""
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    for i, x in enumerate(tensors):
+        if len(x.shape) == 0:
+            raise ValueError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+
+
 @aten("cat(Tensor[] tensors, int dim=0) -> Tensor", "CatBackward0", saves=False)
 def cat(tensors, dim=0):
+    _check_cat(tensors)
     dt = result_type(*tensors)
     kept = [cast(x, dt) for x in tensors if not _skipped_in_cat(x)]
     if not kept:
@@ -242,6 +271,8 @@ defvjp(cat, _cat_vjp)
 
 @aten("stack(Tensor[] tensors, int dim=0) -> Tensor", "StackBackward0", saves=False)
 def stack(tensors, dim=0):
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
     dt = result_type(*tensors)
     return np.stack([cast(x, dt) for x in tensors], axis=_dim(dim, tensors[0].ndim + 1))
 
@@ -259,6 +290,8 @@ def _split_points(size, split_size):
 
 
 def _split(self, split_size, dim):
+    if self.ndim == 0:
+        raise ValueError("split expects at least a 1-dimensional tensor")
     d = _dim(dim, self.ndim)
     return np.split(self, _split_points(self.shape[d], split_size), axis=d)
 
@@ -287,6 +320,7 @@ defvjp(unsafe_split, _split_vjp)
 
 @aten("unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]", "UnbindBackward0", saves=False)
 def unbind(self, dim=0):
+    _need_dims("unbind", self)
     d = _dim(dim, self.ndim)
     return [self[_index(self.ndim, d, i)] for i in range(self.shape[d])]
 

@@ -19,6 +19,14 @@ def array_module(*arrays):
     return np
 
 
+def check_dtype(op, x, kinds="fc", what="a floating point"):
+    """Refuse ``x`` (an array or a ``Meta``) whose dtype kind is not in ``kinds``, as
+    PyTorch's kernels do ("... not implemented for 'Long'") where NumPy would compute."""
+    dt = np.dtype(x.dtype)
+    if dt.kind not in kinds:
+        raise TypeError(f"{op}: not implemented for {dt} inputs ({what} tensor is needed, as PyTorch)")
+
+
 def expand_param(value, n, name):
     """``value`` (an int or a list of 1 or ``n`` ints) as a tuple of ``n``
     ints, as ATen expands ``stride=[2]`` for a 2-D op."""

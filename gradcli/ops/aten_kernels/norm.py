@@ -2,7 +2,7 @@
 formulas; biased variance in the normalisation). Their backwards are written with
 ops in ``gradcli.ops.aten.norm_attention`` (one formula for every order of
 derivative: Note [normalisation backward with ops])."""
-from ._common import array_module
+from ._common import array_module, check_dtype
 
 
 def _acc_dtype(xp, dtype):
@@ -16,7 +16,11 @@ def _channel_shape(x):
     return (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
 
-def _bn_axes(x):
+def _bn_axes(x, training=False):
+    check_dtype("native_batch_norm", x, "f")
+    if training and 0 in x.shape:
+        raise ValueError(f"native_batch_norm: input tensor must have at least one element in training, "
+                         f"got shape {list(x.shape)}")
     if x.ndim < 2:
         raise ValueError(f"native_batch_norm: expected an input with at least 2 dims "
                          f"(N, C, ...), got shape {list(x.shape)}")
@@ -38,7 +42,7 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training,
     ``save_mean``/``save_invstd`` as empty ``(0,)`` arrays, as PyTorch's CPU
     kernel does."""
     xp = array_module(input)
-    axes = _bn_axes(input)
+    axes = _bn_axes(input, training)
     shape = _channel_shape(input)
     c = input.shape[1]
     n = input.size // c if c else 0
@@ -74,6 +78,7 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training,
 
 
 def _ln_axes(op, input, normalized_shape):
+    check_dtype(op, input, "f")
     ns = tuple(int(v) for v in normalized_shape)
     axis = input.ndim - len(ns)
     if axis < 0 or tuple(input.shape[axis:]) != ns:

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-from ._common import array_module, expand_param, scatter_add, window_slice, windows
+from ._common import array_module, check_dtype, expand_param, scatter_add, window_slice, windows
 
 
 def _pool_out(size, k, s, p, d, ceil_mode):
@@ -197,6 +197,7 @@ def _adaptive_matrix(xp, size, out, dtype):
 
 
 def _adaptive_setup(op, self, output_size):
+    check_dtype(op, self, "f")
     if self.ndim not in (3, 4):
         raise ValueError(f"{op}: expected a 3-D or 4-D input, got shape {list(self.shape)}")
     out = expand_param(output_size, 2, "output_size")

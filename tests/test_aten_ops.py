@@ -1074,3 +1074,25 @@ def test_convolution_with_a_huge_stride_matches_torch():
     for a, b in zip(grad(outs[0], flat[:2], grad_outputs=[v]),
                     torch.autograd.grad(touts[0], tflat[:2], torch.tensor(v))):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("entry, tensors, message", [
+    ("{op: aten.embedding.default, inputs: [w, i], output: y}",
+     ["w: {value: [[1.0, 2.0], [3.0, 4.0]], requires_grad: true}", "i: {value: [0, -1], dtype: int64}"],
+     "embedding: index -1 out of range"),
+    ("{op: aten.convolution.default, inputs: [w, k, null], output: y, args: {stride: [0, 0], padding: [0, 0], "
+     "dilation: [1, 1], transposed: false, output_padding: [0, 0], groups: 1}}",
+     ["w: {value: [[[[1.0, 2.0], [3.0, 4.0]]]], requires_grad: true}", "k: {value: [[[[1.0]]]]}"],
+     "stride must be positive"),
+    ("{op: aten.view.default, inputs: [w], output: y, args: {size: [-2]}}",
+     ["w: {value: [1.0, 2.0], requires_grad: true}"], "invalid shape dimension -2"),
+])
+def test_a_graph_file_with_a_refused_entry_is_a_one_line_error(entry, tensors, message):
+    from gradcli import loader
+    from gradcli.errors import GraphError
+
+    text = ("version: 1\ntensors:\n" + "".join(f"  {t}\n" for t in tensors) + f"ops:\n  - {entry}\n"
+            "  - {op: aten.sum.default, inputs: [y], output: s}\nbackward: {roots: [s]}\n")
+    with pytest.raises(GraphError, match=r"<graph>:\d+: ops\[0\] \(aten\.\w+\.default\): .*" + message) as err:
+        loader.loads(text).run()
+    assert "\n" not in str(err.value)

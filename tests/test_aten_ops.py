@@ -572,6 +572,10 @@ def test_schema_args_have_torch_defaults_and_checks(op_name, arg, value, expecte
     ("aten.gelu.default", "approximate", 3),
     ("aten.mean.dim", "keepdim", 1),
     ("aten.mean.dim", "dtype", "float128"),
+    ("aten.slice.Tensor", "start", 10 ** 30),                  # int and SymInt are int64, as torch's
+    ("aten.slice.Tensor", "step", -2 ** 63 - 1),
+    ("aten.split.Tensor", "split_size", 2 ** 63),
+    ("aten.convolution.default", "stride", [10 ** 30, 1]),
 ])
 def test_schema_arg_checks_refuse_bad_values(op_name, arg, value):
     with pytest.raises(ValueError):
@@ -1036,6 +1040,23 @@ refused("aten.cat.default", [[R(), R(seed=1)]], {}, "zero-dimensional tensor")
 refused("aten.stack.default", [[]], {}, "non-empty list")
 refused("aten.select_backward.default", [R(2)], {"input_sizes": [2, 3], "dim": 1, "index": 5}, "index 5")
 
+refused("aten.mm.default", [np.ones((2, 3), bool), np.ones((3, 2), bool)], {}, "not implemented for bool")
+refused("aten.addmm.default", [R(2), R(2, 3, seed=1).astype(np.float32), R(3, 2, seed=2).astype(np.float32)], {},
+        "self and mat2 must have the same dtype")
+refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1).astype(np.float32), None], _conv, "input and weight must have one dtype")
+refused(SDPA, [R(1, 1, 2, 2), R(1, 1, 2, 2, seed=1).astype(np.float32), R(1, 1, 2, 2, seed=2), None], {},
+        "must have one dtype")
+refused(LN, [R(2, 3), R(2, seed=1), None], {"normalized_shape": [3], "eps": 1e-5}, "same shape as normalized_shape")
+refused(LN, [R(2, 3), R(3, seed=1).astype(np.float32), None], {"normalized_shape": [3], "eps": 1e-5}, "mixed dtype")
+refused(LN, [R(2, 3), None, None], {"normalized_shape": [], "eps": 1e-5}, "at least 1-dimensional")
+refused(BN, [R(2, 3), R(3, seed=1).astype(np.float32), None, None, None], dict(_bn, training=True), "mixed dtype")
+refused(BN, [R(2, 3).astype(np.float32), None, None, R(3, seed=1), R(3, seed=2, low=0.5, high=1)],
+        dict(_bn, training=False), "mixed dtype")
+refused("aten.nll_loss_forward.default", [R(2, 3), I(0, 1), R(3, seed=1).astype(np.float32)],
+        {"reduction": 1, "ignore_index": -100}, "weight must have the input's dtype")
+refused(MAXPOOL, [R(1, 2, 5, 5)], {"kernel_size": [2, 2], "stride": [2 ** 62, 1]}, "must fit in 32 bits")
+refused(AVGPOOL, [R(1, 2, 5, 5)], {"kernel_size": [2, 2], "stride": [2 ** 62, 1]}, "must fit in 32 bits")
+
 
 def _inferred(op_name, inputs, args):
     from gradcli.ops.aten.registry import Slot
@@ -1096,3 +1117,16 @@ def test_a_graph_file_with_a_refused_entry_is_a_one_line_error(entry, tensors, m
     with pytest.raises(GraphError, match=r"<graph>:\d+: ops\[0\] \(aten\.\w+\.default\): .*" + message) as err:
         loader.loads(text).run()
     assert "\n" not in str(err.value)
+
+
+@needs_torch
+def test_batch_norm_refuses_parameters_of_the_wrong_size_where_torch_reads_past_them():
+    # Note [batch-norm parameter sizes]: a deliberate difference. PyTorch 2.13's CPU kernel
+    # takes a weight of 2 entries for 3 channels (reading past it); gradcli refuses
+    x = R(2, 3)
+    torch.ops.aten.native_batch_norm.default(torch.tensor(x), torch.ones(2, dtype=torch.float64), None, None, None,
+                                             True, 0.1, 1e-5)
+    with pytest.raises(ValueError, match=r"weight must have shape \[3\]"):
+        OPS[BN](Tensor(x), Tensor(np.ones(2)), None, None, None, **dict(_bn, training=True))
+    with pytest.raises(ValueError, match=r"running_mean must have shape \[3\]"):
+        _inferred(BN, [x, None, None, np.zeros(2), np.ones(3)], dict(_bn, training=False))

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..aten_kernels._common import check_dtype, expand_param
 from ..aten_kernels.attention import _check as _attention_check
-from ..aten_kernels.norm import _ln_axes
+from ..aten_kernels.norm import _ln_axes, check_bn_params
 from ..aten_kernels.pool import _pool_params
 from . import conv_pool, nn, norm_attention  # noqa: F401 - the entries the rules attach to
 from . import shape as shape_mod
@@ -173,6 +173,7 @@ def _bmm(self, mat2):
 @_rule("aten.addmm.default")
 def _addmm(self, mat1, mat2, beta=1, alpha=1):
     ((shape, dt),) = _mm(mat1, mat2)
+    nn._addmm_self(self, mat1)
     if beta != 0 and hasattr(self, "shape"):
         try:
             np.broadcast_shapes(self.shape, shape)
@@ -224,7 +225,7 @@ def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sc
 
 
 def _nll_check(op, self, target, weight, reduction):
-    nn._nll_dtypes(op, self, target)
+    nn._nll_dtypes(op, self, target, weight)
     if reduction not in (0, 1, 2):
         raise ValueError(f"{op}: reduction must be 0 (none), 1 (mean) or 2 (sum), got {reduction}")
     if self.ndim not in (1, 2):
@@ -297,6 +298,7 @@ def _pool_backward(grad_output, self, *indices, **args):
 @_rule("aten.native_batch_norm.default")
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     check_dtype("native_batch_norm", input, "f")
+    check_bn_params(input, (weight, bias, running_mean, running_var))
     if training and 0 in input.shape:
         raise ValueError(f"native_batch_norm: input tensor must have at least one element in training, "
                          f"got shape {list(input.shape)}")
@@ -312,7 +314,7 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
 
 @_rule("aten.native_layer_norm.default")
 def _layer_norm(input, weight, bias, normalized_shape, eps):
-    axis, _ = _ln_axes("native_layer_norm", input, normalized_shape)
+    axis, _ = _ln_axes("native_layer_norm", input, normalized_shape, weight, bias)
     stats = input.shape[:axis] + (1,) * (input.ndim - axis)
     return [(input.shape, input.dtype), (stats, input.dtype), (stats, input.dtype)]
 

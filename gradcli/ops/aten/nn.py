@@ -76,9 +76,16 @@ defvjp(mean_all, lambda g, ans, self, dtype=None: _mean_vjp(g, ans, self, None))
 
 # -- matrix products --------------------------------------------------------------------
 def _same_dtype(name, a, b):
+    """The matrix products' operands: one dtype, not bool (no BLAS kernel for it)."""
     if a.dtype != b.dtype:
         raise TypeError(f"{name}: expected both operands to have the same dtype, but got "
                         f"{a.dtype} != {b.dtype}")
+    check_dtype(name, a, "iufc", "a non-bool")
+
+
+def _addmm_self(self, mat1):
+    if hasattr(self, "dtype") and self.dtype != mat1.dtype:
+        raise TypeError(f"addmm: self and mat2 must have the same dtype, but got {self.dtype} and {mat1.dtype}")
 
 
 @aten("mm(Tensor self, Tensor mat2) -> Tensor", "MmBackward0")
@@ -112,6 +119,7 @@ defvjp(bmm, lambda g, ans, self, mat2: bmm(g, transpose(mat2, dim0=1, dim1=2)),
       "AddmmBackward0")
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     prod = mm.forward(mat1, mat2)
+    _addmm_self(self, mat1)
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:                   # self is ignored, NaNs included (BLAS semantics)
@@ -266,17 +274,19 @@ defvjp(embedding_dense_backward, _embedding_double_backward, None)
 
 
 # -- losses -------------------------------------------------------------------------------
-def _nll_dtypes(op, self, target):
+def _nll_dtypes(op, self, target, weight=None):
     """nll_loss's dtype checks: a floating point input, an int64 or uint8 target."""
     check_dtype(op, self, "f")
     if np.dtype(target.dtype) not in (np.int64, np.uint8):
         raise TypeError(f"{op}: expected target dtype to be int64 or uint8, but got {target.dtype}")
+    if weight is not None and weight.dtype != self.dtype:
+        raise TypeError(f"{op}: weight must have the input's dtype {self.dtype}, got {weight.dtype}")
 
 
 @aten("nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) "
       "-> (Tensor output, Tensor total_weight)", "NllLossBackward0", differentiable_outputs=(True, False))
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
-    _nll_dtypes("nll_loss_forward", self, target)
+    _nll_dtypes("nll_loss_forward", self, target, weight)
     return K.nll_loss_forward(self, target, None if weight is None else cast(weight, self.dtype),
                               reduction, ignore_index)
 
@@ -284,7 +294,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
 @aten("nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, int reduction, "
       "SymInt ignore_index, Tensor total_weight) -> Tensor", "NllLossBackwardBackward0")
 def nll_loss_backward(grad_output, self, target, weight, total_weight, reduction, ignore_index):
-    _nll_dtypes("nll_loss_backward", self, target)
+    _nll_dtypes("nll_loss_backward", self, target, weight)
     return K.nll_loss_backward(grad_output, self, target, None if weight is None else cast(weight, self.dtype),
                                reduction, ignore_index, total_weight)
 

@@ -14,6 +14,9 @@ def _check(query, key, value, dropout_p, attn_mask):
                          "or with attention dropout 0")
     for x in (query, key, value):
         check_dtype(_OP, x, "f")
+        if x.dtype != query.dtype:
+            raise TypeError(f"{_OP}: query, key and value must have one dtype, got {query.dtype}, "
+                            f"{key.dtype} and {value.dtype}")
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ValueError(f"{_OP}: query, key and value must be 4-D (batch, heads, seq, dim)")
     if not (query.shape[-1] == key.shape[-1] == value.shape[-1]):

@@ -129,6 +129,8 @@ def _params(weight, stride, padding, dilation, output_padding):
 
 
 def _check_input(op, input, weight, d, transposed, groups):
+    if input.dtype != weight.dtype:
+        raise TypeError(f"{op}: input and weight must have one dtype, got {input.dtype} and {weight.dtype}")
     if input.ndim != d + 2:
         raise ValueError(f"{op}: expected {d + 2}-dimensional input for {d + 2}-dimensional "
                          f"weight {list(weight.shape)}, got input of shape {list(input.shape)}")

@@ -28,6 +28,10 @@ def _pool_params(op, x, kernel_size, stride, padding, dilation, ceil_mode):
     s = k if stride is None or len(stride) == 0 else expand_param(stride, 2, "stride")
     p = expand_param(padding, 2, "padding")
     d = expand_param(dilation, 2, "dilation")
+    if max(k + s + p + d) > 2 ** 31 - 1:
+        # the CPU pooling kernels take these as 32-bit ints
+        raise ValueError(f"{op}: kernel_size, stride, padding and dilation must fit in 32 bits, got "
+                         f"{list(k)}, {list(s)}, {list(p)}, {list(d)}")
     if min(k) <= 0 or min(s) <= 0 or min(d) <= 0 or min(p) < 0:
         raise ValueError(f"{op}: kernel_size, stride and dilation must be positive and "
                          f"padding non-negative, got {list(k)}, {list(s)}, {list(d)}, {list(p)}")

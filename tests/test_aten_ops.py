@@ -1057,6 +1057,8 @@ refused("aten.nll_loss_forward.default", [R(2, 3), I(0, 1), R(3, seed=1).astype(
 refused(MAXPOOL, [R(1, 2, 5, 5)], {"kernel_size": [2, 2], "stride": [2 ** 62, 1]}, "must fit in 32 bits")
 refused(AVGPOOL, [R(1, 2, 5, 5)], {"kernel_size": [2, 2], "stride": [2 ** 62, 1]}, "must fit in 32 bits")
 
+refused(ADAPTIVE, [R(1, 2, 3, 3)], {"output_size": [-1, 2]}, "must be non-negative")
+refused(ADAPTIVE, [R(1, 2, 0, 3)], {"output_size": [1, 2]}, "non-empty spatial dims")
 
 def _inferred(op_name, inputs, args):
     from gradcli.ops.aten.registry import Slot
@@ -1130,3 +1132,16 @@ def test_batch_norm_refuses_parameters_of_the_wrong_size_where_torch_reads_past_
         OPS[BN](Tensor(x), Tensor(np.ones(2)), None, None, None, **dict(_bn, training=True))
     with pytest.raises(ValueError, match=r"running_mean must have shape \[3\]"):
         _inferred(BN, [x, None, None, np.zeros(2), np.ones(3)], dict(_bn, training=False))
+
+
+@needs_torch
+def test_adaptive_pooling_to_an_empty_size_runs_forward_and_refuses_backward_like_torch():
+    x = R(1, 2, 3, 3)
+    flat, outs = _ours(ADAPTIVE, [x], {"output_size": [0, 2]}, [0])
+    tflat, touts = _theirs(ADAPTIVE, [x], {"output_size": [0, 2]}, [0])
+    assert outs[0].shape == tuple(touts[0].shape) == (1, 2, 0, 2)
+    assert _inferred(ADAPTIVE, [x], {"output_size": [0, 2]}) == [((1, 2, 0, 2), np.dtype(np.float64))]
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(touts[0].sum(), tflat[0])
+    with pytest.raises(ValueError, match="grad_output"):
+        grad(outs[0], flat[:1], grad_outputs=[np.ones((1, 2, 0, 2))])

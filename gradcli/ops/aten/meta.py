@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aten_kernels._common import check_dtype, expand_param
+from ..aten_kernels._common import check_dtype
 from ..aten_kernels.attention import _check as _attention_check
 from ..aten_kernels.norm import _ln_axes, check_bn_params
-from ..aten_kernels.pool import _pool_params
+from ..aten_kernels.pool import _pool_params, adaptive_output_size
 from . import conv_pool, nn, norm_attention  # noqa: F401 - the entries the rules attach to
 from . import shape as shape_mod
 from .promotion import result_type
@@ -277,13 +277,7 @@ def _avg_pool2d(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, c
 
 @_rule("aten._adaptive_avg_pool2d.default")
 def _adaptive_avg_pool2d(self, output_size):
-    check_dtype("_adaptive_avg_pool2d", self, "f")
-    if self.ndim not in (3, 4):
-        raise ValueError(f"_adaptive_avg_pool2d: expected a 3-D or 4-D input, got shape {list(self.shape)}")
-    out = expand_param(output_size, 2, "output_size")
-    if min(out) <= 0 or min(self.shape[-2:]) <= 0:
-        raise ValueError(f"_adaptive_avg_pool2d: output_size {list(out)} and input {list(self.shape)} "
-                         "must be non-empty")
+    out = adaptive_output_size("_adaptive_avg_pool2d", self, output_size)
     return [(self.shape[:-2] + tuple(out), self.dtype)]
 
 

@@ -200,14 +200,23 @@ def _adaptive_matrix(xp, size, out, dtype):
     return xp.asarray(m.astype(dtype))
 
 
-def _adaptive_setup(op, self, output_size):
+def adaptive_output_size(op, self, output_size, backward=False):
+    """The checked ``(OH, OW)``: a 3-D or 4-D float input with non-empty spatial dims; the
+    forward takes an output size of 0 (an empty result), its backward (PyTorch's, which
+    checks grad_output) does not."""
     check_dtype(op, self, "f")
     if self.ndim not in (3, 4):
         raise ValueError(f"{op}: expected a 3-D or 4-D input, got shape {list(self.shape)}")
     out = expand_param(output_size, 2, "output_size")
-    if min(out) <= 0 or min(self.shape[-2:]) <= 0:
-        raise ValueError(f"{op}: output_size {list(out)} and input {list(self.shape)} "
-                         "must be non-empty")
+    if min(self.shape[-2:]) <= 0 or min(out) < (1 if backward else 0):
+        what = "grad_output" if backward else "output_size"
+        raise ValueError(f"{op}: input {list(self.shape)} must have non-empty spatial dims and "
+                         f"{what} {list(out)} must be {'positive' if backward else 'non-negative'}")
+    return out
+
+
+def _adaptive_setup(op, self, output_size, backward=False):
+    out = adaptive_output_size(op, self, output_size, backward)
     xp = array_module(self)
     h, w = self.shape[-2:]
     return (xp, _adaptive_matrix(xp, h, out[0], self.dtype),
@@ -227,5 +236,5 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
     """``aten._adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self)
     -> Tensor``: each output's gradient spread evenly over its window."""
     xp, ph, pw = _adaptive_setup("_adaptive_avg_pool2d_backward", self,
-                                 grad_output.shape[-2:])
+                                 grad_output.shape[-2:], backward=True)
     return xp.matmul(xp.matmul(ph.T, grad_output), pw)

@@ -956,7 +956,6 @@ def refused(op, inputs, args, match, static=True, id=None):  # noqa: A002
     REFUSED.append(pytest.param(op, inputs, args, match, static, id=id or f"{op}-{n}"))
 
 
-_conv0 = dict(_conv)
 refused("aten.embedding.default", [R(6, 3), I(1, -1)], {}, "index -1 out of range", static=False)
 refused("aten.embedding.default", [R(6, 3), I(0, 6)], {}, "index 6 out of range", static=False)
 refused("aten.embedding.default", [R(0, 3), I(0)], {}, "out of range")
@@ -965,12 +964,13 @@ refused("aten.where.self", [np.ones((3, 4), np.int64), R(3, 4, seed=1), R(3, 4, 
         "condition to be a boolean")
 refused("aten.masked_fill.Scalar", [R(3, 4), R(3, 4, seed=1)], {"value": 1.0}, "boolean masks")
 refused("aten.masked_fill.Scalar", [R(3, 4), np.ones((3, 4), np.uint8)], {"value": 1.0}, "boolean masks")
-for _k, _v, _m in [("dilation", [0, 0], "dilation must be positive"), ("dilation", [-1, 1], "dilation must be positive"),
+for _k, _v, _m in [("dilation", [0, 0], "dilation must be positive"),
+                   ("dilation", [-1, 1], "dilation must be positive"),
                    ("stride", [0, 0], "stride must be positive"), ("stride", [10 ** 30, 1], "stride must be positive"),
                    ("padding", [-1, 0], "padding must be non-negative"),
                    ("output_padding", [-1, 0], "output_padding must be non-negative"),
                    ("stride", [1, 1, 1], "stride must have 2 elements")]:
-    refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1), None], dict(_conv0, **{_k: _v}), _m,
+    refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1), None], dict(_conv, **{_k: _v}), _m,
             id=f"{CONV}-{_k}={_v}")
 for _name in ("aten.view.default", "aten._unsafe_view.default"):
     refused(_name, [x234], {"size": [-2]}, "invalid shape dimension -2")
@@ -1043,7 +1043,8 @@ refused("aten.select_backward.default", [R(2)], {"input_sizes": [2, 3], "dim": 1
 refused("aten.mm.default", [np.ones((2, 3), bool), np.ones((3, 2), bool)], {}, "not implemented for bool")
 refused("aten.addmm.default", [R(2), R(2, 3, seed=1).astype(np.float32), R(3, 2, seed=2).astype(np.float32)], {},
         "self and mat2 must have the same dtype")
-refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1).astype(np.float32), None], _conv, "input and weight must have one dtype")
+refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1).astype(np.float32), None], _conv,
+        "input and weight must have one dtype")
 refused(SDPA, [R(1, 1, 2, 2), R(1, 1, 2, 2, seed=1).astype(np.float32), R(1, 1, 2, 2, seed=2), None], {},
         "must have one dtype")
 refused(LN, [R(2, 3), R(2, seed=1), None], {"normalized_shape": [3], "eps": 1e-5}, "same shape as normalized_shape")

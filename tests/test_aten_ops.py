@@ -257,6 +257,34 @@ case("aten._to_copy.default", [R(3, 4)], {"dtype": "float64"})
 case("aten.squeeze.dims", [R(1, 3, 1, 2)], {"dim": [0, 2, 3]})
 case("aten.squeeze.dims", [R(1, 3, 1)], {"dim": [-1]})
 
+# -- boundaries: kinks and edge values exactly where PyTorch's kernels compare (fd=False:
+# no derivative there; checked against torch). Note [hardswish boundaries] in pointwise.py.
+_at3 = np.array([-4.0, -3.0, -2.9, 0.0, 2.9, 3.0, 4.0])
+case("aten.hardswish.default", [_at3.copy()], fd=False, id="aten.hardswish.default-at-3")
+case("aten.hardswish_backward.default", [R(7), _at3.copy()], fd=False, id="aten.hardswish_backward.default-at-3")
+case("aten.hardsigmoid.default", [_at3.copy()], fd=False, id="aten.hardsigmoid.default-at-3")
+case("aten.hardtanh.default", [np.array([-2.0, -1.0, 0.0, 1.0, 2.0])], fd=False, id="aten.hardtanh.default-at-1")
+case("aten.hardtanh.default", [np.array([-1.0, 0.0, 3.0, 6.0, 7.0])], {"min_val": 0.0, "max_val": 6.0}, fd=False,
+     id="aten.hardtanh.default-at-0-6")
+case("aten.hardtanh_backward.default", [R(5), np.array([-2.0, -1.0, 0.0, 1.0, 2.0])],
+     {"min_val": -1.0, "max_val": 1.0}, fd=False, id="aten.hardtanh_backward.default-at-1")
+case("aten.relu.default", [np.array([-1.0, -0.0, 0.0, 1e-300, 1.0])], fd=False, id="aten.relu.default-at-0")
+case("aten.threshold_backward.default", [R(4), np.array([0.0, 0.5, 0.5000001, 1.0])], {"threshold": 0.5},
+     fd=False, id="aten.threshold_backward.default-at-threshold")
+case("aten.gelu.default", [np.array([-1.0, -0.0, 0.0, 1.0])], fd=False, id="aten.gelu.default-at-0")
+case("aten.gelu.default", [np.array([-0.0, 0.0])], {"approximate": "tanh"}, fd=False,
+     id="aten.gelu.default-tanh-at-0")
+case("aten.gelu_backward.default", [R(2), np.array([-0.0, 0.0])], fd=False, id="aten.gelu_backward.default-at-0")
+# mean nll_loss with every target ignored: NaN (0/0) forward, zero gradient (as PyTorch)
+case("aten.nll_loss_forward.default", [R(3, 4), I(-100, -100, -100), None], {"reduction": 1, "ignore_index": -100},
+     fd=False, id="aten.nll_loss_forward.default-all-ignored")
+case("aten.nll_loss_forward.default", [R(3, 4), I(2, 2, 2), R(4, low=0.5, high=2)],
+     {"reduction": 1, "ignore_index": 2}, wrt=[0], fd=False, id="aten.nll_loss_forward.default-all-ignored-weight")
+case("aten.nll_loss_forward.default", [R(4), np.array(1), None], {"reduction": 1, "ignore_index": 1},
+     fd=False, id="aten.nll_loss_forward.default-1d-ignored")
+case("aten.nll_loss_backward.default", [R(), R(3, 4, seed=1), I(-100, -100, -100), None, np.array(0.0)],
+     {"reduction": 1, "ignore_index": -100}, wrt=[1], id="aten.nll_loss_backward.default-all-ignored")
+
 
 # -- running a case ---------------------------------------------------------------------
 def _flat(inputs):
@@ -544,6 +572,10 @@ def test_schema_args_have_torch_defaults_and_checks(op_name, arg, value, expecte
     ("aten.gelu.default", "approximate", 3),
     ("aten.mean.dim", "keepdim", 1),
     ("aten.mean.dim", "dtype", "float128"),
+    ("aten.slice.Tensor", "start", 10 ** 30),                  # int and SymInt are int64, as torch's
+    ("aten.slice.Tensor", "step", -2 ** 63 - 1),
+    ("aten.split.Tensor", "split_size", 2 ** 63),
+    ("aten.convolution.default", "stride", [10 ** 30, 1]),
 ])
 def test_schema_arg_checks_refuse_bad_values(op_name, arg, value):
     with pytest.raises(ValueError):
@@ -910,3 +942,207 @@ def test_shape_rules_raise_what_the_forward_raises(op_name, inputs, args):
     with pytest.raises(forward.type) as inferred:
         ATEN_OPS[op_name].bind(layout).infer_outputs([a.shape for a in arrays], [a.dtype for a in arrays], args)
     assert str(inferred.value)
+
+
+# -- inputs PyTorch refuses are refused (not wrapped, clipped or deduplicated) ---------------
+REFUSED = []
+
+
+def refused(op, inputs, args, match, static=True, id=None):  # noqa: A002
+    """One row: gradcli raises ValueError/TypeError matching ``match`` where torch raises;
+    ``static``: the load-time shape rule refuses it too (the problem is in shapes, dtypes or
+    arguments, not in values such as indices)."""
+    n = sum(1 for c in REFUSED if c.values[0] == op)
+    REFUSED.append(pytest.param(op, inputs, args, match, static, id=id or f"{op}-{n}"))
+
+
+refused("aten.embedding.default", [R(6, 3), I(1, -1)], {}, "index -1 out of range", static=False)
+refused("aten.embedding.default", [R(6, 3), I(0, 6)], {}, "index 6 out of range", static=False)
+refused("aten.embedding.default", [R(0, 3), I(0)], {}, "out of range")
+refused("aten.where.self", [R(3, 4), R(3, 4, seed=1), R(3, 4, seed=2)], {}, "condition to be a boolean")
+refused("aten.where.self", [np.ones((3, 4), np.int64), R(3, 4, seed=1), R(3, 4, seed=2)], {},
+        "condition to be a boolean")
+refused("aten.masked_fill.Scalar", [R(3, 4), R(3, 4, seed=1)], {"value": 1.0}, "boolean masks")
+refused("aten.masked_fill.Scalar", [R(3, 4), np.ones((3, 4), np.uint8)], {"value": 1.0}, "boolean masks")
+for _k, _v, _m in [("dilation", [0, 0], "dilation must be positive"),
+                   ("dilation", [-1, 1], "dilation must be positive"),
+                   ("stride", [0, 0], "stride must be positive"), ("stride", [10 ** 30, 1], "stride must be positive"),
+                   ("padding", [-1, 0], "padding must be non-negative"),
+                   ("output_padding", [-1, 0], "output_padding must be non-negative"),
+                   ("stride", [1, 1, 1], "stride must have 2 elements")]:
+    refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1), None], dict(_conv, **{_k: _v}), _m,
+            id=f"{CONV}-{_k}={_v}")
+for _name in ("aten.view.default", "aten._unsafe_view.default"):
+    refused(_name, [x234], {"size": [-2]}, "invalid shape dimension -2")
+    refused(_name, [x234], {"size": [24, -2]}, "invalid shape dimension -2 at index 1")
+    refused(_name, [x234], {"size": [-1, -1]}, "only one dimension can be inferred")
+    refused(_name, [R(0, 3)], {"size": [-1, 0]}, "ambiguous")
+    refused(_name, [x234], {"size": [5, -1]}, "invalid for input of size 24")
+refused("aten.sum.dim_IntList", [x234], {"dim": [0, 0]}, "dim 0 appears multiple times")
+refused("aten.sum.dim_IntList", [x234], {"dim": [0, -3]}, "dim 0 appears multiple times")
+refused("aten.sum.dim_IntList", [R()], {"dim": [0, -1]}, "dim 0 appears multiple times")
+refused("aten.mean.dim", [x234], {"dim": [1, 1]}, "dim 1 appears multiple times")
+refused("aten.squeeze.dims", [R(1, 3)], {"dim": [0, 0]}, "dim 0 appears multiple times")
+refused("aten.squeeze.dims", [R(1, 3)], {"dim": [0, -2]}, "dim 0 appears multiple times")
+refused("aten.squeeze.dims", [R()], {"dim": [0, -1]}, "dim 0 appears multiple times")
+refused("aten.permute.default", [x234], {"dims": [0, 0, 1]}, "duplicate dims")
+refused("aten.permute.default", [x234], {"dims": [0, 1]}, "has 3 dims but dims")
+refused("aten.mse_loss.default", [R(3, 4), R(3, 4, seed=1)], {"reduction": 9}, "reduction must be 0")
+refused("aten.mse_loss.default", [R(3, 4), R(3, 4, seed=1)], {"reduction": -1}, "reduction must be 0")
+refused("aten.add.Tensor", [R(3, 4), R(3, 4, seed=1)], {"alpha": True}, "Boolean alpha")
+refused("aten.add.Tensor", [np.arange(3), np.arange(3)], {"alpha": True}, "Boolean alpha")
+refused("aten.add.Tensor", [np.arange(3), np.arange(3)], {"alpha": 1.5}, "alpha must not be a floating")
+refused("aten.sub.Tensor", [R(3, 4), R(3, 4, seed=1)], {"alpha": True}, "Boolean alpha")
+refused("aten.sub.Tensor", [R(3), R(3, seed=1) > 0], {}, "subtraction with a bool")
+refused("aten.add.Scalar", [R(3, 4)], {"other": 1.0, "alpha": True}, "Boolean alpha")
+refused("aten.sub.Scalar", [R(3, 4)], {"other": True}, "subtraction with a bool")
+refused("aten.rsub.Scalar", [R(3, 4)], {"other": 1.0, "alpha": True}, "Boolean alpha")
+
+# found probing the table's ops against torch: dtypes the kernels do not take, 0-dim and empty inputs
+_i23, _b3 = np.ones((2, 3), np.int64), np.ones(3, bool)
+for _u in ("gelu", "silu", "hardswish", "hardsigmoid"):
+    refused(f"aten.{_u}.default", [_i23], {}, "not implemented for int64", id=f"aten.{_u}.default-int")
+    refused(f"aten.{_u}.default", [_b3], {}, "not implemented for bool", id=f"aten.{_u}.default-bool")
+for _u in ("relu", "hardtanh", "abs", "neg"):
+    refused(f"aten.{_u}.default", [_b3], {}, "bool", id=f"aten.{_u}.default-bool")
+for _u in ("gelu_backward", "hardswish_backward", "sigmoid_backward", "tanh_backward"):
+    refused(f"aten.{_u}.default", [_i23, _i23], {}, "not implemented for int64", id=f"aten.{_u}.default-int")
+refused("aten.hardtanh_backward.default", [_i23, _i23], {"min_val": -1, "max_val": 1}, "not implemented for int64")
+refused("aten.threshold_backward.default", [_b3, _b3], {"threshold": 0}, "not implemented for bool")
+for _s in ("_softmax", "_log_softmax"):
+    refused(f"aten.{_s}.default", [_i23], {"dim": 0, "half_to_float": False}, "not implemented for int64")
+    refused(f"aten.{_s}.default", [R()], {"dim": 1, "half_to_float": False}, "Dimension out of range")
+    refused(f"aten.{_s}_backward_data.default", [_i23, _i23], {"dim": 0, "input_dtype": "int64"},
+            "not implemented for int64")
+refused("aten._safe_softmax.default", [_i23], {"dim": 0}, "not implemented for int64")
+refused("aten._safe_softmax.default", [R()], {"dim": 1}, "Dimension out of range")
+refused("aten.mse_loss.default", [_i23, _i23], {}, "not implemented for int64")
+refused("aten.nll_loss_forward.default", [_i23, I(0, 1), None], {"reduction": 1, "ignore_index": -100},
+        "not implemented for int64")
+refused("aten.nll_loss_forward.default", [R(2, 3), np.zeros(2, np.int32), None], {"reduction": 1, "ignore_index": -100},
+        "target dtype to be int64 or uint8")
+refused("aten.embedding.default", [R(3, 2, 2), I(0, 1)], {}, "'weight' must be 2-D")
+refused("aten.embedding.default", [R(3), I(0, 1)], {}, "'weight' must be 2-D")
+refused("aten.embedding.default", [R(3, 2), np.zeros(2, np.uint8)], {}, "int64 or int32")
+refused(ADAPTIVE, [np.ones((1, 1, 3, 3), np.int64)], {"output_size": [2, 2]}, "not implemented for int64")
+refused(SDPA, [np.ones((1, 1, 2, 2), np.int64)] * 3 + [None], {}, "not implemented for int64")
+refused(BN, [np.ones((2, 3), np.int64), None, None, None, None], dict(_bn, training=True), "not implemented for int64")
+refused(BN, [R(0, 3), None, None, None, None], dict(_bn, training=True), "at least one element")
+refused(BN, [R(2, 0), None, None, None, None], dict(_bn, training=True), "at least one element")
+refused(LN, [_i23, None, None], {"normalized_shape": [3], "eps": 1e-5}, "not implemented for int64")
+refused("aten.transpose.int", [R()], {"dim0": 0, "dim1": 1}, "Dimension out of range")
+refused("aten.select.int", [R()], {"dim": 0, "index": 0}, "0-dim tensor")
+refused("aten.unbind.int", [R()], {}, "0-dim tensor")
+refused("aten.split.Tensor", [R()], {"split_size": 1}, "at least a 1-dimensional")
+refused("aten.unsafe_split.Tensor", [R()], {"split_size": 1}, "at least a 1-dimensional")
+refused("aten.cat.default", [[]], {}, "non-empty list")
+refused("aten.cat.default", [[R(), R(seed=1)]], {}, "zero-dimensional tensor")
+refused("aten.stack.default", [[]], {}, "non-empty list")
+refused("aten.select_backward.default", [R(2)], {"input_sizes": [2, 3], "dim": 1, "index": 5}, "index 5")
+
+refused("aten.mm.default", [np.ones((2, 3), bool), np.ones((3, 2), bool)], {}, "not implemented for bool")
+refused("aten.addmm.default", [R(2), R(2, 3, seed=1).astype(np.float32), R(3, 2, seed=2).astype(np.float32)], {},
+        "self and mat2 must have the same dtype")
+refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1).astype(np.float32), None], _conv,
+        "input and weight must have one dtype")
+refused(SDPA, [R(1, 1, 2, 2), R(1, 1, 2, 2, seed=1).astype(np.float32), R(1, 1, 2, 2, seed=2), None], {},
+        "must have one dtype")
+refused(LN, [R(2, 3), R(2, seed=1), None], {"normalized_shape": [3], "eps": 1e-5}, "same shape as normalized_shape")
+refused(LN, [R(2, 3), R(3, seed=1).astype(np.float32), None], {"normalized_shape": [3], "eps": 1e-5}, "mixed dtype")
+refused(LN, [R(2, 3), None, None], {"normalized_shape": [], "eps": 1e-5}, "at least 1-dimensional")
+refused(BN, [R(2, 3), R(3, seed=1).astype(np.float32), None, None, None], dict(_bn, training=True), "mixed dtype")
+refused(BN, [R(2, 3).astype(np.float32), None, None, R(3, seed=1), R(3, seed=2, low=0.5, high=1)],
+        dict(_bn, training=False), "mixed dtype")
+refused("aten.nll_loss_forward.default", [R(2, 3), I(0, 1), R(3, seed=1).astype(np.float32)],
+        {"reduction": 1, "ignore_index": -100}, "weight must have the input's dtype")
+refused(MAXPOOL, [R(1, 2, 5, 5)], {"kernel_size": [2, 2], "stride": [2 ** 62, 1]}, "must fit in 32 bits")
+refused(AVGPOOL, [R(1, 2, 5, 5)], {"kernel_size": [2, 2], "stride": [2 ** 62, 1]}, "must fit in 32 bits")
+
+refused(ADAPTIVE, [R(1, 2, 3, 3)], {"output_size": [-1, 2]}, "must be non-negative")
+refused(ADAPTIVE, [R(1, 2, 0, 3)], {"output_size": [1, 2]}, "non-empty spatial dims")
+
+def _inferred(op_name, inputs, args):
+    from gradcli.ops.aten.registry import Slot
+
+    arrays = [x for x in _flat(inputs) if isinstance(x, np.ndarray)]
+    k = iter(range(len(arrays)))
+    layout = _rebuild(inputs, lambda i, x: Slot(next(k)) if isinstance(x, np.ndarray) else x)
+    return ATEN_OPS[op_name].bind(layout).infer_outputs([a.shape for a in arrays], [a.dtype for a in arrays], args)
+
+
+@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
+def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
+    wrt = _wrt(inputs, None)
+    # IndexError for dims and indices out of range (as PyTorch); the loader reports all three
+    with pytest.raises((ValueError, TypeError, IndexError), match=match) as ours:
+        _ours(op_name, inputs, args, wrt)
+    if static:   # the loader's shape rule refuses the entry at load, with the forward's error type
+        with pytest.raises(ours.type, match=match):
+            _inferred(op_name, inputs, args)
+    if torch is not None:
+        with pytest.raises(Exception):  # noqa: B017 - torch's RuntimeError/IndexError
+            _theirs(op_name, inputs, args, wrt)
+
+
+@needs_torch
+def test_convolution_with_a_huge_stride_matches_torch():
+    # any int64 stride is valid: the output is one window wide on that axis
+    x, w = R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1)
+    args = dict(_conv, stride=[2 ** 62, 1])
+    flat, outs = _ours(CONV, [x, w, None], args, [0, 1])
+    tflat, touts = _theirs(CONV, [x, w, None], args, [0, 1])
+    assert outs[0].shape == tuple(touts[0].shape) == (1, 3, 1, 3)
+    assert _inferred(CONV, [x, w, None], args) == [((1, 3, 1, 3), np.dtype(np.float64))]
+    np.testing.assert_allclose(outs[0].data, touts[0].detach().numpy(), rtol=1e-12)
+    v = np.ones(outs[0].shape)
+    for a, b in zip(grad(outs[0], flat[:2], grad_outputs=[v]),
+                    torch.autograd.grad(touts[0], tflat[:2], torch.tensor(v))):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("entry, tensors, message", [
+    ("{op: aten.embedding.default, inputs: [w, i], output: y}",
+     ["w: {value: [[1.0, 2.0], [3.0, 4.0]], requires_grad: true}", "i: {value: [0, -1], dtype: int64}"],
+     "embedding: index -1 out of range"),
+    ("{op: aten.convolution.default, inputs: [w, k, null], output: y, args: {stride: [0, 0], padding: [0, 0], "
+     "dilation: [1, 1], transposed: false, output_padding: [0, 0], groups: 1}}",
+     ["w: {value: [[[[1.0, 2.0], [3.0, 4.0]]]], requires_grad: true}", "k: {value: [[[[1.0]]]]}"],
+     "stride must be positive"),
+    ("{op: aten.view.default, inputs: [w], output: y, args: {size: [-2]}}",
+     ["w: {value: [1.0, 2.0], requires_grad: true}"], "invalid shape dimension -2"),
+])
+def test_a_graph_file_with_a_refused_entry_is_a_one_line_error(entry, tensors, message):
+    from gradcli import loader
+    from gradcli.errors import GraphError
+
+    text = ("version: 1\ntensors:\n" + "".join(f"  {t}\n" for t in tensors) + f"ops:\n  - {entry}\n"
+            "  - {op: aten.sum.default, inputs: [y], output: s}\nbackward: {roots: [s]}\n")
+    with pytest.raises(GraphError, match=r"<graph>:\d+: ops\[0\] \(aten\.\w+\.default\): .*" + message) as err:
+        loader.loads(text).run()
+    assert "\n" not in str(err.value)
+
+
+@needs_torch
+def test_batch_norm_refuses_parameters_of_the_wrong_size_where_torch_reads_past_them():
+    # Note [batch-norm parameter sizes]: a deliberate difference. PyTorch 2.13's CPU kernel
+    # takes a weight of 2 entries for 3 channels (reading past it); gradcli refuses
+    x = R(2, 3)
+    torch.ops.aten.native_batch_norm.default(torch.tensor(x), torch.ones(2, dtype=torch.float64), None, None, None,
+                                             True, 0.1, 1e-5)
+    with pytest.raises(ValueError, match=r"weight must have shape \[3\]"):
+        OPS[BN](Tensor(x), Tensor(np.ones(2)), None, None, None, **dict(_bn, training=True))
+    with pytest.raises(ValueError, match=r"running_mean must have shape \[3\]"):
+        _inferred(BN, [x, None, None, np.zeros(2), np.ones(3)], dict(_bn, training=False))
+
+
+@needs_torch
+def test_adaptive_pooling_to_an_empty_size_runs_forward_and_refuses_backward_like_torch():
+    x = R(1, 2, 3, 3)
+    flat, outs = _ours(ADAPTIVE, [x], {"output_size": [0, 2]}, [0])
+    tflat, touts = _theirs(ADAPTIVE, [x], {"output_size": [0, 2]}, [0])
+    assert outs[0].shape == tuple(touts[0].shape) == (1, 2, 0, 2)
+    assert _inferred(ADAPTIVE, [x], {"output_size": [0, 2]}) == [((1, 2, 0, 2), np.dtype(np.float64))]
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(touts[0].sum(), tflat[0])
+    with pytest.raises(ValueError, match="grad_output"):
+        grad(outs[0], flat[:1], grad_outputs=[np.ones((1, 2, 0, 2))])

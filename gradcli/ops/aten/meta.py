@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aten_kernels._common import expand_param
+from ..aten_kernels._common import check_dtype
 from ..aten_kernels.attention import _check as _attention_check
-from ..aten_kernels.norm import _ln_axes
-from ..aten_kernels.pool import _pool_params
-from . import conv_pool, nn, norm_attention, shape  # noqa: F401 - the entries the rules attach to
+from ..aten_kernels.norm import _ln_axes, check_bn_params
+from ..aten_kernels.pool import _pool_params, adaptive_output_size
+from . import conv_pool, nn, norm_attention  # noqa: F401 - the entries the rules attach to
+from . import shape as shape_mod
 from .promotion import result_type
-from .registry import ATEN_OPS
+from .registry import ATEN_OPS, Meta
 from .shape import _dim, _skipped_in_cat, _split_points
 
 _LONG = np.dtype(np.int64)
@@ -65,6 +66,8 @@ for _name in ("aten.alias.default", "aten.t.default", "aten.view.default", "aten
 
 @_rule("aten.unsafe_split.Tensor")
 def _unsafe_split(self, split_size, dim=0):
+    if self.ndim == 0:
+        raise ValueError("split expects at least a 1-dimensional tensor")
     d = _dim(dim, self.ndim)
     n = self.shape[d]
     bounds = [0] + _split_points(n, split_size) + [n]
@@ -75,6 +78,7 @@ def _unsafe_split(self, split_size, dim=0):
 
 @_rule("aten.cat.default")
 def _cat(tensors, dim=0):
+    shape_mod._check_cat(tensors)
     dt = result_type(*tensors)
     kept = [x for x in tensors if not _skipped_in_cat(x)]
     if not kept:
@@ -90,6 +94,8 @@ def _cat(tensors, dim=0):
 
 @_rule("aten.stack.default")
 def _stack(tensors, dim=0):
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
     first = tensors[0].shape
     if any(x.shape != first for x in tensors):
         raise ValueError(f"stack expects each tensor to be equal size, got "
@@ -167,6 +173,7 @@ def _bmm(self, mat2):
 @_rule("aten.addmm.default")
 def _addmm(self, mat1, mat2, beta=1, alpha=1):
     ((shape, dt),) = _mm(mat1, mat2)
+    nn._addmm_self(self, mat1)
     if beta != 0 and hasattr(self, "shape"):
         try:
             np.broadcast_shapes(self.shape, shape)
@@ -184,16 +191,20 @@ def _keeps_shape(self, dim, dt):
 
 @_rule("aten._softmax.default", "aten._log_softmax.default")
 def _softmax(self, dim, half_to_float):
+    check_dtype("_softmax", self, "f")
     return _keeps_shape(self, dim, np.dtype(nn._softmax_dtype(self, half_to_float)))
 
 
 @_rule("aten._safe_softmax.default")
 def _safe_softmax(self, dim, dtype=None):
-    return _keeps_shape(self, dim, np.dtype(dtype) if dtype is not None else self.dtype)
+    dt = np.dtype(dtype) if dtype is not None else self.dtype
+    check_dtype("_safe_softmax", Meta(self.shape, dt), "f")
+    return _keeps_shape(self, dim, dt)
 
 
 @_rule("aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default")
 def _softmax_backward_data(grad_output, output, dim, input_dtype):
+    check_dtype("_softmax_backward_data", grad_output, "f")
     np.broadcast_shapes(grad_output.shape, output.shape)
     return _keeps_shape(output, dim, nn._input_dtype(input_dtype))
 
@@ -201,10 +212,10 @@ def _softmax_backward_data(grad_output, output, dim, input_dtype):
 # -- embedding and losses ---------------------------------------------------------------------
 @_rule("aten.embedding.default")
 def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    if indices.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
-    if weight.ndim < 1:
-        raise ValueError("embedding: weight must have at least one dimension")
+    nn._embedding_check(weight, indices)
+    if weight.shape[0] == 0 and 0 not in indices.shape:
+        # indices' values are unknown here, but no index fits a weight with no rows
+        raise ValueError("embedding: index out of range for a weight of 0 rows (indices must be in [0, 0))")
     return [(indices.shape + weight.shape[1:], weight.dtype)]
 
 
@@ -214,8 +225,7 @@ def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sc
 
 
 def _nll_check(op, self, target, weight, reduction):
-    if target.dtype.kind not in "iu":
-        raise TypeError(f"{op}: target must be an integer tensor, got {target.dtype}")
+    nn._nll_dtypes(op, self, target, weight)
     if reduction not in (0, 1, 2):
         raise ValueError(f"{op}: reduction must be 0 (none), 1 (mean) or 2 (sum), got {reduction}")
     if self.ndim not in (1, 2):
@@ -242,6 +252,8 @@ def _nll_loss_backward(grad_output, self, target, weight, total_weight, reductio
 
 @_rule("aten.mse_loss.default")
 def _mse_loss(self, target, reduction=1):
+    nn._check_reduction("mse_loss", reduction)
+    check_dtype("mse_loss", Meta((), result_type(self, target)), "f")
     shape = np.broadcast_shapes(self.shape, target.shape)
     return [(tuple(shape) if reduction == 0 else (), result_type(self, target))]
 
@@ -265,12 +277,7 @@ def _avg_pool2d(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, c
 
 @_rule("aten._adaptive_avg_pool2d.default")
 def _adaptive_avg_pool2d(self, output_size):
-    if self.ndim not in (3, 4):
-        raise ValueError(f"_adaptive_avg_pool2d: expected a 3-D or 4-D input, got shape {list(self.shape)}")
-    out = expand_param(output_size, 2, "output_size")
-    if min(out) <= 0 or min(self.shape[-2:]) <= 0:
-        raise ValueError(f"_adaptive_avg_pool2d: output_size {list(out)} and input {list(self.shape)} "
-                         "must be non-empty")
+    out = adaptive_output_size("_adaptive_avg_pool2d", self, output_size)
     return [(self.shape[:-2] + tuple(out), self.dtype)]
 
 
@@ -284,6 +291,11 @@ def _pool_backward(grad_output, self, *indices, **args):
 # -- normalisation and attention ------------------------------------------------------------------
 @_rule("aten.native_batch_norm.default")
 def _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    check_dtype("native_batch_norm", input, "f")
+    check_bn_params(input, (weight, bias, running_mean, running_var))
+    if training and 0 in input.shape:
+        raise ValueError(f"native_batch_norm: input tensor must have at least one element in training, "
+                         f"got shape {list(input.shape)}")
     if input.ndim < 2:
         raise ValueError(f"native_batch_norm: expected an input with at least 2 dims "
                          f"(N, C, ...), got shape {list(input.shape)}")
@@ -296,7 +308,7 @@ def _batch_norm(input, weight, bias, running_mean, running_var, training, moment
 
 @_rule("aten.native_layer_norm.default")
 def _layer_norm(input, weight, bias, normalized_shape, eps):
-    axis, _ = _ln_axes("native_layer_norm", input, normalized_shape)
+    axis, _ = _ln_axes("native_layer_norm", input, normalized_shape, weight, bias)
     stats = input.shape[:axis] + (1,) * (input.ndim - axis)
     return [(input.shape, input.dtype), (stats, input.dtype), (stats, input.dtype)]
 
@@ -326,9 +338,5 @@ def _mse_loss_backward(grad_output, self, target, reduction):
 
 @_rule("aten.select_backward.default")
 def _select_backward(grad_output, input_sizes, dim, index):
-    shape = tuple(int(s) for s in input_sizes)
-    d = _dim(dim, len(shape))
-    if not -shape[d] <= index < shape[d] or grad_output.shape != shape[:d] + shape[d + 1:]:
-        raise IndexError(f"select_backward: index {index} at dim {dim} of {list(shape)} does not fit a "
-                         f"gradient of shape {list(grad_output.shape)}")
+    shape = shape_mod._select_backward_check(grad_output, input_sizes, dim, index)
     return [(shape, grad_output.dtype)]

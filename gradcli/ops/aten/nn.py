@@ -4,12 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import aten_kernels as K
+from ..aten_kernels._common import check_dtype
 from .. import library as L
 from ..library import _numel, _value
 from .pointwise import as_dtype, div_scalar, masked_fill, mul_scalar, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
-from .shape import _dim, t, transpose, view
+from .shape import _dim, _dims_once, t, transpose, view
 
 
 # -- reductions -----------------------------------------------------------------------
@@ -17,7 +18,7 @@ def _axes(dim, ndim):
     """``int[1]? dim``: None or [] reduces every dim."""
     if dim is None or len(dim) == 0:
         return tuple(range(ndim))
-    return tuple(sorted({_dim(d, ndim) for d in dim}))
+    return tuple(sorted(_dims_once(dim, ndim)))
 
 
 @aten("sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
@@ -75,9 +76,16 @@ defvjp(mean_all, lambda g, ans, self, dtype=None: _mean_vjp(g, ans, self, None))
 
 # -- matrix products --------------------------------------------------------------------
 def _same_dtype(name, a, b):
+    """The matrix products' operands: one dtype, not bool (no BLAS kernel for it)."""
     if a.dtype != b.dtype:
         raise TypeError(f"{name}: expected both operands to have the same dtype, but got "
                         f"{a.dtype} != {b.dtype}")
+    check_dtype(name, a, "iufc", "a non-bool")
+
+
+def _addmm_self(self, mat1):
+    if hasattr(self, "dtype") and self.dtype != mat1.dtype:
+        raise TypeError(f"addmm: self and mat2 must have the same dtype, but got {self.dtype} and {mat1.dtype}")
 
 
 @aten("mm(Tensor self, Tensor mat2) -> Tensor", "MmBackward0")
@@ -111,6 +119,7 @@ defvjp(bmm, lambda g, ans, self, mat2: bmm(g, transpose(mat2, dim0=1, dim1=2)),
       "AddmmBackward0")
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     prod = mm.forward(mat1, mat2)
+    _addmm_self(self, mat1)
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:                   # self is ignored, NaNs included (BLAS semantics)
@@ -142,8 +151,10 @@ def _softmax_dtype(self, half_to_float):
 
 @aten("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", "SoftmaxBackward0")
 def softmax(self, dim, half_to_float):
+    check_dtype("_softmax", self, "f")
     x = cast(self, _softmax_dtype(self, half_to_float))
-    return K._softmax(x, _dim(dim, x.ndim)) if x.ndim else np.ones_like(x)
+    d = _dim(dim, x.ndim)
+    return K._softmax(x, d) if x.ndim else np.ones_like(x)
 
 
 def _input_dtype(input_dtype):
@@ -153,6 +164,7 @@ def _input_dtype(input_dtype):
 @aten("_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor",
       "SoftmaxBackwardDataBackward0")
 def softmax_backward_data(grad_output, output, dim, input_dtype):
+    check_dtype("_softmax_backward_data", grad_output, "f")
     return K._softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
 
 
@@ -177,7 +189,9 @@ defvjp(softmax_backward_data,
 @aten("_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", "SafeSoftmaxBackward0")
 def safe_softmax(self, dim, dtype=None):
     x = cast(self, np.dtype(dtype)) if dtype is not None else self
-    return K._safe_softmax(x, _dim(dim, x.ndim)) if x.ndim else np.ones_like(x)
+    check_dtype("_safe_softmax", x, "f")
+    d = _dim(dim, x.ndim)
+    return K._safe_softmax(x, d) if x.ndim else np.ones_like(x)
 
 
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
@@ -187,13 +201,16 @@ defvjp(safe_softmax, lambda g, ans, self, dim, dtype=None: softmax_backward_data
 
 @aten("_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", "LogSoftmaxBackward0")
 def log_softmax(self, dim, half_to_float):
+    check_dtype("_log_softmax", self, "f")
     x = cast(self, _softmax_dtype(self, half_to_float))
-    return K._log_softmax(x, _dim(dim, x.ndim)) if x.ndim else np.zeros_like(x)
+    d = _dim(dim, x.ndim)
+    return K._log_softmax(x, d) if x.ndim else np.zeros_like(x)
 
 
 @aten("_log_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor",
       "LogSoftmaxBackwardDataBackward0")
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
+    check_dtype("_log_softmax_backward_data", grad_output, "f")
     return K._log_softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
 
 
@@ -208,11 +225,23 @@ defvjp(log_softmax_backward_data,
 
 
 # -- embedding ----------------------------------------------------------------------------
+def _embedding_check(weight, indices):
+    """embedding's argument checks: int64/int32 indices, a 2-D weight (shape rule and forward)."""
+    if np.dtype(indices.dtype) not in (np.int64, np.int32):
+        raise TypeError(f"embedding: indices must be an int64 or int32 tensor, got {indices.dtype}")
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: 'weight' must be 2-D, got shape {list(weight.shape)}")
+
+
 @aten("embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, "
       "bool sparse=False) -> Tensor", "EmbeddingBackward0")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    if indices.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices must be an integer tensor, got {indices.dtype}")
+    _embedding_check(weight, indices)
+    n = weight.shape[0]
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
+        bad = int(indices.min()) if int(indices.min()) < 0 else int(indices.max())
+        raise ValueError(f"embedding: index {bad} out of range for a weight of {n} rows "
+                         f"(indices must be in [0, {n}))")
     return np.take(weight, indices, axis=0)
 
 
@@ -245,11 +274,19 @@ defvjp(embedding_dense_backward, _embedding_double_backward, None)
 
 
 # -- losses -------------------------------------------------------------------------------
+def _nll_dtypes(op, self, target, weight=None):
+    """nll_loss's dtype checks: a floating point input, an int64 or uint8 target."""
+    check_dtype(op, self, "f")
+    if np.dtype(target.dtype) not in (np.int64, np.uint8):
+        raise TypeError(f"{op}: expected target dtype to be int64 or uint8, but got {target.dtype}")
+    if weight is not None and weight.dtype != self.dtype:
+        raise TypeError(f"{op}: weight must have the input's dtype {self.dtype}, got {weight.dtype}")
+
+
 @aten("nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) "
       "-> (Tensor output, Tensor total_weight)", "NllLossBackward0", differentiable_outputs=(True, False))
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
-    if target.dtype.kind not in "iu":
-        raise TypeError(f"nll_loss_forward: target must be an integer tensor, got {target.dtype}")
+    _nll_dtypes("nll_loss_forward", self, target, weight)
     return K.nll_loss_forward(self, target, None if weight is None else cast(weight, self.dtype),
                               reduction, ignore_index)
 
@@ -257,6 +294,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
 @aten("nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, int reduction, "
       "SymInt ignore_index, Tensor total_weight) -> Tensor", "NllLossBackwardBackward0")
 def nll_loss_backward(grad_output, self, target, weight, total_weight, reduction, ignore_index):
+    _nll_dtypes("nll_loss_backward", self, target, weight)
     return K.nll_loss_backward(grad_output, self, target, None if weight is None else cast(weight, self.dtype),
                                reduction, ignore_index, total_weight)
 
@@ -275,9 +313,16 @@ defvjp(nll_loss_backward,
        None, None, None)
 
 
+def _check_reduction(op, reduction):
+    if reduction not in (0, 1, 2):
+        raise ValueError(f"{op}: reduction must be 0 (none), 1 (mean) or 2 (sum), got {reduction}")
+
+
 @aten("mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor", "MseLossBackward0")
 def mse_loss(self, target, reduction=1):
+    _check_reduction("mse_loss", reduction)
     dt = result_type(self, target)
+    check_dtype("mse_loss", np.empty(0, dt), "f")
     sq = np.square(np.subtract(cast(self, dt), cast(target, dt)))
     if reduction == 0:
         return as_dtype(sq, dt)
@@ -292,7 +337,8 @@ def _mse_norm(self, target, reduction):
 @aten("mse_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction) -> Tensor",
       "MseLossBackwardBackward0")
 def mse_loss_backward(grad_output, self, target, reduction):
-    # norm * (self - target) * grad, norm 2 (/ numel for mean)
+    # norm * (self - target) * grad, norm 2 (/ numel for mean); like PyTorch it takes any
+    # reduction other than mean as sum (only mse_loss itself checks it)
     dt = result_type(self, target)
     diff = np.subtract(cast(self, dt), cast(target, dt))
     return as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt)

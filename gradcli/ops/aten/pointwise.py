@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import aten_kernels as K
+from ..aten_kernels._common import check_dtype
 from .. import library as L
 from ..library import _value
 from .promotion import cast, result_type, to_float
@@ -34,11 +35,29 @@ def scalar(value, like):
     return np.full((), value, dtype=like.dtype)
 
 
+def _check_alpha(name, dt, alpha):
+    """``alpha_check``: a bool alpha only for a bool result, a float alpha not for integers."""
+    if isinstance(alpha, (bool, np.bool_)) and dt.kind != "b":
+        raise TypeError(f"{name}: Boolean alpha only supported for Boolean results (got alpha={alpha!r} "
+                        f"for a {dt} result)")
+    if dt.kind in "biu" and isinstance(alpha, (float, np.floating)):
+        raise TypeError(f"{name}: for integral input tensors, argument alpha must not be a floating "
+                        f"point number (got alpha={alpha!r})")
+
+
+def _check_sub_bool(name, self, other):
+    """``sub_check``: no subtraction with a bool operand (tensor or number)."""
+    if any(result_type(x).kind == "b" for x in (self, other)):
+        raise TypeError(f"{name}: subtraction with a bool tensor is not supported "
+                        "(use logical_not or logical_xor)")
+
+
 # -- arithmetic -------------------------------------------------------------------
 @aten("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "AddBackward0", saves=False,
       meta=ELEMENTWISE)
 def add(self, other, alpha=1):
     dt = result_type(self, other)
+    _check_alpha("add", dt, alpha)
     a, b = cast(self, dt), cast(other, dt)
     return as_dtype(np.add(a, b) if alpha == 1 else np.add(a, np.multiply(b, alpha)), dt)
 
@@ -52,7 +71,9 @@ defvjp(add, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
 @aten("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "SubBackward0", saves=False,
       meta=ELEMENTWISE)
 def sub(self, other, alpha=1):
+    _check_sub_bool("sub", self, other)
     dt = result_type(self, other)
+    _check_alpha("sub", dt, alpha)
     a, b = cast(self, dt), cast(other, dt)
     return as_dtype(np.subtract(a, b) if alpha == 1 else np.subtract(a, np.multiply(b, alpha)), dt)
 
@@ -127,6 +148,7 @@ defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, 
 # -- activations ---------------------------------------------------------------------
 @aten("relu(Tensor self) -> Tensor", "ReluBackward0", meta=ELEMENTWISE)
 def relu(self):
+    check_dtype("relu", self, "iufc", "a non-bool")
     return np.maximum(self, np.zeros((), self.dtype))
 
 
@@ -142,6 +164,7 @@ defvjp(relu, lambda g, ans, self: threshold_backward(g, ans, threshold=0))
       "ThresholdBackwardBackward0", meta=ELEMENTWISE)
 def threshold_backward(grad_output, self, threshold):
     dt = result_type(grad_output, self)
+    check_dtype("threshold_backward", np.empty(0, dt), "iufc", "a non-bool")
     return as_dtype(np.where(self <= threshold, np.zeros((), dt), grad_output), dt)
 
 
@@ -162,6 +185,7 @@ def sigmoid(self):
       meta=ELEMENTWISE)
 def sigmoid_backward(grad_output, output):
     dt = result_type(grad_output, output)
+    check_dtype("sigmoid_backward", np.empty(0, dt))
     return as_dtype(grad_output * (1 - output) * output, dt)
 
 
@@ -182,6 +206,7 @@ def tanh(self):
 @aten("tanh_backward(Tensor grad_output, Tensor output) -> Tensor", "TanhBackwardBackward0", meta=ELEMENTWISE)
 def tanh_backward(grad_output, output):
     dt = result_type(grad_output, output)
+    check_dtype("tanh_backward", np.empty(0, dt))
     return as_dtype(grad_output * (1 - output * output), dt)
 
 
@@ -195,6 +220,7 @@ defvjp(tanh_backward,
 
 @aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0", meta=ELEMENTWISE)
 def hardsigmoid(self):
+    check_dtype("hardsigmoid", self)
     return as_dtype(np.clip(self + 3, 0, 6) * (1 / 6), self.dtype)   # times 1/6, as the CPU kernel
 
 
@@ -208,16 +234,20 @@ defvjp(hardsigmoid, lambda g, ans, self: L.where(
 
 @aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0", meta=ELEMENTWISE)
 def hardswish(self):
+    check_dtype("hardswish", self)
     return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
 
 
 @aten("hardswish_backward(Tensor grad_output, Tensor self) -> Tensor", "HardswishBackwardBackward0",
       meta=ELEMENTWISE)
 def hardswish_backward(grad_output, self):
-    # 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
+    # Note [hardswish boundaries]: as PyTorch 2.13's CPU kernel, 0 for x <= -3, grad * (x / 3 + 0.5)
+    # strictly inside (-3, 3), grad for x >= 3 (so -3 gives 0 and 3 gives grad, not the
+    # inner formula's -0.5 grad and 1.5 grad); tests/test_aten_ops.py has rows at +-3
     dt = result_type(grad_output, self)
+    check_dtype("hardswish_backward", np.empty(0, dt))
     inner = grad_output * (self / 3 + 0.5)
-    return as_dtype(np.where(self < -3, np.zeros((), dt), np.where(self <= 3, inner, grad_output)), dt)
+    return as_dtype(np.where(self <= -3, np.zeros((), dt), np.where(self < 3, inner, grad_output)), dt)
 
 
 # self: hardswish_backward(grad, self)
@@ -232,12 +262,14 @@ defvjp(hardswish_backward,
 
 @aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0", meta=ELEMENTWISE)
 def gelu(self, approximate="none"):
+    check_dtype("gelu", self)
     return K.gelu(self, approximate)
 
 
 @aten('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none") -> Tensor',
       "GeluBackwardBackward0", meta=ELEMENTWISE)
 def gelu_backward(grad_output, self, approximate="none"):
+    check_dtype("gelu_backward", np.empty(0, result_type(grad_output, self)))
     return K.gelu_backward(grad_output, self, approximate)
 
 
@@ -281,6 +313,10 @@ defvjp(gelu_backward,
 # -- selection and copies ------------------------------------------------------------------
 @aten("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", "WhereBackward0", meta=ELEMENTWISE)
 def where(condition, self, other):
+    # where expects a bool condition (uint8 is still accepted, deprecated, as PyTorch)
+    cdt = np.asarray(condition).dtype if not hasattr(condition, "dtype") else np.dtype(condition.dtype)
+    if cdt.kind != "b" and cdt != np.uint8:
+        raise TypeError(f"where: expected condition to be a boolean tensor, but got a tensor with dtype {cdt}")
     dt = result_type(self, other)
     return as_dtype(np.where(condition, cast(self, dt), cast(other, dt)), dt)
 
@@ -317,12 +353,22 @@ def _unary_float(fn):
     return forward
 
 
+def _neg(self):
+    check_dtype("neg", self, "iufc", "a non-bool")
+    return np.negative(self)
+
+
+def _abs(self):
+    check_dtype("abs", self, "iufc", "a non-bool")
+    return np.abs(self)
+
+
 neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False,
-           meta=ELEMENTWISE)(lambda self: np.negative(self))
+           meta=ELEMENTWISE)(_neg)
 exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0", meta=ELEMENTWISE)(_unary_float(np.exp))
 log = aten("log(Tensor self) -> Tensor", "LogBackward0", meta=ELEMENTWISE)(_unary_float(np.log))
 sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0", meta=ELEMENTWISE)(_unary_float(np.sqrt))
-abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0", meta=ELEMENTWISE)(lambda self: np.abs(self))
+abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0", meta=ELEMENTWISE)(_abs)
 defvjp(neg, lambda g, ans, self: L.neg(g))                                   # -grad
 defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # grad * result
 defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
@@ -332,6 +378,7 @@ defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(_value(self)).astype(g.dtype)
 
 @aten("silu(Tensor self) -> Tensor", "SiluBackward0", meta=ELEMENTWISE)
 def silu(self):
+    check_dtype("silu", self)
     return as_dtype(self / (1 + np.exp(-self)), self.dtype)
 
 
@@ -348,6 +395,7 @@ defvjp(silu, _silu_vjp)
 @aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0",
       meta=ELEMENTWISE)
 def hardtanh(self, min_val=-1, max_val=1):
+    check_dtype("hardtanh", self, "iufc", "a non-bool")
     return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
 
 
@@ -356,6 +404,7 @@ def hardtanh(self, min_val=-1, max_val=1):
 def hardtanh_backward(grad_output, self, min_val, max_val):
     # 0 where x <= min_val or x >= max_val
     dt = result_type(grad_output, self)
+    check_dtype("hardtanh_backward", np.empty(0, dt))
     return as_dtype(np.where((self <= min_val) | (self >= max_val), np.zeros((), dt), grad_output), dt)
 
 
@@ -384,7 +433,9 @@ def sub_scalar(self, other, alpha=1):
 @aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False,
       meta=ELEMENTWISE)
 def rsub_scalar(self, other, alpha=1):
+    _check_sub_bool("rsub", self, other)
     dt = result_type(self, other)
+    _check_alpha("rsub", dt, alpha)
     return as_dtype(np.subtract(other, cast(self, dt) if alpha == 1 else np.multiply(cast(self, dt), alpha)), dt)
 
 
@@ -402,6 +453,9 @@ defvjp(div_scalar, lambda g, ans, self, other: div_scalar(g, other=other))   # g
 @aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0",
       meta=ELEMENTWISE)
 def masked_fill(self, mask, value):
+    mdt = np.asarray(mask).dtype if not hasattr(mask, "dtype") else np.dtype(mask.dtype)
+    if mdt.kind != "b":
+        raise TypeError(f"masked_fill: only boolean masks are supported, but got a mask with dtype {mdt}")
     return np.where(mask, np.asarray(value).astype(self.dtype), self)
 
 

@@ -134,8 +134,14 @@ def _checker(base):
     raise ValueError(f"unsupported argument type {base!r}")
 
 
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
+
+
 def _int(v):
+    # int and SymInt are int64 in PyTorch: a larger value is refused, not wrapped or overflowed
     if A.is_int(v):
+        if not _INT64[0] <= int(v) <= _INT64[1]:
+            raise ValueError(f"expected an int64, got {v!r} (out of range)")
         return int(v)
     raise ValueError(f"expected an int, got {v!r}")
 

@@ -20,6 +20,17 @@ def _dim(d, ndim):
     return d % n
 
 
+def _dims_once(dims, ndim):
+    """A dim list wrapped, each dim at most once (``dim_list_to_bitset``)."""
+    seen = set()
+    for d in dims:
+        w = _dim(d, ndim)
+        if w in seen:
+            raise ValueError(f"dim {w} appears multiple times in the list of dims {list(dims)}")
+        seen.add(w)
+    return seen
+
+
 def _index(ndim, dim, item):
     return (slice(None),) * dim + (item,) + (slice(None),) * (ndim - dim - 1)
 
@@ -34,8 +45,22 @@ def t(self):
 defvjp(t, lambda g, ans, self: t(g))
 
 
-def _view(self, size):
-    return np.reshape(self, tuple(size))
+def _view(self, size, name="view"):
+    # Note [view sizes]: NumPy takes any negative entry for -1; PyTorch's infer_size takes
+    # only -1, once, and refuses to infer it for an empty tensor
+    size = tuple(int(s) for s in size)
+    for i, s in enumerate(size):
+        if s < -1:
+            raise ValueError(f"{name}: invalid shape dimension {s} at index {i} of shape {list(size)}")
+    if size.count(-1) > 1:
+        raise ValueError(f"{name}: only one dimension can be inferred, got shape {list(size)}")
+    if -1 in size and self.size == 0 and 0 in size:
+        raise ValueError(f"{name}: cannot reshape a tensor of 0 elements into shape {list(size)} because "
+                         "the unspecified dimension size -1 can be any value and is ambiguous")
+    try:
+        return np.reshape(self, size)
+    except ValueError:
+        raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}") from None
 
 
 @aten("view(Tensor(a) self, SymInt[] size) -> Tensor(a)", "ViewBackward0", saves=False)
@@ -45,7 +70,7 @@ def view(self, size):
 
 @aten("_unsafe_view(Tensor self, SymInt[] size) -> Tensor", "UnsafeViewBackward0", saves=False)
 def unsafe_view(self, size):
-    return _view(self, size)
+    return _view(self, size, "_unsafe_view")
 
 
 # self: grad.reshape_symint(self.sym_sizes())
@@ -65,7 +90,12 @@ defvjp(expand, lambda g, ans, self, size, implicit=False: L.unbroadcast(g, tuple
 
 @aten("permute(Tensor(a) self, int[] dims) -> Tensor(a)", "PermuteBackward0", saves=False)
 def permute(self, dims):
-    return np.transpose(self, tuple(_dim(d, self.ndim) for d in dims))
+    if len(dims) != self.ndim:
+        raise ValueError(f"permute: the tensor has {self.ndim} dims but dims {list(dims)} has {len(dims)}")
+    wrapped = tuple(_dim(d, self.ndim) for d in dims)
+    if len(set(wrapped)) != len(wrapped):
+        raise ValueError(f"permute: duplicate dims are not allowed, got {list(dims)}")
+    return np.transpose(self, wrapped)
 
 
 def _permute_vjp(g, ans, self, dims):
@@ -82,17 +112,24 @@ defvjp(permute, _permute_vjp)
 
 @aten("transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)", "TransposeBackward0", saves=False)
 def transpose(self, dim0, dim1):
+    d0, d1 = _dim(dim0, self.ndim), _dim(dim1, self.ndim)
     if self.ndim == 0:
         return self
-    return np.swapaxes(self, _dim(dim0, self.ndim), _dim(dim1, self.ndim))
+    return np.swapaxes(self, d0, d1)
 
 
 # self: grad.transpose(dim0, dim1)
 defvjp(transpose, lambda g, ans, self, dim0, dim1: transpose(g, dim0=dim0, dim1=dim1))
 
 
+def _need_dims(name, self):
+    if self.ndim == 0:
+        raise IndexError(f"{name}() cannot be applied to a 0-dim tensor")
+
+
 @aten("select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)", "SelectBackward0", saves=False)
 def select(self, dim, index):
+    _need_dims("select", self)
     d = _dim(dim, self.ndim)
     size = self.shape[d]
     if not -size <= index < size:
@@ -101,11 +138,23 @@ def select(self, dim, index):
     return self[_index(self.ndim, d, index % size)]
 
 
+def _select_backward_check(grad_output, input_sizes, dim, index):
+    """select_backward's checks (shape rule and forward): the input sizes, as a tuple."""
+    shape = tuple(int(s) for s in input_sizes)
+    if not shape:
+        raise IndexError("select_backward: select() cannot be applied to a 0-dim tensor")
+    d = _dim(dim, len(shape))
+    if not -shape[d] <= index < shape[d] or tuple(grad_output.shape) != shape[:d] + shape[d + 1:]:
+        raise IndexError(f"select_backward: index {index} at dim {dim} of {list(shape)} does not fit a "
+                         f"gradient of shape {list(grad_output.shape)}")
+    return shape
+
+
 @aten("select_backward(Tensor grad_output, SymInt[] input_sizes, int dim, SymInt index) -> Tensor",
       "SelectBackwardBackward0", saves=False)
 def select_backward(grad_output, input_sizes, dim, index):
     # zeros of input_sizes with grad_output in the selected slice
-    shape = tuple(int(s) for s in input_sizes)
+    shape = _select_backward_check(grad_output, input_sizes, dim, index)
     d = _dim(dim, len(shape))
     out = np.zeros_like(grad_output, shape=shape)
     out[_index(len(shape), d, index % shape[d])] = grad_output
@@ -170,7 +219,7 @@ defvjp(squeeze_dim, lambda g, ans, self, dim: _unsqueeze_to(g, [dim], tuple(self
 
 @aten("squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)", "SqueezeBackward2", saves=False)
 def squeeze_dims(self, dim):
-    dims = {_dim(d, self.ndim) for d in dim} if self.ndim else set()
+    dims = _dims_once(dim, self.ndim)
     return np.reshape(self, tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
 
@@ -184,8 +233,18 @@ def _skipped_in_cat(x):
     return len(x.shape) == 1 and x.shape[0] == 0
 
 
+def _check_cat(tensors):
+    """cat's checks on the list itself (shape rule and forward)."""
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    for i, x in enumerate(tensors):
+        if len(x.shape) == 0:
+            raise ValueError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+
+
 @aten("cat(Tensor[] tensors, int dim=0) -> Tensor", "CatBackward0", saves=False)
 def cat(tensors, dim=0):
+    _check_cat(tensors)
     dt = result_type(*tensors)
     kept = [cast(x, dt) for x in tensors if not _skipped_in_cat(x)]
     if not kept:
@@ -212,6 +271,8 @@ defvjp(cat, _cat_vjp)
 
 @aten("stack(Tensor[] tensors, int dim=0) -> Tensor", "StackBackward0", saves=False)
 def stack(tensors, dim=0):
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
     dt = result_type(*tensors)
     return np.stack([cast(x, dt) for x in tensors], axis=_dim(dim, tensors[0].ndim + 1))
 
@@ -229,6 +290,8 @@ def _split_points(size, split_size):
 
 
 def _split(self, split_size, dim):
+    if self.ndim == 0:
+        raise ValueError("split expects at least a 1-dimensional tensor")
     d = _dim(dim, self.ndim)
     return np.split(self, _split_points(self.shape[d], split_size), axis=d)
 
@@ -257,6 +320,7 @@ defvjp(unsafe_split, _split_vjp)
 
 @aten("unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]", "UnbindBackward0", saves=False)
 def unbind(self, dim=0):
+    _need_dims("unbind", self)
     d = _dim(dim, self.ndim)
     return [self[_index(self.ndim, d, i)] for i in range(self.shape[d])]
 

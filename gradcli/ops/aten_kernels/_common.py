@@ -19,6 +19,14 @@ def array_module(*arrays):
     return np
 
 
+def check_dtype(op, x, kinds="fc", what="a floating point"):
+    """Refuse ``x`` (an array or a ``Meta``) whose dtype kind is not in ``kinds``, as
+    PyTorch's kernels do ("... not implemented for 'Long'") where NumPy would compute."""
+    dt = np.dtype(x.dtype)
+    if dt.kind not in kinds:
+        raise TypeError(f"{op}: not implemented for {dt} inputs ({what} tensor is needed, as PyTorch)")
+
+
 def expand_param(value, n, name):
     """``value`` (an int or a list of 1 or ``n`` ints) as a tuple of ``n``
     ints, as ATen expands ``stride=[2]`` for a 2-D op."""
@@ -38,8 +46,10 @@ def windows(xp, x, lead, out_shape, kernel, stride, dilation):
     copy). ``x`` must be large enough on every window axis."""
     st = x.strides
     shape = tuple(x.shape[:lead]) + tuple(out_shape) + tuple(kernel)
+    # an output axis of one window never steps: its stride is 0, so that a huge
+    # stride (any int64 is valid, PyTorch's output is then 1 wide) cannot overflow
     strides = (tuple(st[:lead])
-               + tuple(st[lead + i] * stride[i] for i in range(len(kernel)))
+               + tuple(st[lead + i] * stride[i] if out_shape[i] > 1 else 0 for i in range(len(kernel)))
                + tuple(st[lead + i] * dilation[i] for i in range(len(kernel))))
     return xp.lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
 

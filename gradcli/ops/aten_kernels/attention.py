@@ -2,7 +2,7 @@
 backward, as array functions (no dropout)."""
 import math
 
-from ._common import array_module
+from ._common import array_module, check_dtype
 
 _OP = "_scaled_dot_product_flash_attention_for_cpu"
 
@@ -12,6 +12,11 @@ def _check(query, key, value, dropout_p, attn_mask):
         raise ValueError(f"{_OP}: dropout_p must be 0 (got {dropout_p}); gradcli replays "
                          "attention deterministically, so export the model in eval mode "
                          "or with attention dropout 0")
+    for x in (query, key, value):
+        check_dtype(_OP, x, "f")
+        if x.dtype != query.dtype:
+            raise TypeError(f"{_OP}: query, key and value must have one dtype, got {query.dtype}, "
+                            f"{key.dtype} and {value.dtype}")
     if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
         raise ValueError(f"{_OP}: query, key and value must be 4-D (batch, heads, seq, dim)")
     if not (query.shape[-1] == key.shape[-1] == value.shape[-1]):

@@ -107,15 +107,30 @@ def _grad_input(xp, grad_output, weight, in_shape, stride, padding, dilation, gr
     return xp.ascontiguousarray(gpad[full + crop])
 
 
+_INT64_MAX = 2 ** 63 - 1
+
+
 def _params(weight, stride, padding, dilation, output_padding):
+    """The spatial dims and the four size lists expanded to them, checked as ATen's
+    ``check_shape_forward``: stride and dilation positive, padding and output_padding
+    non-negative, all of them int64s (SymInt)."""
     d = weight.ndim - 2
     if d < 1:
         raise ValueError(f"convolution: weight must have at least 3 dims, got {list(weight.shape)}")
-    return (d, expand_param(stride, d, "stride"), expand_param(padding, d, "padding"),
-            expand_param(dilation, d, "dilation"), expand_param(output_padding, d, "output_padding"))
+    out = [d]
+    for name, value, low in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1),
+                             ("output_padding", output_padding, 0)):
+        v = expand_param(value, d, name)
+        if any(not low <= x <= _INT64_MAX for x in v):
+            need = "positive" if low else "non-negative"
+            raise ValueError(f"convolution: {name} must be {need} ints (at most 2**63-1), got {list(v)}")
+        out.append(v)
+    return tuple(out)
 
 
 def _check_input(op, input, weight, d, transposed, groups):
+    if input.dtype != weight.dtype:
+        raise TypeError(f"{op}: input and weight must have one dtype, got {input.dtype} and {weight.dtype}")
     if input.ndim != d + 2:
         raise ValueError(f"{op}: expected {d + 2}-dimensional input for {d + 2}-dimensional "
                          f"weight {list(weight.shape)}, got input of shape {list(input.shape)}")

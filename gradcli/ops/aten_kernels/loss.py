@@ -71,10 +71,12 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     xp, x2, t, valid, w = _setup("nll_loss_backward", self, target, weight, reduction,
                                  ignore_index)
     g = grad_output.reshape(-1) if reduction == 0 else grad_output.reshape(())
-    if reduction == 1:
-        with np.errstate(invalid="ignore", divide="ignore"):
+    # every target ignored under mean: total_weight is 0 and g NaN, but every weight is 0 too
+    # and the gradient is all zeros, as PyTorch's (no entry is written)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if reduction == 1:
             g = g / total_weight
+        vals = (-w * g).astype(grad_output.dtype, copy=False)
     gi = xp.zeros(x2.shape, dtype=grad_output.dtype)
-    vals = (-w * g).astype(grad_output.dtype, copy=False)
     gi[xp.arange(x2.shape[0]), t] = xp.where(valid, vals, 0)   # one entry per row
     return gi.reshape(self.shape)

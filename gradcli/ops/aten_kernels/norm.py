@@ -2,7 +2,7 @@
 formulas; biased variance in the normalisation). Their backwards are written with
 ops in ``gradcli.ops.aten.norm_attention`` (one formula for every order of
 derivative: Note [normalisation backward with ops])."""
-from ._common import array_module
+from ._common import array_module, check_dtype
 
 
 def _acc_dtype(xp, dtype):
@@ -16,7 +16,11 @@ def _channel_shape(x):
     return (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
 
-def _bn_axes(x):
+def _bn_axes(x, training=False):
+    check_dtype("native_batch_norm", x, "f")
+    if training and 0 in x.shape:
+        raise ValueError(f"native_batch_norm: input tensor must have at least one element in training, "
+                         f"got shape {list(x.shape)}")
     if x.ndim < 2:
         raise ValueError(f"native_batch_norm: expected an input with at least 2 dims "
                          f"(N, C, ...), got shape {list(x.shape)}")
@@ -38,7 +42,8 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training,
     ``save_mean``/``save_invstd`` as empty ``(0,)`` arrays, as PyTorch's CPU
     kernel does."""
     xp = array_module(input)
-    axes = _bn_axes(input)
+    axes = _bn_axes(input, training)
+    check_bn_params(input, (weight, bias, running_mean, running_var))
     shape = _channel_shape(input)
     c = input.shape[1]
     n = input.size // c if c else 0
@@ -73,8 +78,39 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training,
     return out, save_mean, save_invstd
 
 
-def _ln_axes(op, input, normalized_shape):
+def check_bn_params(input, params):
+    """Note [batch-norm parameter sizes]: weight, bias and the running statistics have one
+    entry per channel. PyTorch 2.13's CPU kernel does not check this (it reads past a
+    short parameter); gradcli refuses (tests/test_aten_ops.py says so)."""
+    c = input.shape[1] if input.ndim >= 2 else None
+    for name, p in zip(("weight", "bias", "running_mean", "running_var"), params):
+        if p is not None and c is not None and tuple(p.shape) != (c,):
+            raise ValueError(f"native_batch_norm: {name} must have shape [{c}] (one entry per channel of "
+                             f"input {list(input.shape)}), got {list(p.shape)}")
+    check_params("native_batch_norm", input, params)
+
+
+def check_params(op, input, params):
+    """The norms' parameters (weight, bias, running statistics; None for absent): in the
+    input's dtype ("mixed dtype (CPU)" in PyTorch; a float32 parameter for a float16 or
+    bfloat16 input is its one mixed case, which NumPy has no bfloat16 for)."""
+    for p in params:
+        if p is not None and p.dtype != input.dtype and not (
+                input.dtype.itemsize == 2 and p.dtype == "float32"):
+            raise TypeError(f"{op}: mixed dtype: parameters must have the input's dtype {input.dtype}, "
+                            f"got {p.dtype}")
+
+
+def _ln_axes(op, input, normalized_shape, weight=None, bias=None):
+    check_dtype(op, input, "f")
+    check_params(op, input, (weight, bias))
     ns = tuple(int(v) for v in normalized_shape)
+    if not ns:
+        raise ValueError(f"{op}: expected normalized_shape to be at least 1-dimensional, got []")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != ns:
+            raise ValueError(f"{op}: expected {name} to be of same shape as normalized_shape {list(ns)}, "
+                             f"got {list(p.shape)}")
     axis = input.ndim - len(ns)
     if axis < 0 or tuple(input.shape[axis:]) != ns:
         raise ValueError(f"{op}: normalized_shape {list(ns)} does not match the trailing "
@@ -90,7 +126,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     (biased variance over the trailing ``normalized_shape`` dims) have shape
     ``input.shape[:axis] + (1,) * len(normalized_shape)``, as PyTorch."""
     xp = array_module(input)
-    _, red = _ln_axes("native_layer_norm", input, normalized_shape)
+    _, red = _ln_axes("native_layer_norm", input, normalized_shape, weight, bias)
     mean = input.mean(axis=red, keepdims=True)
     centred = input - mean
     rstd = 1.0 / xp.sqrt((centred * centred).mean(axis=red, keepdims=True) + eps)

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-from ._common import array_module, expand_param, scatter_add, window_slice, windows
+from ._common import array_module, check_dtype, expand_param, scatter_add, window_slice, windows
 
 
 def _pool_out(size, k, s, p, d, ceil_mode):
@@ -28,6 +28,10 @@ def _pool_params(op, x, kernel_size, stride, padding, dilation, ceil_mode):
     s = k if stride is None or len(stride) == 0 else expand_param(stride, 2, "stride")
     p = expand_param(padding, 2, "padding")
     d = expand_param(dilation, 2, "dilation")
+    if max(k + s + p + d) > 2 ** 31 - 1:
+        # the CPU pooling kernels take these as 32-bit ints
+        raise ValueError(f"{op}: kernel_size, stride, padding and dilation must fit in 32 bits, got "
+                         f"{list(k)}, {list(s)}, {list(p)}, {list(d)}")
     if min(k) <= 0 or min(s) <= 0 or min(d) <= 0 or min(p) < 0:
         raise ValueError(f"{op}: kernel_size, stride and dilation must be positive and "
                          f"padding non-negative, got {list(k)}, {list(s)}, {list(d)}, {list(p)}")
@@ -196,13 +200,23 @@ def _adaptive_matrix(xp, size, out, dtype):
     return xp.asarray(m.astype(dtype))
 
 
-def _adaptive_setup(op, self, output_size):
+def adaptive_output_size(op, self, output_size, backward=False):
+    """The checked ``(OH, OW)``: a 3-D or 4-D float input with non-empty spatial dims; the
+    forward takes an output size of 0 (an empty result), its backward (PyTorch's, which
+    checks grad_output) does not."""
+    check_dtype(op, self, "f")
     if self.ndim not in (3, 4):
         raise ValueError(f"{op}: expected a 3-D or 4-D input, got shape {list(self.shape)}")
     out = expand_param(output_size, 2, "output_size")
-    if min(out) <= 0 or min(self.shape[-2:]) <= 0:
-        raise ValueError(f"{op}: output_size {list(out)} and input {list(self.shape)} "
-                         "must be non-empty")
+    if min(self.shape[-2:]) <= 0 or min(out) < (1 if backward else 0):
+        what = "grad_output" if backward else "output_size"
+        raise ValueError(f"{op}: input {list(self.shape)} must have non-empty spatial dims and "
+                         f"{what} {list(out)} must be {'positive' if backward else 'non-negative'}")
+    return out
+
+
+def _adaptive_setup(op, self, output_size, backward=False):
+    out = adaptive_output_size(op, self, output_size, backward)
     xp = array_module(self)
     h, w = self.shape[-2:]
     return (xp, _adaptive_matrix(xp, h, out[0], self.dtype),
@@ -222,5 +236,5 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
     """``aten._adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self)
     -> Tensor``: each output's gradient spread evenly over its window."""
     xp, ph, pw = _adaptive_setup("_adaptive_avg_pool2d_backward", self,
-                                 grad_output.shape[-2:])
+                                 grad_output.shape[-2:], backward=True)
     return xp.matmul(xp.matmul(ph.T, grad_output), pw)

@@ -83,9 +83,10 @@ class NodeRun:
 class Result:
     graph: str
     grads: dict             # name -> array (on its device)
-    order: list             # [NodeRun]
+    order: list | None      # [NodeRun], or None when the run was asked not to record it
     forward_s: float
     backward_s: float
+    nodes_run: int = 0      # how many nodes ran (recorded or not)
 
     def to_json(self, with_data=True):
         grads = {}
@@ -98,6 +99,8 @@ class Result:
             if with_data:
                 entry["data"] = arr.tolist()
             grads[name] = entry
+        if self.order is None:
+            raise ValueError("this run did not record its execution order (order=False)")
         return {"graph": self.graph, "grads": grads, "order": [r.node for r in self.order],
                 "timing": {"forward_s": self.forward_s, "backward_s": self.backward_s}}
 
@@ -223,16 +226,18 @@ class Graph:
                           "backward")
 
     def backward(self, *, inputs=None, retain_graph=None, engine=None, multithreading=True,
-                 deterministic=False, anomaly=None):
-        """Run the backward; returns (grads by name, [NodeRun], seconds)."""
+                 deterministic=False, anomaly=None, order=True):
+        """Run the backward; returns (grads by name, [NodeRun] or with ``order=False``
+        the number of nodes that ran, seconds)."""
         values = self.values if self.values is not None else self.forward()
         return self._backward(values, inputs, retain_graph, engine, multithreading,
-                              deterministic, anomaly)
+                              deterministic, anomaly, order)
 
     def _backward(self, values, inputs, retain_graph, engine, multithreading, deterministic,
-                  anomaly):
+                  anomaly, order=True):
         from .autograd import backward as autograd_backward
         from .autograd import detect_anomaly, grad as autograd_grad, set_multithreading_enabled
+        from .autograd.graph_task import NodeCounter
 
         spec = self.backward_spec
         inputs = spec.inputs if inputs is None else inputs
@@ -243,7 +248,10 @@ class Graph:
                 if name not in values:
                     self.fail(f"input {name!r} is not defined", spec.line, "backward")
             self.check_inputs_reachable(roots, inputs, values)
-        trace = []
+        # Note [Execution-order records]: a record per node (name, thread, times)
+        # only when asked for (order, --trace, validation, --format json); a
+        # plain run counts the nodes instead, which keeps the engine's fast path.
+        trace = [] if order else NodeCounter()
         anomaly_ctx = detect_anomaly(*anomaly) if anomaly else contextlib.nullcontext()
         start = time.perf_counter()
         try:
@@ -267,7 +275,7 @@ class Graph:
             for name, t in values.items():
                 if (t.is_leaf and t.requires_grad) or t.retains_grad:
                     named[name] = t.grad
-        return named, self._order(trace, start), elapsed
+        return named, (self._order(trace, start) if order else trace.count), elapsed
 
     # -- naming nodes in messages ------------------------------------------------------
     def describe_failure(self, exc, node):
@@ -314,8 +322,9 @@ class Graph:
                 for fn, tid, start, end, gt, depth in trace]
 
     def run(self, *, inputs=None, retain_graph=None, engine=None, multithreading=True,
-            deterministic=False, anomaly=None) -> Result:
-        """Forward then backward, timed separately.
+            deterministic=False, anomaly=None, order=True) -> Result:
+        """Forward then backward, timed separately. With ``order=False`` the
+        Result's ``order`` is None (Note [Execution-order records]).
 
         Note [Concurrent runs]: each call runs its own forward (its own leaf
         tensors, nodes and gradients) and returns its own Result, so one Graph
@@ -325,10 +334,12 @@ class Graph:
         t0 = time.perf_counter()
         values = self._forward()
         forward_s = time.perf_counter() - t0
-        grads, order, backward_s = self._backward(values, inputs, retain_graph, engine,
-                                                  multithreading, deterministic, anomaly)
+        grads, ran, backward_s = self._backward(values, inputs, retain_graph, engine,
+                                                multithreading, deterministic, anomaly, order)
         self.values = values
-        return Result(self.name, grads, order, forward_s, backward_s)
+        if order:
+            return Result(self.name, grads, ran, forward_s, backward_s, len(ran))
+        return Result(self.name, grads, None, forward_s, backward_s, ran)
 
     def predicted_order(self):
         """The order a single-threaded backward runs nodes in (before running it)."""

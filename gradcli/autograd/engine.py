@@ -22,7 +22,9 @@ from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, accelerator_types, device_of,
 from .graph_task import GraphTask
 from .input_buffer import DeterministicInputBuffer, InputBuffer
 from .node import GraphRoot
-from .ready_queue import SHUTDOWN, ReadyQueue, node_task, wakeup_task
+from .ready_queue import RUN, SHUTDOWN, ReadyQueue, _tiebreak, node_task, wakeup_task
+from .graph_task import NodeCounter
+from heapq import heappop, heappush
 from . import streams
 from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
 from . import dispatch
@@ -234,7 +236,10 @@ class Engine:
             graph_task.lock.release()
             prev_grad_mode = STATE.grad_enabled
             try:
-                self.thread_main(graph_task)
+                if FAST_PATH and _fast_path_applies(graph_task, queue):
+                    self.thread_main_fast(graph_task)
+                else:
+                    self.thread_main(graph_task)
             finally:
                 tls.worker_device = NO_DEVICE
                 tls.engine = None
@@ -318,6 +323,108 @@ class Engine:
                         local_task.outstanding_tasks += 1
                     self.ready_queue_by_index(local_task, owner).push(wakeup_task(local_task))
 
+    def thread_main_fast(self, graph_task):
+        """``thread_main`` + ``evaluate_function`` for the common case (Note [Engine fast path]).
+
+        Runs the nodes of ``graph_task`` in exactly the order, and with exactly the
+        arithmetic, of the general loop; hands over to ``thread_main`` at the first
+        task it does not handle itself.
+        """
+        tls = TLS
+        state = STATE
+        heap = tls.local_ready_queue._heap
+        keep_graph = graph_task.keep_graph
+        dependencies = graph_task.dependencies
+        not_ready = graph_task.not_ready
+        counter = graph_task.trace            # None or a NodeCounter
+        depth = -graph_task.reentrant_depth
+        tiebreak = _tiebreak
+        ndarray = np.ndarray
+        cpu = CPU
+        prev = tls.current_graph_task
+        tls.current_graph_task = graph_task   # set once: a reentrant call restores it
+        state.grad_enabled = False            # create_graph is False here
+        try:
+            while not graph_task.future_completed:
+                if not heap:
+                    break                     # never on one thread; the general loop waits
+                task = heappop(heap)
+                fn = task[5]
+                if (task[4] is not graph_task or fn is None or graph_task.has_error
+                        or fn.stream is not None):
+                    heappush(heap, task)      # not ours to run here: the general loop takes over
+                    break
+                try:
+                    if counter is not None and type(fn) is not GraphRoot:
+                        counter.count += 1
+                    inputs = task[6]
+                    del task
+                    if fn.tensor_pre_hooks or fn.retains_grad_hooks or fn.pre_hooks or fn.post_hooks:
+                        outputs = call_function(graph_task, fn, inputs)
+                    else:
+                        if not keep_graph:
+                            fn.will_release_variables()
+                        outputs = fn.apply(inputs)
+                        # validate_outputs, its common case inlined (Note [Engine fast path])
+                        next_edges = fn.next_edges
+                        if len(outputs) != len(next_edges):
+                            validate_outputs(next_edges, outputs, fn.name)
+                        for i, grad in enumerate(outputs):
+                            edge = next_edges[i]
+                            if edge is None or grad is None:
+                                continue
+                            meta = edge[0].input_metadata[edge[1]]
+                            if not (type(grad) is ndarray and meta.device is cpu
+                                    and grad.shape == meta.shape and grad.dtype is meta.dtype):
+                                validate_outputs(next_edges, outputs, fn.name)
+                                break
+                except Exception as exc:  # noqa: BLE001 - travels to the caller
+                    if state.grad_enabled:
+                        state.grad_enabled = False
+                    self.thread_on_exception(graph_task, fn, exc)
+                    graph_task.outstanding_tasks -= 1
+                    if graph_task.completed():
+                        graph_task.mark_as_completed_and_run_post_processing()
+                    continue
+                if state.grad_enabled:        # a node left grad mode on: as thread_main resets it
+                    state.grad_enabled = False
+                if not keep_graph:
+                    fn.release_variables()
+                if outputs:
+                    seq = fn.sequence_nr
+                    next_edges = fn.next_edges
+                    for i, output in enumerate(outputs):
+                        edge = next_edges[i]
+                        if edge is None:
+                            continue
+                        nxt = edge[0]
+                        count = dependencies.get(nxt)
+                        if count is None:
+                            raise RuntimeError(f"dependency not found for {nxt.name}")
+                        buffer = not_ready.get(nxt)
+                        if count == 1:
+                            del dependencies[nxt]
+                            if buffer is None:
+                                buffer = InputBuffer([None] * len(nxt.input_metadata))
+                            else:
+                                del not_ready[nxt]
+                            buffer.add(edge[1], output, seq, i)
+                            graph_task.outstanding_tasks += 1
+                            heappush(heap, (RUN, depth, -nxt.sequence_nr, next(tiebreak),
+                                            graph_task, nxt, buffer))
+                        else:
+                            dependencies[nxt] = count - 1
+                            if buffer is None:
+                                buffer = not_ready[nxt] = InputBuffer([None] * len(nxt.input_metadata))
+                            buffer.add(edge[1], output, seq, i)
+                graph_task.outstanding_tasks -= 1
+                if graph_task.outstanding_tasks == 0:
+                    graph_task.mark_as_completed_and_run_post_processing()
+        finally:
+            tls.current_graph_task = prev
+        if not graph_task.future_completed:
+            self.thread_main(graph_task)
+
     def thread_on_exception(self, graph_task, fn, exc):
         if getattr(exc, "gradcli_node", None) is None:
             try:
@@ -351,7 +458,12 @@ class Engine:
                 return
 
         trace = graph_task.trace
-        if trace is not None and type(fn) is not GraphRoot:   # the seed is not a graph node
+        if type(trace) is NodeCounter:        # only the number of nodes that ran
+            if type(fn) is not GraphRoot:
+                with graph_task.lock:
+                    trace.count += 1
+            outputs = call_function(graph_task, fn, inputs)
+        elif trace is not None and type(fn) is not GraphRoot:   # the seed is not a graph node
             record = [fn, threading.get_ident(), perf_counter(), None, graph_task.id,
                       graph_task.reentrant_depth]
             trace.append(record)
@@ -612,6 +724,45 @@ class Engine:
 
 
 # -- node evaluation (free functions, as in engine.cpp) ---------------------------
+# Note [Engine fast path]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# Most backwards are a plain ``backward()`` on the CPU: no device, no grad()
+# inputs (exec_info), no create_graph, no anomaly mode, no --trace records, no
+# deterministic buffers, started outside any other backward. For those,
+# ``thread_main_fast`` replaces ``thread_main`` + ``evaluate_function`` and
+# does per node only what they do in that case:
+# - the same heap: it pops and pushes the thread's own ReadyQueue heap, with the
+#   same NodeTask tuples (so the same order: PyTorch's CompareNodeTaskTime),
+#   without ReadyQueue.push's waiter check: only this thread waits on its own
+#   CPU queue, and it is busy here. A reentrant backward started by a node sees
+#   the outer tasks in that queue exactly as in the general loop;
+# - no graph task lock: with no device in the graph task no other thread
+#   touches its counters, buffers or dependencies (device threads only serve
+#   device nodes; a reentrant graph task nested here is a graph task of its own);
+# - thread-locals set once per backward: the current graph task (a nested
+#   backward restores it) and grad mode, which is reset after a node only when
+#   the node left it on (thread_main sets it before every node);
+# - validate_outputs' common case (an ndarray of the input's shape and dtype on
+#   the CPU) checked inline; anything else goes through validate_outputs itself,
+#   which leaves the arrays that pass unchanged;
+# - hooks: a node with any hook goes through call_function, as in the general
+#   path.
+# Any task it does not expect (another graph task's, a wake-up task, a node on a
+# stream, an error) is pushed back and the general ``thread_main`` takes over
+# from the same state. ``GRADCLI_ENGINE_FAST_PATH=0`` (or ``engine.FAST_PATH =
+# False``) turns it off; tests/test_engine_fast_path.py runs every example graph
+# both ways and compares the order and the gradients bit for bit.
+FAST_PATH = os.environ.get("GRADCLI_ENGINE_FAST_PATH", "1") != "0"
+
+
+def _fast_path_applies(graph_task, queue):
+    trace = graph_task.trace
+    return (not graph_task.uses_devices and not graph_task.exec_info
+            and not graph_task.create_graph and not graph_task.anomaly[0]
+            and not graph_task.deterministic and len(queue) == 1
+            and (trace is None or type(trace) is NodeCounter))
+
+
 def call_tensor_pre_hooks(fn, inputs):
     hooks = fn.tensor_pre_hooks
     if hooks:

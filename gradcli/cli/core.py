@@ -380,9 +380,10 @@ class LoadOptions:
 
 
 def run_graph(graph, *, inputs, retain_graph, repeat, multithreading, deterministic=False,
-              anomaly=None):
+              anomaly=None, order=True):
     """Run ``graph`` ``repeat`` times; returns the last Result with the median
-    backward time. Invalid input exits 2, a failing backward exits 3."""
+    backward time (its ``order`` None with ``order=False``: only ``nodes_run``).
+    Invalid input exits 2, a failing backward exits 3."""
     import statistics
 
     from ..errors import BackwardError, GraphError, OpBugError
@@ -391,20 +392,24 @@ def run_graph(graph, *, inputs, retain_graph, repeat, multithreading, determinis
         if retain_graph and repeat > 1:
             # One forward, N backwards on the retained graph: gradients add up.
             result = graph.run(inputs=inputs, retain_graph=True, multithreading=multithreading,
-                               deterministic=deterministic, anomaly=anomaly)
+                               deterministic=deterministic, anomaly=anomaly, order=order)
             times = [result.backward_s]
             for _ in range(repeat - 1):
-                grads, order, elapsed = graph.backward(
+                grads, ran, elapsed = graph.backward(
                     inputs=inputs, retain_graph=True, multithreading=multithreading,
-                    deterministic=deterministic, anomaly=anomaly)
+                    deterministic=deterministic, anomaly=anomaly, order=order)
                 times.append(elapsed)
-                result.grads, result.order = grads, order
+                result.grads = grads
+                if order:
+                    result.order, result.nodes_run = ran, len(ran)
+                else:
+                    result.nodes_run = ran
         else:
             times, fwd = [], []
             for _ in range(repeat):
                 result = graph.run(inputs=inputs, retain_graph=retain_graph or None,
                                    multithreading=multithreading, deterministic=deterministic,
-                                   anomaly=anomaly)
+                                   anomaly=anomaly, order=order)
                 times.append(result.backward_s)
                 fwd.append(result.forward_s)
             result.forward_s = statistics.median(fwd)

@@ -11,6 +11,9 @@ so every figure is a median over interleaved repeats with its spread (min-max).
     python scripts/profile_perf.py memory [--ops 1000000]     # bytes per recorded node
 
 One BLAS thread on both sides (OPENBLAS/OMP/MKL_NUM_THREADS=1, torch.set_num_threads(1)).
+In-process figures are the calling thread's CPU time (time.thread_time: both engines run
+a CPU backward on the calling thread), less disturbed by other load than wall time;
+``--wall`` switches to wall-clock time.
 """
 from __future__ import annotations
 
@@ -29,6 +32,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VEC = 8
+
+
+CLOCK = time.thread_time
 
 
 def _stats(xs):
@@ -120,16 +126,16 @@ def cmd_backward(args):
         for _ in range(args.repeat):
             leaf, out = gbuild(n)
             gc.collect()
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             backward([out], [np.ones(VEC)])
-            g_t.append((time.perf_counter() - t0) / nodes)
+            g_t.append((CLOCK() - t0) / nodes)
             del leaf, out
             if torch is not None:
                 leaf, out = tbuild(n)
                 gc.collect()
-                t0 = time.perf_counter()
+                t0 = CLOCK()
                 out.backward(torch.ones(VEC, dtype=torch.float64))
-                t_t.append((time.perf_counter() - t0) / nodes)
+                t_t.append((CLOCK() - t0) / nodes)
                 del leaf, out
         line = f"{name:6s} n={n}: gradcli {_fmt(g_t, 1e6, 'us')}"
         if t_t:
@@ -151,13 +157,13 @@ def cmd_repeated(args):
         tl, to = th_chain(n)
         to.backward(torch.ones(VEC, dtype=torch.float64), retain_graph=True)
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         backward([out], [np.ones(VEC)], retain_graph=True)
-        g_t.append((time.perf_counter() - t0) / (n + 1))
+        g_t.append((CLOCK() - t0) / (n + 1))
         if torch is not None:
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             to.backward(torch.ones(VEC, dtype=torch.float64), retain_graph=True)
-            t_t.append((time.perf_counter() - t0) / (n + 1))
+            t_t.append((CLOCK() - t0) / (n + 1))
     line = f"repeated chain n={n}: gradcli {_fmt(g_t, 1e6, 'us')}"
     if t_t:
         line += f"  torch {_fmt(t_t, 1e6, 'us')}  ratio {statistics.median(g_t) / statistics.median(t_t):.2f}x"
@@ -322,7 +328,11 @@ def main():
     p.add_argument("--fanin", type=int, default=10_000)
     p.add_argument("--ops", type=int, default=None)
     p.add_argument("--tracemalloc", action="store_true")
+    p.add_argument("--wall", action="store_true", help="wall-clock instead of thread CPU time")
     args = p.parse_args()
+    if args.wall:
+        global CLOCK
+        CLOCK = time.perf_counter
     if args.ops is None:
         args.ops = {"memory": 1_000_000, "phases": 40_000}.get(args.what, 20_000)
     globals()["cmd_" + args.what](args)

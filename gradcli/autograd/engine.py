@@ -391,10 +391,8 @@ class Engine:
                 if not keep_graph:
                     fn.release_variables()
                 if outputs:
-                    seq = fn.sequence_nr
-                    next_edges = fn.next_edges
-                    for i, output in enumerate(outputs):
-                        edge = next_edges[i]
+                    # (outputs and next_edges have one length: validated above)
+                    for output, edge in zip(outputs, fn.next_edges):
                         if edge is None:
                             continue
                         nxt = edge[0]
@@ -402,21 +400,24 @@ class Engine:
                         if count is None:
                             raise RuntimeError(f"dependency not found for {nxt.name}")
                         buffer = not_ready.get(nxt)
+                        if buffer is None:
+                            # A fresh buffer: InputBuffer.add's first contribution to a slot.
+                            buffer = InputBuffer([None] * len(nxt.input_metadata))
+                            if output is not None:
+                                buffer[edge[1]] = output
+                            if count != 1:
+                                not_ready[nxt] = buffer
+                        else:
+                            buffer.add(edge[1], output)
+                            if count == 1:
+                                del not_ready[nxt]
                         if count == 1:
                             del dependencies[nxt]
-                            if buffer is None:
-                                buffer = InputBuffer([None] * len(nxt.input_metadata))
-                            else:
-                                del not_ready[nxt]
-                            buffer.add(edge[1], output, seq, i)
                             graph_task.outstanding_tasks += 1
                             heappush(heap, (RUN, depth, -nxt.sequence_nr, next(tiebreak),
                                             graph_task, nxt, buffer))
                         else:
                             dependencies[nxt] = count - 1
-                            if buffer is None:
-                                buffer = not_ready[nxt] = InputBuffer([None] * len(nxt.input_metadata))
-                            buffer.add(edge[1], output, seq, i)
                 graph_task.outstanding_tasks -= 1
                 if graph_task.outstanding_tasks == 0:
                     graph_task.mark_as_completed_and_run_post_processing()

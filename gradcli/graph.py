@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from .collector import paused
 from .devices import to_device, to_host
 from .errors import BackwardError, GraphError
 
@@ -37,6 +38,14 @@ class OpSpec:
     args: dict
     retain_grad: bool = False
     line: int | None = None
+
+    @property
+    def stamp(self):
+        """What the forward stamps on the op's node (Note [Metadata stamps]), made once."""
+        stamp = self.__dict__.get("_stamp")
+        if stamp is None or stamp[0][1] != self.id or stamp[1][1] != self.line:
+            stamp = self.__dict__["_stamp"] = (("op_id", self.id), ("line", self.line))
+        return stamp
 
 
 @dataclasses.dataclass
@@ -134,7 +143,8 @@ class Graph:
     def forward(self):
         """Run the ops in order with recording on; returns the named tensors
         (kept as ``values`` for ``backward()``)."""
-        values = self._forward()
+        with paused():                # Note [Collector pauses]
+            values = self._forward()
         self.values = values
         return values
 
@@ -148,16 +158,15 @@ class Graph:
                 t.grad_accumulator.metadata.update(op_id=name, line=leaf.line, leaf=True)
         with set_grad_enabled(True):
             for spec in self.ops:
-                inputs = [values[n] for n in spec.inputs]
                 # The loader's checked ops turn every failure into a GraphError.
-                out = spec.op(*inputs, **spec.args)
+                out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
                 outs = out if isinstance(out, list) else [out]
                 if len(outs) != len(spec.outputs):
                     self.fail(f"produces {len(outs)} outputs but {len(spec.outputs)} names are given",
                               spec.line, spec.label)
                 node = outs[0].grad_fn
                 if node is not None:
-                    node.metadata.update(op_id=spec.id, line=spec.line)
+                    node.stamp_metadata(spec.stamp)
                 for name, t in zip(spec.outputs, outs):
                     t.name = name
                     values[name] = t
@@ -230,8 +239,9 @@ class Graph:
         """Run the backward; returns (grads by name, [NodeRun] or with ``order=False``
         the number of nodes that ran, seconds)."""
         values = self.values if self.values is not None else self.forward()
-        return self._backward(values, inputs, retain_graph, engine, multithreading,
-                              deterministic, anomaly, order)
+        with paused():                # Note [Collector pauses]
+            return self._backward(values, inputs, retain_graph, engine, multithreading,
+                                  deterministic, anomaly, order)
 
     def _backward(self, values, inputs, retain_graph, engine, multithreading, deterministic,
                   anomaly, order=True):
@@ -331,11 +341,12 @@ class Graph:
         may be run from several threads at once. ``values`` is left holding
         the last forward that finished.
         """
-        t0 = time.perf_counter()
-        values = self._forward()
-        forward_s = time.perf_counter() - t0
-        grads, ran, backward_s = self._backward(values, inputs, retain_graph, engine,
-                                                multithreading, deterministic, anomaly, order)
+        with paused():                # Note [Collector pauses]
+            t0 = time.perf_counter()
+            values = self._forward()
+            forward_s = time.perf_counter() - t0
+            grads, ran, backward_s = self._backward(values, inputs, retain_graph, engine,
+                                                    multithreading, deterministic, anomaly, order)
         self.values = values
         if order:
             return Result(self.name, grads, ran, forward_s, backward_s, len(ran))

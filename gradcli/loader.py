@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import devices as D
+from .collector import paused
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
 from .errors import GraphError, OpBugError
 from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
@@ -64,10 +65,11 @@ def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
          max_tensor_bytes=None) -> Graph:
     """Read, check and prepare a graph file; ``graph.run()`` then runs it."""
     path = os.fspath(path)
-    doc = read_document(path)
-    options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes)
-    return _Loader(doc, os.path.dirname(os.path.abspath(path)),
-                   os.path.splitext(os.path.basename(path))[0], options).graph()
+    with paused():                    # Note [Collector pauses]
+        doc = read_document(path)
+        options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes)
+        return _Loader(doc, os.path.dirname(os.path.abspath(path)),
+                       os.path.splitext(os.path.basename(path))[0], options).graph()
 
 
 def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Graph:  # noqa: A002
@@ -81,8 +83,9 @@ def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Grap
         raise TypeError(f"loads() takes the document as str or bytes, not {type(text).__name__}")
     elif not text.strip():
         raise GraphError("the document is empty", display)
-    doc = parse_json(text, display) if format == "json" else parse_yaml(text, display)
-    return _Loader(doc, os.path.abspath(base_dir), name, LoadOptions(**options)).graph()
+    with paused():                    # Note [Collector pauses]
+        doc = parse_json(text, display) if format == "json" else parse_yaml(text, display)
+        return _Loader(doc, os.path.abspath(base_dir), name, LoadOptions(**options)).graph()
 
 
 def parse_device_map(text) -> dict:
@@ -104,6 +107,7 @@ class _Loader:
         self.base_dir = base_dir
         self.stem = stem
         self.options = options
+        self._infer_cache = {}       # Note [Infer cache]
 
     # -- errors -------------------------------------------------------------------
     def fail(self, message, path=(), where=None):
@@ -366,8 +370,7 @@ class _Loader:
     def op(self, i, entry, defined, base=("ops",), prefix="ops") -> OpSpec:
         """One op entry. Everything about the op itself comes from its ``Op`` object
         (Note [Ops carry their contract] in ops/core.py): no op is named here."""
-        from .ops import OPS  # noqa: PLC0415 - the op library loads on first use
-
+        OPS = _ops()
         path = base + (i,)
         where = f"{prefix}[{i}]"
         if not isinstance(entry, dict):
@@ -471,13 +474,13 @@ class _Loader:
         metas = self.infer(op, in_metas, list(inputs), checked, outputs, path, label)
         for out, meta in zip(outputs, metas):
             defined[out] = meta
-        checked_op = _CheckedOp(op, label, self.file, self.doc.line(*path), list(inputs),
+        line = self.doc.line(*path)
+        checked_op = _CheckedOp(op, label, self.file, line, list(inputs),
                                 self.options.max_tensor_bytes)
         if metas[0].shape is not None:       # inferred: the same inputs need no second check
             checked_op.checked = [(m.shape, m.dtype) for m in in_metas]
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
-                      outputs=list(outputs), args=checked, retain_grad=retain,
-                      line=self.doc.line(*path))
+                      outputs=list(outputs), args=checked, retain_grad=retain, line=line)
 
     def op_args(self, op, args, path, label):
         """Each arg through its checker, the required ones present, then the op's rules
@@ -516,6 +519,20 @@ class _Loader:
         def inputs():
             return ", ".join(f"{n} {list(s)} {d}" for n, s, d in zip(names, shapes, dtypes))
 
+        # Note [Infer cache]: an op's infer is a function of its inputs' shapes and
+        # dtypes and its args (the op contract), so a long graph that repeats an op
+        # on the same shapes (a chain, the layers of a model) infers once per
+        # distinct key. Only results that passed every check below are kept; ops
+        # that run user code, and unhashable args, are inferred every time.
+        try:
+            key = (op, tuple(shapes), tuple(dtypes), tuple(args.items()))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and not op.needs_code:
+            cached = self._infer_cache.get(key)
+            if cached is not None and len(cached) == len(outputs):
+                return cached
         try:
             results = op.infer_outputs(shapes, dtypes, args)
         except ShapeMismatch as exc:
@@ -536,7 +553,10 @@ class _Loader:
                 self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
                           f"memory budget of {budget} bytes (--max-tensor-bytes) "
                           f"(inputs: {inputs()})", path, label)
-        return [_Defined(shape, dtype, False) for shape, dtype in results]
+        metas = [_Defined(shape, dtype, False) for shape, dtype in results]
+        if key is not None and not op.needs_code:
+            self._infer_cache[key] = metas   # shared, never mutated
+        return metas
 
     def checkpoint(self, i, entry, defined, path, where, op_id, label) -> OpSpec:
         """``{op: checkpoint, inputs, outputs, body}``: the body is a scope of its own.
@@ -719,8 +739,6 @@ class _CheckedOp:
                          for n, t in zip(self.input_names, inputs))
 
     def __call__(self, *inputs, **args):
-        from .ops.core import DeviceMismatch  # noqa: PLC0415
-
         self.precheck(inputs, args)
         try:
             return self.op(*inputs, **args)
@@ -728,17 +746,28 @@ class _CheckedOp:
             raise
         except MemoryError:
             self.fail(f"out of memory (inputs: {self.describe(inputs)})")
-        except DeviceMismatch as exc:
-            self.fail(_first_line(exc))
-        except _KNOWN_ERRORS as exc:
-            self.fail(f"{_first_line(exc)} (inputs: {self.describe(inputs)})")
-        except Exception as exc:  # noqa: BLE001 - not the file's fault: a bug, named as one
+        except Exception as exc:  # noqa: BLE001 - sorted below, in this order
+            from .ops.core import DeviceMismatch  # noqa: PLC0415 - only when an op failed
+
+            if isinstance(exc, DeviceMismatch):
+                self.fail(_first_line(exc))
+            if isinstance(exc, _KNOWN_ERRORS):
+                self.fail(f"{_first_line(exc)} (inputs: {self.describe(inputs)})")
+            # not the file's fault: a bug, named as one
             raise OpBugError(self.op.name, exc, self.file, self.line, self.label) from exc
 
     def precheck(self, inputs, args):
         """Refuse, before running, inputs that do not fit and results over the memory
         budget (the op's ``infer`` on the actual shapes and dtypes: a graph run again in
         another precision, as gradcheck does, is checked again)."""
+        checked = self.checked
+        if checked is not None and len(checked) == len(inputs):
+            # The common case, without building lists: the inputs the loader inferred on.
+            for t, (shape, dtype) in zip(inputs, checked):
+                if getattr(t, "shape", None) != shape or getattr(t, "dtype", None) != dtype:
+                    break
+            else:
+                return
         from .ops.core import ShapeMismatch  # noqa: PLC0415
 
         shapes = [tuple(getattr(t, "shape", ())) for t in inputs]
@@ -759,6 +788,19 @@ class _CheckedOp:
                 self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
                           f"memory budget of {self.max_bytes} bytes (--max-tensor-bytes) "
                           f"(inputs: {self.describe(inputs)})")
+
+
+_OPS = None
+
+
+def _ops():
+    """The op registry (the op library loads on first use)."""
+    global _OPS
+    if _OPS is None:
+        from .ops import OPS  # noqa: PLC0415
+
+        _OPS = OPS
+    return _OPS
 
 
 def _known_errors():

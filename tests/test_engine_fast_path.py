@@ -89,10 +89,15 @@ def _run_example(path, fast, order_log, monkeypatch, **kw):
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_examples_same_order_and_bits_with_and_without_fast_path(path, order_log, monkeypatch):
     try:
-        loader.load(path, device_map=DEVICE_MAPS.get(path.name))
+        graph = loader.load(path, device_map=DEVICE_MAPS.get(path.name))
     except Exception:  # noqa: BLE001 - an example of an invalid file: nothing runs
         pytest.skip("invalid on purpose: does not load")
-    for kw in ({}, {"multithreading": False}):
+    # Device threads run concurrently: their order (and the order contributions
+    # are summed in) is not fixed from run to run, fast path or not. Such graphs
+    # never take the fast path; compare them single-threaded.
+    on_devices = (any(leaf.device.type != "cpu" for leaf in graph.leaves.values())
+                  or any(getattr(spec.op, "moves_device", False) for spec in graph.ops))
+    for kw in ([{"multithreading": False}] if on_devices else [{}, {"multithreading": False}]):
         slow = _run_example(path, False, order_log, monkeypatch, **kw)
         fast = _run_example(path, True, order_log, monkeypatch, **kw)
         assert fast == slow

@@ -11,7 +11,6 @@ Everything about an op comes from its ``Op`` object: no op is named here.
 """
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import zlib
@@ -117,7 +116,7 @@ class _Loader:
         for key in mapping:
             if key in allowed or (isinstance(key, str) and key.startswith("x-")):
                 continue
-            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = _close_matches(str(key), sorted(allowed))
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown key {key!r} in {what}{hint}", path + (key,), where)
 
@@ -388,7 +387,7 @@ class _Loader:
         op = OPS.get(name)
         if op is None or not op.public:
             public = sorted(n for n, o in OPS.items() if o.public)
-            hint = difflib.get_close_matches(name, public, n=1)
+            hint = _close_matches(name, public)
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown op {name!r}{hint}", path + ("op",), label)
         if op.needs_code and not self.options.allow_code:
@@ -490,7 +489,7 @@ class _Loader:
             spec = op.args.get(key)
             if spec is None:
                 known = ", ".join(sorted(op.args)) or "none"
-                hint = difflib.get_close_matches(str(key), sorted(op.args), n=1)
+                hint = _close_matches(str(key), sorted(op.args))
                 hint = f"did you mean {hint[0]!r}? " if hint else ""
                 self.fail(f"unknown arg {key!r} ({hint}known: {known})", path + ("args", key), label)
             try:
@@ -788,6 +787,13 @@ class _CheckedOp:
                 self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
                           f"memory budget of {self.max_bytes} bytes (--max-tensor-bytes) "
                           f"(inputs: {self.describe(inputs)})")
+
+
+def _close_matches(word, candidates):
+    """difflib's closest match (imported only for an error message's hint)."""
+    import difflib  # noqa: PLC0415
+
+    return difflib.get_close_matches(word, candidates, n=1)
 
 
 _OPS = None

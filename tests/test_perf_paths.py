@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import pathlib
 import threading
 
 import numpy as np
@@ -186,3 +187,56 @@ def test_forward_precheck_still_refuses_other_shapes(tmp_path):
         spec.op(Tensor(np.ones(8)), Tensor(np.ones(3)))
     # another dtype is checked again (and allowed)
     assert spec.op(Tensor(np.ones(8, np.float32)), Tensor(np.ones(8, np.float32))).dtype == np.float32
+
+
+@pytest.mark.parametrize("title, rows", [
+    ("mlp (graphs/mlp.yaml): gradients", [["W1", "[4, 16]", "float64", "1.01831"],
+                                          ["b1", "[16]", "float64", "-0.06"]]),
+    ("a title much longer than the table it sits on top of", [["x", "1", "2", "3"]]),
+    ("wide cells", [["naïve ✓", "漢字", "x", "-"], ["y" * 60, "z" * 70, "w" * 40, "1"]]),
+    ("t", []),
+])
+def test_tables_for_a_pipe_are_drawn_as_rich_draws_them(title, rows, capsys, monkeypatch):
+    """Start-up: rich is not imported for a table written to a pipe; what is printed
+    is what rich prints there (core.console(): no colour, 160 columns)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from gradcli.cli import core
+
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
+        monkeypatch.delenv(var, raising=False)
+    columns = ["tensor", "shape", "dtype", core.Column("norm", "right")]
+    core.print_table(title, columns, rows)
+    got = capsys.readouterr().out
+    table = Table(title=title, title_justify="left")
+    for c in [core.Column(c) if isinstance(c, str) else c for c in columns]:
+        table.add_column(c.name, justify=c.justify, overflow="ellipsis")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    buf = io.StringIO()
+    Console(file=buf, markup=False, highlight=False, emoji=False, soft_wrap=False,
+            width=core.PIPE_WIDTH).print(table)
+    assert got == buf.getvalue()
+
+
+def test_gradcli_run_imports_only_what_it_needs(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from gradcli.cli import main\n"
+            "try:\n    main(['run', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+            "mods = set(sys.modules)\n"
+            "bad = [m for m in ('rich', 'difflib', 'statistics', 'traceback', 'torch',\n"
+            "        'gradcli.cli.cmd_validate', 'gradcli.cli.cmd_stress', 'gradcli.cli.cmd_export',\n"
+            "        'gradcli.validate', 'gradcli.stress') if m in mods]\n"
+            "print(bad, file=sys.stderr)")
+    root = pathlib.Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", code, str(root / "graphs" / "mlp.yaml")],
+                          capture_output=True, text=True, cwd=root, timeout=60,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+    assert "gradients" in proc.stdout

@@ -8,7 +8,6 @@ each accelerator device index has one long-lived worker thread and queue.
 """
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -29,7 +28,11 @@ from . import streams
 from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
 from . import dispatch
 
-log = logging.getLogger("gradcli.engine")
+def _log():
+    """The engine's logger (logging is imported only to warn at stop())."""
+    import logging  # noqa: PLC0415
+
+    return logging.getLogger("gradcli.engine")
 
 
 def default_max_recursion_depth() -> int:
@@ -706,10 +709,10 @@ class Engine:
                 with cv:
                     if not cv.wait_for(lambda: self._non_reentrant_thread_count == 0,
                                        timeout=max(0.0, deadline - time.monotonic())):
-                        log.warning("gradcli engine: %d device thread(s) still busy after %.1fs; "
+                        _log().warning("gradcli engine: %d device thread(s) still busy after %.1fs; "
                                     "leaving them", self._non_reentrant_thread_count, wait_limit)
             else:
-                log.warning("gradcli engine: a backward was still using the device threads "
+                _log().warning("gradcli engine: a backward was still using the device threads "
                             "after %.1fs at stop(); leaving them", wait_limit)
         pool = self._thread_pool
         with pool.cv:

@@ -17,6 +17,7 @@ import warnings
 import click
 
 from .._version import __version__
+from ..collector import paused
 from . import core
 
 
@@ -45,7 +46,8 @@ class GradcliGroup(click.Group):
         if cmd_name not in self.commands and cmd_name in _COMMANDS:
             import importlib  # noqa: PLC0415
 
-            module = importlib.import_module(f".{_COMMANDS[cmd_name]}", __name__)
+            with paused():            # start-up (Note [Collector pauses])
+                module = importlib.import_module(f".{_COMMANDS[cmd_name]}", __name__)
             self.add_command(getattr(module, cmd_name))
         return self.commands.get(cmd_name)
 
@@ -74,7 +76,11 @@ def _guarded(group, args, prog_name, extra) -> int:
 
 def _invoke(group, args, prog_name, extra) -> int:
     try:
-        with group.make_context(prog_name, args, **extra) as ctx:
+        # Parsing the arguments imports the command and what its options need:
+        # start-up work, with the collector paused (Note [Collector pauses]).
+        with paused():
+            ctx = group.make_context(prog_name, args, **extra)
+        with ctx:
             group.invoke(ctx)
         return core.EXIT_OK
     except click.exceptions.Exit as exc:                # --help, --version

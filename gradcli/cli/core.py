@@ -390,11 +390,14 @@ class LoadOptions:
 
     def load(self, path):
         """``gradcli.loader.load`` with these options (GraphError propagates)."""
-        from .. import loader
+        from ..collector import paused
 
-        return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
-                           allow_outside_paths=self.allow_outside_paths,
-                           max_tensor_bytes=self.max_tensor_bytes)
+        with paused():           # the imports and the load (Note [Collector pauses])
+            from .. import loader
+
+            return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
+                               allow_outside_paths=self.allow_outside_paths,
+                               max_tensor_bytes=self.max_tensor_bytes)
 
     def load_or_exit(self, path):
         """Load ``path``; an invalid file is one error line and exit 2."""

@@ -6,8 +6,6 @@ PyTorch where one PyTorch op corresponds.
 """
 from __future__ import annotations
 
-import random
-
 import numpy as np
 
 from ..autograd.tensor import Tensor
@@ -806,6 +804,8 @@ def delay(x, ms=0, jitter_ms=0, seed=None):
 def _delay_vjp(g, ans, x, ms=0, jitter_ms=0, seed=None):
     pause = ms
     if jitter_ms:
+        import random  # noqa: PLC0415 - only for a jittered delay
+
         pause += (random.Random(seed) if seed is not None else random).uniform(0, jitter_ms)
     if pause:
         from ..autograd.engine import sleep_unless_cancelled   # wakes on Ctrl-C

@@ -279,18 +279,20 @@ def record(op, inputs, args):
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
                 return Tensor(o)
+            # (a tuple of edges and of saved arrays: smaller than lists, read-only here)
             node = OpBackward(op.node_name_for(datas, args),
-                              [x.gradient_edge() if type(x) is Tensor and x.requires_grad
-                               else None for x in inputs],
+                              tuple([x.gradient_edge() if type(x) is Tensor and x.requires_grad
+                                     else None for x in inputs]),
                               InputMetadata.cpu(o) if type(o) is np.ndarray
                               else [InputMetadata.of(o)])
             node.op = op
             node.args = args or _NO_ARGS
             if op.saves:
-                node.saved = (datas, o, inputs)
+                node.saved = (tuple(datas), o, inputs)
             else:
-                node.saved = ([InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas],
-                              None, None)
+                node.saved = (tuple([InputMetadata.cpu(d)[0] if type(d) is np.ndarray
+                                     else InputMetadata.of(d) if hasattr(d, "shape") else d
+                                     for d in datas]), None, None)
             node.input_devices = None
             t = Tensor(o, requires_grad=True)
             t.grad_fn = node

@@ -243,3 +243,89 @@ def test_several_roots_broadcast_and_dtype_fixups(monkeypatch, order_log):
     (slow_order, slow), (fast_order, fast) = _both_ways(monkeypatch, order_log, scenario)
     assert fast_order == slow_order and fast == slow
     assert slow_order[0][0] != "GraphRoot"
+
+
+# -- Note [Schedules of retained graphs] ------------------------------------------------
+def test_repeated_retained_backwards_replay_the_same_order_and_bits(monkeypatch, order_log):
+    def scenario():
+        x, y = _chain(30)
+        a = Tensor(np.linspace(1.0, 2.0, 8), requires_grad=True)
+        z = O.sum_(O.mul(y, a) + O.mul(y, y))     # a diamond: buffers sum two contributions
+        grads = []
+        for k in range(4):
+            if k == 2:                          # a hook added between backwards runs too
+                y.register_hook(lambda g: g * 0.5)
+            backward(z, retain_graph=k < 3)     # the last one frees the graph
+            grads.append((_bits(x.grad), _bits(a.grad)))
+        with pytest.raises(RuntimeError, match="second time"):
+            backward(z)
+        return grads
+
+    (slow_order, slow), (fast_order, fast) = _both_ways(monkeypatch, order_log, scenario)
+    assert fast_order == slow_order and fast == slow
+    assert len(set(fast)) == 4                  # the grads accumulated each time
+
+
+def test_a_schedule_is_recorded_and_replayed(monkeypatch):
+    monkeypatch.setattr(E, "FAST_PATH", True)
+    replays = []
+    original = Engine.replay_schedule
+    monkeypatch.setattr(Engine, "replay_schedule",
+                        lambda self, *a: (replays.append(1), original(self, *a))[1])
+    x, y = _chain(10)
+    z = O.sum_(y)
+    backward(z, retain_graph=True)
+    assert z.grad_fn in E._SCHEDULES and not replays
+    first = x.grad.copy()
+    backward(z, retain_graph=True)
+    assert replays == [1]
+    assert np.array_equal(x.grad, 2 * first)
+    # not for grad(), nor several roots
+    grad(z, [x], retain_graph=True)
+    backward([z, O.sum_(y * 2.0)], retain_graph=True)
+    assert replays == [1]
+
+
+def test_schedules_live_as_long_as_their_graph(monkeypatch):
+    import gc
+
+    import weakref
+
+    monkeypatch.setattr(E, "FAST_PATH", True)
+    x, y = _chain(10)
+    z = O.sum_(y)
+    backward(z, retain_graph=True)
+    assert z.grad_fn in E._SCHEDULES
+    root, inner = weakref.ref(z.grad_fn), weakref.ref(y.grad_fn)
+    del z, y
+    gc.collect()
+    assert root() is None and inner() is None     # the schedule kept no node alive
+
+
+def test_an_error_in_a_replayed_backward(monkeypatch, order_log):
+    class FailsSecondTime(Function):
+        calls = 0
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            FailsSecondTime.calls += 1
+            if FailsSecondTime.calls % 2 == 0:
+                raise ValueError("second")
+            return g
+
+    def scenario():
+        FailsSecondTime.calls = 0
+        x, y = _chain(5)
+        z = O.sum_(FailsSecondTime.apply(y))
+        backward(z, retain_graph=True)
+        with pytest.raises(ValueError, match="second"):
+            backward(z, retain_graph=True)
+        backward(z, retain_graph=True)
+        return _bits(x.grad)
+
+    (slow_order, slow), (fast_order, fast) = _both_ways(monkeypatch, order_log, scenario)
+    assert fast_order == slow_order and fast == slow

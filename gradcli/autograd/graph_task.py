@@ -48,7 +48,8 @@ class GraphTask:
                  "outstanding_tasks", "has_error", "future_completed", "error",
                  "lock", "dependencies", "not_ready", "exec_info",
                  "captured_vars", "owner", "final_callbacks", "final_callbacks_lock",
-                 "uses_devices", "trace", "leaf_streams", "caller_streams", "_done")
+                 "uses_devices", "trace", "leaf_streams", "caller_streams", "_done",
+                 "root_input_nr")
 
     def __init__(self, keep_graph, create_graph, reentrant_depth, cpu_ready_queue, graph_roots,
                  multithreading=True, anomaly=(False, False), deterministic=False,
@@ -83,6 +84,7 @@ class GraphTask:
         self.leaf_streams = set()             # streams leaves ran on (Note [Streaming backwards])
         self.caller_streams = None            # device id -> caller's current stream
         self._done = threading.Event()
+        self.root_input_nr = None             # the input slot of a single root
 
     def completed(self) -> bool:
         """Every task is done, or an error ends the graph task early (call

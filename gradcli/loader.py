@@ -508,8 +508,6 @@ class _Loader:
     def infer(self, op, metas, names, args, outputs, path, label):
         """The outputs' shapes and dtypes from the inputs' (the op's ``infer``): the static
         shape check and the memory budget of every result, before anything runs."""
-        from .ops.core import ShapeMismatch  # noqa: PLC0415
-
         unknown = [_Defined(None, None, False)] * len(outputs)
         if any(m.shape is None for m in metas):
             return unknown
@@ -532,6 +530,8 @@ class _Loader:
             cached = self._infer_cache.get(key)
             if cached is not None and len(cached) == len(outputs):
                 return cached
+        from .ops.core import ShapeMismatch  # noqa: PLC0415
+
         try:
             results = op.infer_outputs(shapes, dtypes, args)
         except ShapeMismatch as exc:

@@ -213,9 +213,12 @@ class OpBackward(Node):
                 return [None] * len(self.next_edges)
         vjps = op.vjps
         args = self.args
-        out = []
-        for i, edge in enumerate(self.next_edges):
-            out.append(None if edge is None else vjps[i](g, ans, *inputs, **args))
+        if args:
+            out = [None if edge is None else vjps[i](g, ans, *inputs, **args)
+                   for i, edge in enumerate(self.next_edges)]
+        else:                         # most ops: no keyword dict per VJP call
+            out = [None if edge is None else vjps[i](g, ans, *inputs)
+                   for i, edge in enumerate(self.next_edges)]
         devices = self.input_devices
         if devices is not None:
             out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])

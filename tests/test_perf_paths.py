@@ -240,3 +240,16 @@ def test_gradcli_run_imports_only_what_it_needs(tmp_path):
                           env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
     assert "gradients" in proc.stdout
+
+
+def test_paused_with_freeze_moves_what_is_alive_to_the_permanent_generation():
+    gc.unfreeze()
+    try:
+        with paused(freeze=True):
+            with paused(freeze=True):
+                kept = [[i] for i in range(1000)]
+            assert gc.get_freeze_count() == 0      # only the outermost resume freezes
+        assert gc.get_freeze_count() >= 1000 and gc.isenabled()
+        assert kept[999] == [999]
+    finally:
+        gc.unfreeze()

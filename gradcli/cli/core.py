@@ -392,7 +392,8 @@ class LoadOptions:
         """``gradcli.loader.load`` with these options (GraphError propagates)."""
         from ..collector import paused
 
-        with paused():           # the imports and the load (Note [Collector pauses])
+        # the imports and the load; the loaded graph lives as long as the command
+        with paused(freeze=True):     # (Note [Collector pauses])
             from .. import loader
 
             return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
@@ -435,11 +436,16 @@ def run_graph(graph, *, inputs, retain_graph, repeat, multithreading, determinis
                 else:
                     result.nodes_run = ran
         else:
+            from ..collector import paused
+
             times, fwd = [], []
-            for _ in range(repeat):
-                result = graph.run(inputs=inputs, retain_graph=retain_graph or None,
-                                   multithreading=multithreading, deterministic=deterministic,
-                                   anomaly=anomaly, order=order)
+            for k in range(repeat):
+                # the last run's graph lives until the command ends (Note [Collector pauses])
+                with paused(freeze=k == repeat - 1):
+                    result = graph.run(inputs=inputs, retain_graph=retain_graph or None,
+                                       multithreading=multithreading,
+                                       deterministic=deterministic, anomaly=anomaly,
+                                       order=order)
                 times.append(result.backward_s)
                 fwd.append(result.forward_s)
             result.forward_s = _median(fwd)

@@ -27,7 +27,7 @@ class LeafSpec:
         return to_device(data, self.device)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)     # one per op of the file: no __dict__ each
 class OpSpec:
     index: int
     id: str
@@ -38,13 +38,15 @@ class OpSpec:
     args: dict
     retain_grad: bool = False
     line: int | None = None
+    _stamp: tuple | None = dataclasses.field(default=None, init=False, repr=False,
+                                             compare=False)
 
     @property
     def stamp(self):
         """What the forward stamps on the op's node (Note [Metadata stamps]), made once."""
-        stamp = self.__dict__.get("_stamp")
+        stamp = self._stamp
         if stamp is None or stamp[0][1] != self.id or stamp[1][1] != self.line:
-            stamp = self.__dict__["_stamp"] = (("op_id", self.id), ("line", self.line))
+            stamp = self._stamp = (("op_id", self.id), ("line", self.line))
         return stamp
 
 
@@ -69,7 +71,7 @@ class ExpectSpec:
     error: str | None = None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)     # one per node that ran
 class NodeRun:
     """One node evaluation of a backward, in the order they started."""
     node: str

@@ -715,6 +715,8 @@ class _CheckedOp:
     and its inputs' shapes, any other failure an OpBugError (a bug in gradcli). Other
     attributes are the op's."""
 
+    __slots__ = ("op", "label", "file", "line", "input_names", "max_bytes", "checked")
+
     def __init__(self, op, label, file, line, input_names, max_bytes):
         self.op = op
         self.label = label

@@ -222,7 +222,9 @@ def _proc_time(cmd, env=None):
         return r.ru_utime + r.ru_stime
 
     t0, c0 = time.perf_counter(), cpu()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+    # (not from the checkout: `python -m` puts the working directory first on sys.path,
+    # which would shadow a PYTHONPATH pointing at another checkout to compare with)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir())
     return time.perf_counter() - t0 if CLOCK is time.perf_counter else cpu() - c0
 
 

@@ -1,4 +1,5 @@
-# `make demo` and `make test` create .venv on first use, install gradcli into it, and run.
+# `make demo` and `make test` create .venv on first use, install gradcli into it (with the
+# torch extra, so the tests against PyTorch run: torch==2.13.*, a CPU build here), and run.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -9,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,torch]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,8 +19,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# PyTorch figures appear where `import torch` works in that venv; BENCH_ARGS=--quick for a smoke run.
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python scripts/bench_engine.py
+	$(BIN)/python scripts/bench_engine.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

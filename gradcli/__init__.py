@@ -3,9 +3,17 @@
 ``import gradcli`` stays light: the loader, the ops and NumPy-heavy parts are
 imported on first use.
 """
+from . import dispatch as _dispatch
 from ._version import __version__
 
 __all__ = ["load", "loads", "GraphError", "__version__"]
+
+
+def _load_ops():
+    from . import ops  # noqa: F401 - installs Tensor's operators (Note [Core dispatch])
+
+
+_dispatch.load_ops = _load_ops
 
 
 def __getattr__(name):

@@ -1,75 +1,197 @@
-"""Read a graph file into plain Python data, remembering line numbers.
+"""Read a graph file into plain Python data; find the line of a value when asked.
 
-Both parsers are iterative (no recursion, so no RecursionError on deep
-input) and bounded: nesting depth is limited, and YAML aliases are counted as
-the values they expand to, so an alias bomb ("billion laughs") is refused
-after reading a few events, before anything is expanded. Aliases are shared,
-never copied.
+Both formats are parsed by C parsers: JSON by the standard library's
+``json.loads`` (its C scanner), YAML by libyaml's event stream. What bounds a
+document is a memory budget (``max_bytes``, ``DEFAULT_MAX_DOCUMENT_BYTES``
+unless raised), checked against an estimate made from the file's size before
+anything is built; YAML aliases are counted as the values they expand to, so an
+alias bomb ("billion laughs") is refused after a few events, before anything is
+expanded (aliases are shared, never copied). Nesting is limited to
+``MAX_DEPTH`` levels, checked without recursion before the JSON parser runs and
+while the YAML events are read.
+
+See Note [Lines on demand] for how line numbers are found.
 """
 from __future__ import annotations
 
 import bisect
+import gc
 import json
 import os
 import re
+import stat
+import sys
 
 from .errors import GraphError
 
-MAX_NODES = 1_000_000       # scalars + containers after alias expansion
 MAX_DEPTH = 1000            # nesting of mappings/sequences (100 nested checkpoints use ~400)
-MAX_FILE_BYTES = 64 * 2**20
-LINE_PATH_DEPTH = 6         # lines are remembered for paths up to this long
+DEFAULT_MAX_DOCUMENT_BYTES = 4 * 2**30
+# Note [Document memory estimate]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The budget is checked before parsing, from the text's length alone: the densest
+# text (``[{},{},...]``, ``["ab","cd",...]``, ``[a, b]`` in YAML) builds at most
+# about 24-30 bytes of Python objects per character (an empty dict is 64 bytes
+# for 3 characters, a short str about 50 bytes plus an 8-byte slot for 3 to 5
+# characters). So ``len(text) * BYTES_PER_CHAR`` bounds what parsing can
+# allocate, and a 1,000,000-op chain (92 MB of indented JSON, 53 MB of YAML)
+# estimates at 2.0 and 1.2 GiB, inside the 4 GiB default. Aliases allocate nothing
+# (they are shared) but every consumer walks them expanded, so each expanded
+# value is charged ``BYTES_PER_VALUE`` against the same budget.
+BYTES_PER_CHAR = 24
+BYTES_PER_VALUE = 64
+
+# Note [Lines on demand]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# Users see line numbers in errors, but recording the line of every value
+# costs a Python step per token, several times the C parser itself. So the
+# happy path records none (JSON) or only the lines of the top two levels
+# (YAML: the event loop runs anyway, and ``ops[i]``/``tensors.x`` are what
+# the loader names): ``Document.line(*path)`` finds any other position when it
+# is asked, by re-scanning the text along that path only:
+# - JSON: the C scanner skips over each member of the containers on the path
+#   (their member positions are cached, so asking for every ``ops[i]`` in turn
+#   scans the ops list once), and a line is counted from the nearest position
+#   already counted.
+# - YAML: libyaml's events are streamed again until the innermost container on
+#   the path ends, recording the lines of the direct children of every container
+#   on the path (so asking for each item of one list streams the document once).
+# A document whose JSON cannot be read (syntax error, duplicate key, too deep,
+# a number too long) is re-read by the iterative pure-Python reader
+# ``_JsonLocator``, which stops at the first problem and names its line.
 
 
 class Document:
-    """Parsed data plus a map from a path (tuple of keys/indices) to its line."""
+    """Parsed data; ``line(*path)`` is the line of a value (found on demand)."""
 
-    def __init__(self, data, lines, path):
+    def __init__(self, data, path, locate=None, lines=None):
         self.data = data
-        self.lines = lines
         self.path = path
+        self._locate = locate          # path tuple -> line of it or its nearest ancestor
+        self._lines = lines if lines is not None else {}   # known lines: path tuple -> line
 
     def line(self, *path):
         """The line of ``path``, or of its nearest ancestor that has one."""
         path = tuple(path)
-        while path:
-            line = self.lines.get(path)
+        line = self._lines.get(path)
+        if line is not None:
+            return line
+        if self._locate is not None:
+            line = self._locate(path)
             if line is not None:
                 return line
+        while path:
             path = path[:-1]
-        return self.lines.get(())
+            line = self._lines.get(path)
+            if line is not None:
+                return line
+        return None
 
 
-def read_document(path) -> Document:
+class _CollectorPaused:
+    """Note [Collector paused while parsing]: a parse allocates a container per
+    mapping and list, millions for a large graph, and none of them can be garbage
+    before the parse ends (all are reachable from the parser); the cyclic
+    collector's passes over them are pure cost, and grow with the document (they
+    made reading superlinear: 200,000 ops took 9.7 s in YAML against 0.37 s for
+    20,000). So it is paused while parsing and restored after (left off if the
+    caller had it off)."""
+
+    def __enter__(self):
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was_enabled:
+            gc.enable()
+
+
+def estimate_bytes(text) -> int:
+    """An upper bound of the memory the parsed document of ``text`` takes."""
+    return len(text) * BYTES_PER_CHAR
+
+
+def _check_budget(text, display, max_bytes):
+    budget = max_bytes or DEFAULT_MAX_DOCUMENT_BYTES
+    need = estimate_bytes(text)
+    if need > budget:
+        raise GraphError(f"document too large: reading {len(text)} characters may take up to "
+                         f"{need} bytes of memory, over the budget of {budget} bytes "
+                         "(--max-document-bytes)", display)
+    return budget
+
+
+def read_document(path, *, max_bytes=None) -> Document:
+    """Read and parse a graph file (.json, or YAML for .yaml/.yml/no extension).
+
+    ``max_bytes`` is the memory budget of the parsed document (default
+    ``DEFAULT_MAX_DOCUMENT_BYTES``). Anything but a regular file (a named pipe,
+    a device) is refused without being opened for reading, so it cannot block.
+    """
     display = str(path)
+    ext = os.path.splitext(display)[1].lower()
+    raw = _read_regular_file(path, display, max_bytes)
+    if ext not in (".json", ".yaml", ".yml", ""):
+        raise GraphError(f"unknown file type {ext!r} (expected .yaml, .yml or .json)", display)
+    text = decode_text(raw, display)
+    raw = None
+    if ext == ".json":
+        return parse_json(text, display, max_bytes=max_bytes)
+    return parse_yaml(text, display, max_bytes=max_bytes)
+
+
+def _read_regular_file(path, display, max_bytes) -> bytes:
+    budget = max_bytes or DEFAULT_MAX_DOCUMENT_BYTES
     try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise GraphError(f"file is too large ({size} bytes; limit {MAX_FILE_BYTES})", display)
-        chunks, total = [], 0
-        with open(path, "rb") as fh:
-            while total <= MAX_FILE_BYTES:      # the file may be growing: read within the limit
-                chunk = fh.read(2**20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-        raw = b"".join(chunks)
+        st = os.stat(path)
+        _require_regular(st, display)
+        # O_NONBLOCK: should the path have become a FIFO since the stat, opening it
+        # still returns at once, and the fstat below refuses it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise GraphError("no such file", display) from None
     except IsADirectoryError:
         raise GraphError("is a directory, not a graph file", display) from None
     except OSError as exc:
         raise GraphError(f"cannot read file: {exc.strerror or exc}", display) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise GraphError(f"file is too large (limit {MAX_FILE_BYTES} bytes)", display)
-    ext = os.path.splitext(display)[1].lower()
-    if ext not in (".json", ".yaml", ".yml", ""):
-        raise GraphError(f"unknown file type {ext!r} (expected .yaml, .yml or .json)", display)
-    text = decode_text(raw, display)
-    if ext == ".json":
-        return parse_json(text, display)
-    return parse_yaml(text, display)
+    try:
+        st = os.fstat(fd)
+        _require_regular(st, display)
+        limit = budget // BYTES_PER_CHAR + 1       # more text than this is over the budget
+        if st.st_size > limit:
+            raise GraphError(f"document too large: {st.st_size} bytes may take up to "
+                             f"{st.st_size * BYTES_PER_CHAR} bytes of memory, over the budget "
+                             f"of {budget} bytes (--max-document-bytes)", display)
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = None
+            chunks, total = [], 0
+            while total <= limit:               # the file may be growing: read within the limit
+                chunk = fh.read(min(max(st.st_size + 1 - total, 2**16), 2**24))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            raw = b"".join(chunks)
+    except OSError as exc:
+        raise GraphError(f"cannot read file: {exc.strerror or exc}", display) from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if len(raw) > limit:
+        raise GraphError(f"document too large: over the budget of {budget} bytes "
+                         "(--max-document-bytes)", display)
+    return raw
+
+
+def _require_regular(st, display):
+    if stat.S_ISDIR(st.st_mode):
+        raise GraphError("is a directory, not a graph file", display)
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a named pipe" if stat.S_ISFIFO(st.st_mode) else
+                "a socket" if stat.S_ISSOCK(st.st_mode) else
+                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                "not a regular file")
+        raise GraphError(f"is {kind}, not a regular file: graph files must be regular files",
+                         display)
 
 
 def decode_text(raw, display) -> str:
@@ -87,28 +209,206 @@ def decode_text(raw, display) -> str:
     return text
 
 
+class _LineCounter:
+    """Line of a position in ``text``, counted from the nearest position counted before."""
+
+    def __init__(self, text):
+        self.text = text
+        self.marks = [0]
+        self.lines = [1]
+
+    def __call__(self, pos):
+        i = bisect.bisect_right(self.marks, pos) - 1
+        line = self.lines[i] + self.text.count("\n", self.marks[i], pos)
+        if pos > self.marks[i]:
+            self.marks.insert(i + 1, pos)
+            self.lines.insert(i + 1, line)
+        return line
+
+
 # -- JSON ------------------------------------------------------------------------------------
+class _Duplicate(Exception):
+    pass
+
+
+_NOT_READ = object()
+
+
+def _pairs_to_dict(pairs):
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _Duplicate
+    return d
+
+
+_JSON_KEEP = b'"[]{}'
+_JSON_DELETE = bytes(c for c in range(256) if c not in _JSON_KEEP)
+_JSON_ESCAPE = re.compile(rb"\\.", re.S)
+_JSON_STRING = re.compile(rb'"[^"]*"')
+
+
+def json_depth(text) -> int:
+    """The nesting depth of a JSON text, by C-speed passes (no parse, no recursion).
+
+    Escapes are removed first (so ``\\"`` is no quote), then every character but
+    quotes and brackets. Then adjacent quotes go: each such pair closes one string
+    and opens the next (or is an empty string), and no bracket lies between them,
+    so every bracket keeps its inside-or-outside-a-string status; strings that
+    still hold brackets (rare) go by a regex. What remains is brackets, and the
+    depth is the maximum of their running sum. Only meaningful for valid JSON: on
+    invalid text it is some number, and the parser reports the syntax error.
+    """
+    raw = text.encode("utf-8", "surrogatepass")
+    if b"\\" in raw:
+        raw = _JSON_ESCAPE.sub(b"", raw)
+    brackets = raw.translate(None, _JSON_DELETE).replace(b'""', b"")
+    if b'"' in brackets:
+        brackets = _JSON_STRING.sub(b"", brackets)
+    if len(brackets) <= 2 * MAX_DEPTH:
+        # few brackets: a short loop (no NumPy import for small files)
+        depth = top = 0
+        for ch in brackets:
+            depth += 1 if ch in b"[{" else -1
+            if depth > top:
+                top = depth
+        return top
+    import numpy as np  # noqa: PLC0415 - large documents only
+
+    a = np.frombuffer(brackets, np.uint8)
+    steps = ((a == 0x5B) | (a == 0x7B)).astype(np.int8) * 2 - 1
+    return int(np.cumsum(steps, dtype=np.int32).max())
+
+
+def _frames_above():
+    n, f = 0, sys._getframe()
+    while f is not None:
+        n, f = n + 1, f.f_back
+    return n
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile(
+    r"(?<!\\)((?:\\\\)*)(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def parse_json(text, display="<string>", *, max_bytes=None) -> Document:
+    """Parse a JSON graph document (C parser; duplicate keys are an error)."""
+    _check_budget(text, display, max_bytes)
+    if json_depth(text) > MAX_DEPTH:
+        _JsonLocator(text, display).parse()          # raises, naming the line
+        raise GraphError(f"document nested too deeply (limit {MAX_DEPTH} levels)", display)
+    limit = sys.getrecursionlimit()
+    need = _frames_above() + MAX_DEPTH + 50
+    try:
+        # Note [JSON recursion]: the C scanner recurses once per level and counts its
+        # levels against the interpreter's recursion limit (3.11); the depth is known to
+        # be within MAX_DEPTH, so the limit is raised (never lowered) for the call.
+        if limit < need:
+            sys.setrecursionlimit(need)
+        with _CollectorPaused():
+            data = json.loads(text, object_pairs_hook=_pairs_to_dict)
+    except json.JSONDecodeError as exc:
+        raise GraphError(f"invalid JSON: {exc.msg} (column {exc.colno})", display,
+                         exc.lineno) from None
+    except (_Duplicate, ValueError):
+        # a duplicate key, a number int() refuses, ...: the locator names it and its line
+        _JsonLocator(text, display).parse()
+        raise GraphError("invalid JSON", display) from None
+    except RecursionError:
+        # an interpreter whose C recursion limit is not the one raised above: the
+        # iterative reader (which enforces MAX_DEPTH itself) reads it instead
+        data = _NOT_READ
+    finally:
+        if limit < need:
+            sys.setrecursionlimit(limit)
+    if data is _NOT_READ:
+        with _CollectorPaused():
+            data = _JsonLocator(text, display).parse()
+    m = _LONE_SURROGATE.search(text) if _SURROGATE_ESCAPE.search(text) else None
+    if m is not None:
+        line = text.count("\n", 0, m.start()) + 1
+        raise GraphError(f"invalid JSON: lone surrogate {m.group()[len(m.group(1)):]} in a "
+                         "string (not a Unicode character)", display, line)
+    return Document(data, display, _JsonLines(text).line)
+
+
+_JSON_COLON = re.compile(r"[ \t\n\r]*:[ \t\n\r]*")
+_JSON_COMMA = re.compile(r"[ \t\n\r]*(?:,[ \t\n\r]*)?")
+
+
+class _JsonLines:
+    """Lines of JSON values by path, found by re-scanning along the path only."""
+
+    def __init__(self, text):
+        self.text = text
+        self.line_of = _LineCounter(text)
+        self.scan = json.scanner.make_scanner(json.JSONDecoder())
+        self.members = {}       # container position -> {key or index: (position, line)}
+
+    def line(self, path):
+        text = self.text
+        pos = _WS.match(text, 0).end()
+        line = None
+        for part in path:
+            if pos >= len(text) or text[pos] not in "[{":
+                break
+            members = self.members.get(pos)
+            if members is None:
+                with _CollectorPaused():
+                    members = self.members[pos] = self._index_at(pos)
+            found = members.get(part)
+            if found is None:
+                break
+            pos, line = found
+        return line if line is not None else self.line_of(pos)
+
+    def _index_at(self, pos):
+        """Positions and lines of the members of the container that starts at ``pos``."""
+        text, scan, scanstring = self.text, self.scan, json.decoder.scanstring
+        colon, comma = _JSON_COLON.match, _JSON_COMMA.match
+        found = {}
+        is_map = text[pos] == "{"
+        close = "}" if is_map else "]"
+        pos = _WS.match(text, pos + 1).end()
+        line = self.line_of(pos)
+        last = pos
+        i, n = 0, len(text)
+        while pos < n and text[pos] != close:
+            line += text.count("\n", last, pos)
+            last = pos
+            if is_map:
+                key, pos = scanstring(text, pos + 1, True)
+                pos = colon(text, pos).end()
+            else:
+                key, i = i, i + 1
+            found[key] = (pos, line)
+            pos = comma(text, scan(text, pos)[1]).end()
+        return found
+
+
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _CONSTANTS = (("true", True), ("false", False), ("null", None), ("NaN", float("nan")),
               ("Infinity", float("inf")), ("-Infinity", float("-inf")))
 
 
-class _JsonParser:
-    """An iterative JSON parser that records the line of every value."""
+class _JsonLocator:
+    """An iterative pure-Python JSON reader, run only to name the line of a problem.
+
+    It reads as ``json.loads`` does, and also refuses duplicate keys and nesting
+    deeper than MAX_DEPTH; it raises a GraphError at the first problem.
+    """
 
     def __init__(self, text, display):
         self.text = text
         self.display = display
-        self.newlines = [m.start() for m in re.finditer("\n", text)]
-        self.lines = {}
-
-    def line_of(self, pos):
-        return bisect.bisect_left(self.newlines, pos) + 1
+        self.line_of = _LineCounter(text)
 
     def fail(self, message, pos):
-        col = pos - (self.newlines[self.line_of(pos) - 2] + 1 if self.line_of(pos) > 1 else 0) + 1
-        raise GraphError(f"invalid JSON: {message} (column {col})", self.display, self.line_of(pos))
+        line = self.line_of(pos)
+        col = pos - (self.text.rfind("\n", 0, pos) + 1) + 1
+        raise GraphError(f"invalid JSON: {message} (column {col})", self.display, line)
 
     def skip(self, pos):
         return _WS.match(self.text, pos).end()
@@ -121,30 +421,20 @@ class _JsonParser:
 
     def parse(self):
         text, n = self.text, len(self.text)
-        stack = []           # frames: [container, path, pending key or None]
-        count = 0
+        stack = []           # frames: [container, pending key or None]
         pos = self.skip(0)
         root = _MISSING = object()
         while True:
             # -- read one value (or open a container) at pos --------------------------------
             if pos >= n:
                 self.fail("Expecting value", pos)
-            path = stack[-1][1] + (stack[-1][2] if stack[-1][2] is not None else
-                                   len(stack[-1][0]),) if stack else ()
-            if len(path) <= LINE_PATH_DEPTH:
-                self.lines[path] = self.line_of(pos)
-            count += 1
-            if count > MAX_NODES:
-                raise GraphError(f"document too large: more than {MAX_NODES} values",
-                                 self.display, self.line_of(pos))
             ch = text[pos]
-            opened = None
             if ch == "{" or ch == "[":
                 if len(stack) >= MAX_DEPTH:
                     raise GraphError(f"document nested too deeply (limit {MAX_DEPTH} levels)",
                                      self.display, self.line_of(pos))
                 opened = {} if ch == "{" else []
-                stack.append([opened, path, None])
+                stack.append([opened, None])
                 pos = self.skip(pos + 1)
                 close = "}" if ch == "{" else "]"
                 if pos < n and text[pos] == close:
@@ -182,7 +472,7 @@ class _JsonParser:
                 frame = stack[-1]
                 container = frame[0]
                 if isinstance(container, dict):
-                    container[frame[2]] = value
+                    container[frame[1]] = value
                 else:
                     container.append(value)
                 pos = self.skip(pos)
@@ -213,34 +503,35 @@ class _JsonParser:
         key, end = self.string(pos)
         if key in frame[0]:
             raise GraphError(f"duplicate key {key!r}", self.display, self.line_of(pos))
-        frame[2] = key
+        frame[1] = key
         end = self.skip(end)
         if end >= len(text) or text[end] != ":":
             self.fail("Expecting ':' delimiter", end)
         return self.skip(end + 1)
 
 
-def parse_json(text, display="<string>") -> Document:
-    parser = _JsonParser(text, display)
-    data = parser.parse()
-    return Document(data, parser.lines, display)
-
-
 # -- YAML ------------------------------------------------------------------------------------
 _SEQ_TAGS = (None, "!", "tag:yaml.org,2002:seq")
 _MAP_TAGS = (None, "!", "tag:yaml.org,2002:map")
+_STR = "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
+EAGER_LINE_DEPTH = 2        # YAML: lines of paths up to this long are kept while parsing
+_NO_KEY = object()
 
 
-def parse_yaml(text, display="<string>") -> Document:
-    """Compose a YAML document from parser events, iteratively and within limits."""
+def parse_yaml(text, display="<string>", *, max_bytes=None) -> Document:
+    """Compose a YAML document from libyaml's events, iteratively and within limits."""
     import yaml  # noqa: PLC0415 - imported only when a YAML file is read
 
     if not text.strip():
         raise GraphError("the file is empty", display)
+    budget = _check_budget(text, display, max_bytes)
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     loader = loader_cls(text)
     try:
-        return _YamlComposer(loader, yaml, display).document()
+        composer = _YamlComposer(loader, yaml, display, budget // BYTES_PER_VALUE)
+        with _CollectorPaused():
+            data = composer.document()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -251,142 +542,309 @@ def parse_yaml(text, display="<string>") -> Document:
         raise GraphError(f"invalid YAML: {first}", display) from None
     finally:
         loader.dispose()
+    locate = _YamlLines(text, loader_cls, yaml, display, composer.lines).line
+    return Document(data, display, locate, composer.lines)
 
 
-class _YamlComposer:
+def _short_tag(tag):
+    return "!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag
+
+
+class _Scalars:
+    """Python values of YAML scalar events, as SafeLoader makes them (without its per-node
+    bookkeeping): plain scalars are resolved by the loader's implicit resolvers, values of
+    non-str tags are cached by their text, and bad content (``!!int ''``) is a GraphError."""
+
     def __init__(self, loader, yaml, display):
         self.loader = loader
         self.yaml = yaml
         self.display = display
+        self.resolvers = loader.yaml_implicit_resolvers
+        self.constructors = loader.yaml_constructors
+        self.cache = {}
+
+    def value(self, ev):
+        tag, text = ev.tag, ev.value
+        if tag is None:
+            if not ev.implicit[0]:
+                return text                             # quoted: a str
+            for res_tag, regexp in self.resolvers.get(text[:1], ()):
+                if regexp.match(text):
+                    tag = res_tag
+                    break
+            else:
+                return text
+        elif tag == "!":
+            tag = self.loader.resolve(self.yaml.ScalarNode, text, ev.implicit)
+        if tag == _STR:
+            return text
+        key = (tag, text)
+        found = self.cache.get(key, _NO_KEY)
+        if found is not _NO_KEY:
+            return found
+        value = self.construct(tag, text, ev)
+        if len(self.cache) >= 4096:
+            self.cache.clear()
+        self.cache[key] = value
+        return value
+
+    def construct(self, tag, text, ev):
+        yaml = self.yaml
+        line = ev.start_mark.line + 1 if ev.start_mark is not None else None
+        if tag == _MERGE:
+            raise GraphError("YAML merge keys (<<) are not supported", self.display, line)
+        make = self.constructors.get(tag)
+        if make is None:
+            raise GraphError(f"YAML tag {tag} is not supported", self.display, line)
+        node = yaml.ScalarNode(tag, text, ev.start_mark, ev.end_mark, ev.style)
+        try:
+            value = make(self.loader, node)
+            if isinstance(value, (list, dict, set)) or hasattr(value, "__next__"):
+                raise TypeError("not a scalar")
+        except GraphError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - PyYAML raises anything on bad content
+            detail = ""
+            if isinstance(exc, (yaml.YAMLError, ValueError, OverflowError)):
+                msg = getattr(exc, "problem", None) or str(exc)
+                detail = ": " + ((msg.strip().splitlines() or [""])[0])[:80]
+            raise GraphError(f"invalid YAML value {text[:40]!r} for tag {_short_tag(tag)}"
+                             f"{detail}", self.display, line) from None
+        return value
+
+
+class _YamlComposer:
+    def __init__(self, loader, yaml, display, max_values):
+        self.loader = loader
+        self.yaml = yaml
+        self.display = display
+        self.max_values = max_values
         self.lines = {}
         self.anchors = {}        # name -> (value, size, height)
         self.count = 0
+        self.scalars = _Scalars(loader, yaml, display)
 
     def fail(self, message, mark):
         raise GraphError(message, self.display, mark.line + 1 if mark is not None else None)
 
-    def document(self) -> Document:
+    def document(self):
         yaml = self.yaml
-        ev = self.loader.get_event()             # StreamStart
-        ev = self.loader.get_event()
+        self.loader.get_event()                  # StreamStart
+        ev = self.loader.peek_event()
         if isinstance(ev, yaml.StreamEndEvent):
             raise GraphError("the file is empty", self.display)
+        self.loader.get_event()                  # DocumentStart
         data = self.node()
         self.loader.get_event()                  # DocumentEnd
         ev = self.loader.get_event()
         if not isinstance(ev, yaml.StreamEndEvent):
             self.fail("a graph file holds one YAML document, found a second one", ev.start_mark)
-        return Document(data, self.lines, self.display)
-
-    def scalar(self, ev):
-        yaml = self.yaml
-        tag = ev.tag
-        if tag is None or tag == "!":
-            tag = self.loader.resolve(yaml.ScalarNode, ev.value, ev.implicit)
-        if tag == "tag:yaml.org,2002:merge":
-            self.fail("YAML merge keys (<<) are not supported", ev.start_mark)
-        node = yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, ev.style)
-        try:
-            return tag, self.loader.construct_object(node)
-        except yaml.YAMLError as exc:
-            problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
-            self.fail(f"invalid YAML value {ev.value[:40]!r}: {problem}", ev.start_mark)
-        except (ValueError, TypeError, OverflowError) as exc:   # e.g. an int of 5000 digits
-            msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            self.fail(f"invalid YAML value {ev.value[:40]!r}: {msg}", ev.start_mark)
+        return data
 
     def node(self):
         """Read the events of one node (the document's root) into Python data."""
         yaml = self.yaml
         get = self.loader.get_event
-        # frame: [container, path, anchor, start_count, height, pending key, is_map]
+        scalar_value = self.scalars.value
+        lines = self.lines
+        Scalar, Alias = yaml.ScalarEvent, yaml.AliasEvent
+        MapStart, SeqStart = yaml.MappingStartEvent, yaml.SequenceStartEvent
+        MapEnd, SeqEnd = yaml.MappingEndEvent, yaml.SequenceEndEvent
+        # frame: [container, anchor, start_count, height, pending key, is_map, path or None]
         stack = []
+        frame = None
+        resolvers = self.scalars.resolvers
         while True:
             ev = get()
-            frame = stack[-1] if stack else None
-            is_key = frame is not None and frame[6] and frame[5] is _NO_KEY
-            if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            kind = type(ev)
+            if kind is Scalar and frame is not None and ev.anchor is None:
+                # the common event, inline: a plain string needs no resolver, and a
+                # scalar (height 0) changes no frame's height
+                self.count += 1
+                if ev.tag is None and (not ev.implicit[0] or ev.value[:1] not in resolvers):
+                    value = ev.value
+                else:
+                    value = scalar_value(ev)
+                if not frame[5]:
+                    if frame[6] is not None:
+                        lines[frame[6] + (len(frame[0]),)] = ev.start_mark.line + 1
+                    frame[0].append(value)
+                elif frame[4] is not _NO_KEY:
+                    frame[0][frame[4]] = value
+                    frame[4] = _NO_KEY
+                else:
+                    self.key(frame, value, ev)
+                continue
+            is_key = frame is not None and frame[5] and frame[4] is _NO_KEY
+            if kind is MapEnd or kind is SeqEnd:
                 stack.pop()
-                value, size, height = frame[0], self.count - frame[3], frame[4] + 1
-                if frame[2] is not None:
-                    self.anchors[frame[2]] = (value, size, height)
+                value, size, height = frame[0], self.count - frame[2], frame[3] + 1
+                if frame[1] is not None:
+                    self.anchors[frame[1]] = (value, size, height)
             else:
                 if frame is None:
-                    path = ()
-                elif frame[6]:
-                    path = None if is_key else frame[1] + (frame[5],)
-                else:
-                    path = frame[1] + (len(frame[0]),)
-                if path is not None and len(path) <= LINE_PATH_DEPTH and (
-                        frame is None or not frame[6]):
-                    self.lines[path] = ev.start_mark.line + 1
-                if isinstance(ev, yaml.AliasEvent):
+                    lines[()] = ev.start_mark.line + 1
+                elif not frame[5] and frame[6] is not None:    # a sequence item, path kept
+                    lines[frame[6] + (len(frame[0]),)] = ev.start_mark.line + 1
+                if kind is Scalar:
+                    self.count += 1
+                    value = scalar_value(ev)
+                    height = 0
+                    if ev.anchor is not None:
+                        self.anchors[ev.anchor] = (value, 1, 0)
+                elif kind is MapStart or kind is SeqStart:
+                    is_map = kind is MapStart
+                    if is_key:
+                        self.fail("mapping keys must be plain strings", ev.start_mark)
+                    if ev.tag not in (_MAP_TAGS if is_map else _SEQ_TAGS):
+                        self.fail(f"YAML tag {ev.tag} is not supported", ev.start_mark)
+                    self.count += 1
+                    if len(stack) >= MAX_DEPTH:
+                        self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
+                                  ev.start_mark)
+                    if frame is None:
+                        path = ()
+                    elif frame[6] is not None and len(frame[6]) + 1 < EAGER_LINE_DEPTH:
+                        path = frame[6] + ((frame[4],) if frame[5] else (len(frame[0]),))
+                    else:
+                        path = None
+                    frame = [{} if is_map else [], ev.anchor, self.count - 1, 0, _NO_KEY,
+                             is_map, path]
+                    stack.append(frame)
+                    continue
+                elif kind is Alias:
                     found = self.anchors.get(ev.anchor)
                     if found is None:
                         self.fail(f"invalid YAML: unknown alias *{ev.anchor} (an alias must "
                                   "follow its anchor's complete value)", ev.start_mark)
                     value, size, height = found
                     self.count += size
-                    if self.count > MAX_NODES:
-                        self.fail(f"document too large: more than {MAX_NODES} values after "
-                                  "expanding aliases (an alias bomb?)", ev.start_mark)
+                    if self.count > self.max_values:
+                        self.fail(f"document too large: more than {self.max_values} values "
+                                  "after expanding aliases (an alias bomb?); the memory budget "
+                                  "(--max-document-bytes) allows "
+                                  f"{self.max_values * BYTES_PER_VALUE} bytes", ev.start_mark)
                     if len(stack) + height > MAX_DEPTH:
                         self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
                                   ev.start_mark)
                     if is_key and height:
                         self.fail("mapping keys must be plain strings", ev.start_mark)
-                elif isinstance(ev, yaml.ScalarEvent):
-                    self.count += 1
-                    if self.count > MAX_NODES:
-                        self.fail(f"document too large: more than {MAX_NODES} values",
-                                  ev.start_mark)
-                    tag, value = self.scalar(ev)
-                    height = 0
-                    if ev.anchor is not None:
-                        self.anchors[ev.anchor] = (value, 1, 0)
-                elif isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                    is_map = isinstance(ev, yaml.MappingStartEvent)
-                    if is_key:
-                        self.fail("mapping keys must be plain strings", ev.start_mark)
-                    if ev.tag not in (_MAP_TAGS if is_map else _SEQ_TAGS):
-                        self.fail(f"YAML tag {ev.tag} is not supported", ev.start_mark)
-                    self.count += 1
-                    if self.count > MAX_NODES:
-                        self.fail(f"document too large: more than {MAX_NODES} values",
-                                  ev.start_mark)
-                    if len(stack) >= MAX_DEPTH:
-                        self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
-                                  ev.start_mark)
-                    stack.append([{} if is_map else [], path, ev.anchor, self.count - 1, 0,
-                                  _NO_KEY, is_map])
-                    continue
                 else:
-                    self.fail(f"invalid YAML: unexpected {type(ev).__name__}",
+                    self.fail(f"invalid YAML: unexpected {kind.__name__}",
                               getattr(ev, "start_mark", None))
             # -- a complete value: store it in its parent ---------------------------------
-            while True:
-                if not stack:
-                    return value
-                frame = stack[-1]
-                frame[4] = max(frame[4], height)
-                if frame[6]:
-                    if frame[5] is _NO_KEY:
-                        key = value
-                        if not isinstance(key, (str, int, float, bool)) and key is not None:
-                            self.fail(f"unsupported mapping key {key!r}", ev.start_mark)
-                        key = key if isinstance(key, str) else str(key)
-                        if key in frame[0]:
-                            self.fail(f"duplicate key {key!r}", ev.start_mark)
-                        frame[5] = key
-                        path = frame[1] + (key,)
-                        if len(path) <= LINE_PATH_DEPTH:
-                            self.lines[path] = ev.start_mark.line + 1
-                    else:
-                        frame[0][frame[5]] = value
-                        frame[5] = _NO_KEY
+            if not stack:
+                return value
+            frame = stack[-1]
+            if height > frame[3]:
+                frame[3] = height
+            if frame[5]:
+                if frame[4] is _NO_KEY:
+                    self.key(frame, value, ev)
                 else:
-                    frame[0].append(value)
-                break
+                    frame[0][frame[4]] = value
+                    frame[4] = _NO_KEY
+            else:
+                frame[0].append(value)
+
+    def key(self, frame, key, ev):
+        """``key`` (a scalar, as a str) becomes the pending key of mapping ``frame``."""
+        if type(key) is not str:
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                self.fail(f"unsupported mapping key {key!r}", ev.start_mark)
+            key = key if isinstance(key, str) else str(key)
+        if key in frame[0]:
+            self.fail(f"duplicate key {key!r}", ev.start_mark)
+        frame[4] = key
+        if frame[6] is not None:
+            self.lines[frame[6] + (key,)] = ev.start_mark.line + 1
 
 
-_NO_KEY = object()
+class _YamlLines:
+    """Lines of YAML values by path: libyaml's events streamed again on a miss.
+
+    A stream indexes the direct children of every container on the asked path
+    (into ``known``, shared with the Document's eager lines), so asking for each
+    item of one list in turn streams the document once, not once per item.
+    """
+
+    def __init__(self, text, loader_cls, yaml, display, known):
+        self.text = text
+        self.loader_cls = loader_cls
+        self.yaml = yaml
+        self.display = display
+        self.known = known
+
+    def line(self, path):
+        found = self.known.get(path)
+        if found is not None:
+            return found
+        yaml = self.yaml
+        loader = self.loader_cls(self.text)
+        try:
+            with _CollectorPaused():
+                return self._walk(loader, path)
+        except (yaml.YAMLError, GraphError):
+            return None
+        finally:
+            loader.dispose()
+
+    def _walk(self, loader, target):
+        yaml = self.yaml
+        known = self.known
+        value_of = _Scalars(loader, yaml, self.display).value
+        Scalar, Alias = yaml.ScalarEvent, yaml.AliasEvent
+        MapStart, SeqStart = yaml.MappingStartEvent, yaml.SequenceStartEvent
+        MapEnd, SeqEnd = yaml.MappingEndEvent, yaml.SequenceEndEvent
+        get = loader.get_event
+        get(), get()                             # StreamStart, DocumentStart
+        best = None
+        # frames: [is_map, pending key (or _NO_KEY), next index, path if on the target's path]
+        stack = []
+        while True:
+            ev = get()
+            kind = type(ev)
+            if kind is MapEnd or kind is SeqEnd:
+                frame = stack.pop()
+                if frame[3] is not None or not stack:
+                    return best                  # the deepest container on the path ended
+                _YamlLines._stored(stack[-1])
+                continue
+            if kind is not Scalar and kind is not Alias and kind is not MapStart \
+                    and kind is not SeqStart:
+                return best                      # document or stream end
+            line = ev.start_mark.line + 1
+            frame = stack[-1] if stack else None
+            if frame is None:
+                path = ()
+            elif frame[3] is None:
+                path = None
+            elif frame[0]:
+                if frame[1] is _NO_KEY:          # this event is a key
+                    key = value_of(ev) if kind is Scalar else None
+                    frame[1] = key if isinstance(key, str) or key is None else str(key)
+                    here = frame[3] + (frame[1],)
+                    known.setdefault(here, line)
+                    if target[:len(here)] == here:
+                        best = line
+                    continue                     # (keys are scalars: checked when parsed)
+                path = frame[3] + (frame[1],)    # a value: its line is its key's
+            else:
+                path = frame[3] + (frame[2],)
+                known.setdefault(path, line)
+            on_path = path is not None and target[:len(path)] == path
+            if on_path and (frame is None or not frame[0]):
+                best = line
+            if kind is MapStart or kind is SeqStart:
+                stack.append([kind is MapStart, _NO_KEY, 0, path if on_path else None])
+                continue
+            if frame is None:
+                return best
+            _YamlLines._stored(frame)
+
+    @staticmethod
+    def _stored(frame):
+        if frame[0]:
+            frame[1] = _NO_KEY
+        else:
+            frame[2] += 1

@@ -16,6 +16,11 @@ formulas and not rounding. Outputs are the backward's roots.
   directional difference ``v . (f(x + eps u) - f(x - eps u)) / 2 eps``,
   analytically as ``(v^T J) . u`` from one backward per output.
 
+Second derivatives (``check_gradgrad``, at the end of this module, as
+``torch.autograd.gradgradcheck`` lives next to gradcheck): the same checks
+on the first-order gradient of graphs that use ``grad`` ops or
+``create_graph``.
+
 Non-differentiable points: where an element disagrees, the one-sided
 differences ``(f(x+eps) - f(x)) / eps`` and ``(f(x) - f(x-eps)) / eps`` are
 compared as well. When they disagree with each other (a kink: relu at 0, a
@@ -58,6 +63,7 @@ class Mismatch:
     worst_index: dict | None = None     # {"output": [...], "input": [...]} (full mode)
     nondiff_points: int = 0
     fast: bool = False
+    note: str = ""                      # why the check ran as it did (full -> fast)
 
     @property
     def ok(self):
@@ -68,7 +74,7 @@ class Mismatch:
                 "input_name": self.input_name, "status": self.status, "message": self.message,
                 "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
                 "worst_index": self.worst_index, "nondiff_points": self.nondiff_points,
-                "fast": self.fast}
+                "fast": self.fast, "note": self.note}
 
 
 # -- float64 copy of a graph -----------------------------------------------------------
@@ -112,8 +118,11 @@ class _Function:
         self.leaves = {}
         for name, leaf in graph.leaves.items():
             self.leaves[name] = np.asarray(leaf.make(leaf.shape))
+        self.on_tensors = needs_tensor_replay(graph)
 
     def values(self, overrides=None):
+        if self.on_tensors:      # Note [Replaying on Tensors]
+            return replay_values(self.graph, self.leaves, overrides)
         overrides = overrides or {}
         vals = dict(self.leaves)
         vals.update({k: v for k, v in overrides.items() if k in vals})
@@ -214,12 +223,33 @@ def _index_str(name, index):
 
 # -- gradcheck ---------------------------------------------------------------------------
 def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0,
-                    inputs=None) -> list:
+                    inputs=None, max_bytes=None) -> list:
     """Check every (output, input) pair; returns one ``Mismatch`` per pair, passing or not.
+
+    Full mode allocates ``full_jacobian_bytes`` (27 GB for a 30,000-element root
+    and input): where that is over ``max_bytes`` (default: the budget the graph
+    was loaded with, ``--max-graph-bytes``) the check runs in fast mode instead
+    and every result's ``note`` says so.
 
     Raises ``GraphError`` for an invalid graph (roots or inputs that cannot
     be differentiated).
     """
+    if max_bytes is None:
+        max_bytes = getattr(graph, "max_graph_bytes", None)
+    if max_bytes is None:
+        from .loader import default_max_graph_bytes  # noqa: PLC0415
+
+        max_bytes = default_max_graph_bytes()
+    # Note [gradcheck's memory]: the check holds three float64 copies of the graph's
+    # values at once (the recorded forward, the replayed one it perturbs around, and
+    # one perturbed replay), then the Jacobians (full_jacobian_bytes; over the budget,
+    # fast mode instead). The loader counted the float64 forward.
+    forward64 = getattr(graph, "float64_forward_bytes", None)
+    if forward64 is not None and 3 * forward64 > max_bytes:
+        raise GraphError(f"the numeric check needs three float64 copies of the graph's tensors "
+                         f"({3 * forward64} bytes), over the memory budget of {max_bytes} bytes "
+                         f"for the whole graph (--max-graph-bytes)", graph.file,
+                         graph.backward_spec.line, "backward")
     g64 = promoted(graph)
     inputs = list(inputs) if inputs is not None else differentiable_inputs(g64)
     if not inputs:
@@ -234,9 +264,26 @@ def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, se
         x = np.asarray(base_vals[name])
         x0[name] = x.astype(np.float64) if x.dtype.kind == "f" else x
     roots = f.roots
+    note = ""
+    if not fast:
+        need = full_jacobian_bytes([r.size for r in f0], [x0[n].size for n in inputs])
+        if need > max_bytes:
+            fast = True
+            note = (f"the full Jacobians would need {need} bytes, over the memory budget of "
+                    f"{max_bytes} bytes: checked v^T J u for random unit vectors instead "
+                    f"(fast mode)")
     if fast:
-        return _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed)
+        results = _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed)
+        for m in results:
+            m.note = note
+        return results
     return _full(f, f0, x0, analytical, roots, inputs, eps, atol, rtol)
+
+
+def full_jacobian_bytes(output_sizes, input_sizes):
+    """What full mode allocates: per (output, input) pair the numerical Jacobian
+    and its two one-sided versions, and the analytical one, in float64."""
+    return 4 * 8 * sum(output_sizes) * sum(input_sizes)
 
 
 def gradcheck(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> list:
@@ -412,3 +459,163 @@ def _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed):
                     f"unit vectors v and u; run without --fast to see the full Jacobian)")
             results.append(m)
     return results
+
+
+# -- gradgradcheck: second derivatives ------------------------------------------------
+# Second derivatives against finite differences, as ``torch.autograd.gradgradcheck``.
+#
+# A graph that uses ``grad`` ops or ``backward.create_graph`` promises
+# gradients that can be differentiated again. ``check_gradgrad`` checks them
+# the way PyTorch's gradgradcheck does: with random upstream gradients ``v``
+# (one per root, fixed by ``seed``), the first-order gradient
+#
+#     G(x, v) = grad(roots, inputs, grad_outputs=v)
+#
+# is itself a function of the inputs ``x`` and of ``v``; its Jacobian is
+# built numerically, by central differences of ``G`` (each evaluation a
+# forward and a backward through the engine, in float64), and analytically,
+# by backwards through the graph that ``G`` recorded with ``create_graph``
+# (the backward of the backward). Full mode compares the whole Jacobians,
+# ``fast`` the projections ``w^T J u`` on random unit vectors (the comparison
+# and its reporting are ``_full`` / ``_fast`` above).
+# Outputs are named ``grad(x)`` and the ``v`` inputs ``grad_outputs(root)``.
+#
+# Note [Replaying on Tensors]: gradcheck replays a graph as a pure function of
+# arrays (every op's ``fn``). A graph with an op whose forward runs a backward
+# (``runs_backward``: ``grad``) cannot be replayed that way: the gradient needs
+# the recorded graph. Such graphs are replayed on Tensors with recording on
+# (``replay``), which is also what the first-order check of them uses.
+
+
+def uses_higher_order(graph) -> bool:
+    """The graph runs a backward in its forward (``grad`` ops) or asks for create_graph."""
+    return bool(graph.backward_spec.create_graph) or needs_tensor_replay(graph)
+
+
+def needs_tensor_replay(graph) -> bool:
+    return any(getattr(spec.op, "runs_backward", False) for spec in graph.ops)
+
+
+def replay(graph, leaves, overrides=None):
+    """The graph's forward on Tensors (host arrays; ``to`` is the identity) from the
+    leaf arrays ``leaves``; ``overrides`` replace leaves or op outputs by name (an
+    overridden op output becomes a leaf that requires grad). Returns name -> Tensor."""
+    from .autograd import Tensor, set_grad_enabled
+
+    overrides = overrides or {}
+    values = {}
+    for name, leaf in graph.leaves.items():
+        data = overrides.get(name, leaves[name])
+        values[name] = Tensor(np.array(data, copy=True), requires_grad=leaf.requires_grad)
+    with set_grad_enabled(True), np.errstate(all="ignore"):
+        for spec in graph.ops:
+            inputs = [values[n] for n in spec.inputs]
+            if getattr(spec.op, "moves_device", False):
+                outs = [inputs[0]]
+            else:
+                out = spec.op(*inputs, **spec.args)
+                outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            for name, t in zip(spec.outputs, outs):
+                if name in overrides:
+                    t = Tensor(np.array(overrides[name], dtype=np.float64), requires_grad=True)
+                values[name] = t
+    return values
+
+
+def replay_values(graph, leaves, overrides=None):
+    """``replay`` as host arrays (gradcheck's ``_Function.values``)."""
+    return {name: to_host(t.data) for name, t in replay(graph, leaves, overrides).items()}
+
+
+class _FirstOrder:
+    """``G(x, v)``: the first-order gradients at given inputs and root gradients."""
+
+    def __init__(self, graph, leaves, inputs, v_names):
+        self.graph = graph
+        self.leaves = leaves
+        self.inputs = inputs
+        self.v_names = v_names
+        self.v0 = {}
+
+    def __call__(self, overrides=None):
+        from .autograd import grad, set_multithreading_enabled
+
+        overrides = dict(overrides or {})
+        values = replay(self.graph, self.leaves, {k: v for k, v in overrides.items()
+                                                  if k not in self.v0})
+        roots = [values[r] for r in self.graph.backward_spec.roots]
+        vs = [np.asarray(overrides.get(n, self.v0[n])) for n in self.v_names]
+        with set_multithreading_enabled(False):
+            result = grad(roots, [values[n] for n in self.inputs], vs, allow_unused=True)
+        return [np.zeros(values[n].shape) if g is None else np.asarray(to_host(g), np.float64)
+                for n, g in zip(self.inputs, result)]
+
+
+class _SecondOrder:
+    """``w^T J`` of ``G`` through the recorded backward of the backward."""
+
+    def __init__(self, graph, leaves, inputs, v_names, v0):
+        from .autograd import Tensor, grad, set_multithreading_enabled
+
+        values = replay(graph, leaves)
+        roots = [values[r] for r in graph.backward_spec.roots]
+        for r, name in zip(roots, graph.backward_spec.roots):
+            if not r.requires_grad:
+                graph.fail(f"root {name!r} does not require grad", graph.backward_spec.line,
+                           "backward")
+        self.xs = [values[n] for n in inputs]
+        self.vs = [Tensor(np.array(v0[n], copy=True), requires_grad=True) for n in v_names]
+        with set_multithreading_enabled(False):
+            first = grad(roots, self.xs, self.vs, create_graph=True, allow_unused=True)
+        self.first = list(first)
+
+    def vjp(self, i, w):
+        from .autograd import grad, set_multithreading_enabled
+
+        wrt = self.xs + self.vs
+        g = self.first[i]
+        if g is None or not g.requires_grad:       # G_i does not depend on anything
+            return [np.zeros(t.shape) for t in wrt]
+        w = np.asarray(w, dtype=np.float64).reshape(g.shape)
+        with set_multithreading_enabled(False):
+            result = grad([g], wrt, [w], retain_graph=True, allow_unused=True)
+        return [np.zeros(t.shape) if r is None else np.asarray(to_host(r), np.float64)
+                for t, r in zip(wrt, result)]
+
+
+def check_gradgrad(graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, seed=0) -> list:
+    """Check the Jacobian of the first-order gradient; one ``gradcheck.Mismatch``
+    per (gradient, input) pair, passing or not (see the module's docstring)."""
+    from .errors import BackwardError
+
+    g64 = promoted(graph)
+    inputs = differentiable_inputs(g64)
+    if not inputs:
+        raise GraphError("nothing to check: no tensor requires grad", graph.file,
+                         graph.backward_spec.line, "backward")
+    leaves = {name: np.asarray(leaf.make(leaf.shape)) for name, leaf in g64.leaves.items()}
+    base = replay(g64, leaves)
+    rng = np.random.default_rng(seed)
+    roots = list(g64.backward_spec.roots)
+    v_names = [f"grad_outputs({r})" for r in roots]
+    v0 = {n: rng.standard_normal(base[r].shape) for n, r in zip(v_names, roots)}
+    f = _FirstOrder(g64, leaves, inputs, v_names)
+    f.v0 = v0
+    outputs = [f"grad({n})" for n in inputs]
+    wrt = inputs + v_names
+    try:
+        analytical = _SecondOrder(g64, leaves, inputs, v_names, v0)
+        f0 = f()
+    except (GraphError, BackwardError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported as the check's error
+        return [Mismatch(i, j, out, name, "error", fast=fast,
+                         message=f"second-derivative check for {out!r} w.r.t. {name!r} could "
+                                 f"not run: the backward with create_graph raised "
+                                 f"{type(exc).__name__}: {exc}")
+                for i, out in enumerate(outputs) for j, name in enumerate(wrt)]
+    x0 = {n: np.asarray(to_host(base[n].data), np.float64) for n in inputs}
+    x0.update(v0)
+    if fast:
+        return _fast(f, f0, x0, analytical, outputs, wrt, eps, atol, rtol, seed)
+    return _full(f, f0, x0, analytical, outputs, wrt, eps, atol, rtol)

@@ -265,6 +265,11 @@ class Graph:
         # plain run counts the nodes instead, which keeps the engine's fast path.
         trace = [] if order else NodeCounter()
         anomaly_ctx = detect_anomaly(*anomaly) if anomaly else contextlib.nullcontext()
+        if spec.create_graph:      # the backward records itself (higher-order gradients)
+            import functools
+
+            autograd_grad = functools.partial(autograd_grad, create_graph=True)
+            autograd_backward = functools.partial(autograd_backward, create_graph=True)
         start = time.perf_counter()
         try:
             with set_multithreading_enabled(multithreading), anomaly_ctx:
@@ -287,6 +292,10 @@ class Graph:
             for name, t in values.items():
                 if (t.is_leaf and t.requires_grad) or t.retains_grad:
                     named[name] = t.grad
+        if spec.create_graph:      # differentiable gradients (Tensors) are reported as arrays
+            from .autograd import Tensor
+
+            named = {k: g.data if isinstance(g, Tensor) else g for k, g in named.items()}
         return named, (self._order(trace, start) if order else trace.count), elapsed
 
     # -- naming nodes in messages ------------------------------------------------------

@@ -2,7 +2,8 @@
 
 ``load`` checks the whole file statically (keys, names, ops, arities, args,
 devices, files, and every op's output shapes and dtypes against its inputs'
-and the memory budget, from the op's own ``infer``) and raises a one-line
+and the memory budget, from the op's own ``infer``; the memory of the whole
+graph and the time its backward may wait on purpose, from the op's contract) and raises a one-line
 GraphError naming the file, the line, the op and the problem. Running the
 forward (``Graph.forward``) records the autograd graph and reports what only
 values tell (a class index out of range, ...) the same way; a failure of the
@@ -11,20 +12,22 @@ Everything about an op comes from its ``Op`` object: no op is named here.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import re
+import threading
 import zlib
 from typing import NamedTuple
 
 import numpy as np
 
 from . import devices as D
-from .collector import paused
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
-from .errors import GraphError, OpBugError
+from .errors import BackwardError, GraphError, OpBugError
 from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
 
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")     # whole names only: fullmatch
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
           "int32": np.int32, "int64": np.int64, "bool": np.bool_}
 TOP_KEYS = {"version", "name", "seed", "tensors", "ops", "backward", "expect"}
@@ -51,22 +54,37 @@ def default_max_tensor_bytes() -> int:
         return 4 * 2**30
 
 
+def default_max_graph_bytes() -> int:
+    """Half of physical memory (or 8 GiB where that cannot be read)."""
+    return 2 * default_max_tensor_bytes()
+
+
+# Note [Time bounds]: a `delay` op may wait at most 60 s per backward call (its own
+# check, ms + jitter_ms included); the loader bounds the sum over the file of what
+# every op says its backward may wait (``Op.worst_backward_ms``), so that no file
+# makes one backward wait longer than this.
+MAX_BACKWARD_WAIT_MS = 60_000
+
+
 class LoadOptions:
     def __init__(self, device_map=None, allow_code=False, allow_outside_paths=False,
-                 max_tensor_bytes=None):
+                 max_tensor_bytes=None, max_document_bytes=None, max_graph_bytes=None):
         self.device_map = dict(device_map or {})
         self.allow_code = allow_code
         self.allow_outside_paths = allow_outside_paths
         self.max_tensor_bytes = max_tensor_bytes or default_max_tensor_bytes()
+        self.max_document_bytes = max_document_bytes    # None: the reader's default budget
+        self.max_graph_bytes = max_graph_bytes or default_max_graph_bytes()
 
 
 def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
-         max_tensor_bytes=None) -> Graph:
+         max_tensor_bytes=None, max_document_bytes=None, max_graph_bytes=None) -> Graph:
     """Read, check and prepare a graph file; ``graph.run()`` then runs it."""
     path = os.fspath(path)
-    with paused():                    # Note [Collector pauses]
-        doc = read_document(path)
-        options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes)
+    options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes,
+                          max_document_bytes, max_graph_bytes)
+    with _cyclic_gc_paused():
+        doc = read_document(path, max_bytes=max_document_bytes)
         return _Loader(doc, os.path.dirname(os.path.abspath(path)),
                        os.path.splitext(os.path.basename(path))[0], options).graph()
 
@@ -82,9 +100,47 @@ def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Grap
         raise TypeError(f"loads() takes the document as str or bytes, not {type(text).__name__}")
     elif not text.strip():
         raise GraphError("the document is empty", display)
-    with paused():                    # Note [Collector pauses]
-        doc = parse_json(text, display) if format == "json" else parse_yaml(text, display)
-        return _Loader(doc, os.path.abspath(base_dir), name, LoadOptions(**options)).graph()
+    options = LoadOptions(**options)
+    parse = parse_json if format == "json" else parse_yaml
+    with _cyclic_gc_paused():
+        doc = parse(text, display, max_bytes=options.max_document_bytes)
+        return _Loader(doc, os.path.abspath(base_dir), name, options).graph()
+
+
+# Note [No cyclic GC while loading]: reading and checking a file allocates a few
+# objects per tensor and op (the document tree, specs, closures) and frees almost
+# none, so CPython's cyclic collector runs again and again over an ever larger
+# heap: loading 100,000 tensors from YAML took 9.1 s of CPU, most of it in
+# collections, and 5.2 s with the collector paused (JSON: 2.8 s). Loading makes no garbage cycles worth
+# collecting, so the collector is paused for its duration (a counter, so that
+# loads in several threads re-enable it only when the last one ends). A large load
+# then ends with one full collection (0.6 s for 100,000 tensors), which moves what
+# it keeps to the oldest generation at once: left to the automatic collections,
+# the first run of such a graph paid 1.3 s for the same promotion.
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]        # [loads in progress, whether the collector was enabled]
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_PAUSES[0] -= 1
+            resumed = _GC_PAUSES[0] == 0 and _GC_PAUSES[1]
+            if resumed:
+                gc.enable()
+        if resumed and gc.get_count()[0] > _GC_COLLECT_AFTER:
+            gc.collect()
+
+
+_GC_COLLECT_AFTER = 100_000    # objects made by a load (net) beyond which it ends with a collection
 
 
 def parse_device_map(text) -> dict:
@@ -107,6 +163,9 @@ class _Loader:
         self.stem = stem
         self.options = options
         self._infer_cache = {}       # Note [Infer cache]
+        self.graph_bytes = 0         # Note [The memory budget of a whole graph]
+        self.graph_bytes64 = 0       # the same with every float tensor in float64 (gradcheck)
+        self.wait_ms = 0             # Note [Time bounds]
 
     # -- errors -------------------------------------------------------------------
     def fail(self, message, path=(), where=None):
@@ -120,6 +179,15 @@ class _Loader:
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown key {key!r} in {what}{hint}", path + (key,), where)
 
+    def site(self, path, label, op_id):
+        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry)."""
+        from .ops.site import EntrySite  # noqa: PLC0415
+
+        def fail(message, key=None):
+            self.fail(message, path + ((key,) if key is not None else ()), label)
+        return EntrySite(self.file, self.doc.line(*path), label, op_id, self.base_dir,
+                         self.options.allow_code, fail)
+
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
         data = self.doc.data
@@ -130,7 +198,7 @@ class _Loader:
         if "version" not in data:
             self.fail("missing required key 'version' (this tool reads version: 1)")
         version = data["version"]
-        if version != 1 or isinstance(version, bool):
+        if type(version) is not int or version != 1:      # 1.0 and true are not 1
             self.fail(f"unsupported format version {version!r} (this tool reads version: 1)",
                       ("version",))
         for key in ("tensors", "ops", "backward"):
@@ -151,7 +219,8 @@ class _Loader:
         leaves = {}
         for tname, entry in tensors.items():
             self.check_name(tname, ("tensors", tname), f"tensors.{tname}")
-            leaves[tname] = self.leaf(tname, entry, ("tensors", tname))
+            leaves[tname] = leaf = self.leaf(tname, entry, ("tensors", tname))
+            self.allocate([(leaf.shape, leaf.dtype)], ("tensors", tname), f"tensors.{tname}")
 
         ops = data["ops"]
         if not isinstance(ops, list):
@@ -161,11 +230,51 @@ class _Loader:
 
         backward = self.backward(data["backward"], defined, leaves)
         expect = self.expect(data.get("expect"), defined) if "expect" in data else None
-        return Graph(name=name, file=self.file, leaves=leaves, ops=op_specs, backward=backward,
-                     expect=expect, base_dir=self.base_dir)
+        graph = Graph(name=name, file=self.file, leaves=leaves, ops=op_specs, backward=backward,
+                      expect=expect, base_dir=self.base_dir)
+        # What gradcheck may allocate, and what the graph's forward allocates as loaded
+        # and in float64 (Note [The memory budget of a whole graph]).
+        graph.max_graph_bytes = self.options.max_graph_bytes
+        graph.forward_bytes = self.graph_bytes
+        graph.float64_forward_bytes = self.graph_bytes64
+        return graph
+
+    # Note [The memory budget of a whole graph]: every op's result is checked against
+    # the per-tensor budget by its ``infer``, but many results each under it add up
+    # (twenty `exp`s over a large expanded view allocated 1.7 GB under an 80 MB
+    # tensor budget). A recorded graph keeps every result alive for its backward, so
+    # the loader adds up what the forward allocates, in file order: every leaf, and
+    # every result of an op that is not a view (``Op.view``: a view shares its
+    # input's memory; the ops that read it allocate their results in full). The
+    # first op that takes the sum over the graph budget is refused, before anything
+    # runs. Results of unknown shape (ops whose ``infer`` cannot tell) are not counted.
+    def allocate(self, results, path, where):
+        """Count ``[(shape, dtype)]`` that an op (or a leaf) allocates against the
+        whole-graph memory budget."""
+        known = [(shape, np.dtype(dtype)) for shape, dtype in results
+                 if shape is not None and dtype is not None]
+        nbytes = sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known)
+        self.graph_bytes += nbytes
+        self.graph_bytes64 += sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
+                                  for shape, dtype in known)
+        budget = self.options.max_graph_bytes
+        if self.graph_bytes > budget:
+            self.fail(f"the graph's tensors need {self.graph_bytes} bytes up to here (this one: "
+                      f"{nbytes} bytes), over the memory budget of {budget} bytes for the "
+                      f"whole graph (--max-graph-bytes)", path, where)
+
+    def wait(self, op, args, path, label):
+        """Count what ``op``'s backward may wait on purpose (Note [Time bounds])."""
+        ms = op.worst_backward_ms(args)
+        if not ms:
+            return
+        self.wait_ms += ms
+        if self.wait_ms > MAX_BACKWARD_WAIT_MS:
+            self.fail(f"the ops' backward waits add up to {self.wait_ms:g} ms up to here, over "
+                      f"the limit of {MAX_BACKWARD_WAIT_MS} ms for one backward", path, label)
 
     def check_name(self, name, path, where):
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             self.fail(f"invalid tensor name {name!r} (names match [A-Za-z_][A-Za-z0-9_./-]*)",
                       path, where)
 
@@ -211,7 +320,12 @@ class _Loader:
             make = _constant(array)
             shape = array.shape
         elif source == "file":
-            make, shape = self.file_source(entry, dtype, shape, path, where)
+            # without a dtype a file's array keeps its own; with one, they must agree
+            make, shape, dtype = self.file_source(entry, dtype if "dtype" in entry else None,
+                                                  shape, path, where)
+            if requires_grad and dtype.kind != "f":
+                self.fail(f"only floating point tensors can require gradients ({entry['file']!r} "
+                          f"holds {dtype})", path + ("requires_grad",), where)
         else:
             if shape is None:
                 if for_grad_root:
@@ -253,6 +367,9 @@ class _Loader:
         if not isinstance(spec, str):
             self.fail(f"device must be a string such as cpu, cuda:0 or sim:0, got {spec!r}",
                       path, where)
+        if len(spec) > 16:          # no device string is this long (sim:N has at most 9 digits)
+            self.fail(f"unknown device {_short(spec)} of {len(spec)} characters (expected cpu, "
+                      "cuda:N or sim:N)", path, where)
         try:
             dev = D.device(spec)
             mapped = self.options.device_map.get(dev.type)
@@ -291,9 +408,15 @@ class _Loader:
             self.fail(f"unknown init {dist!r} (expected one of {', '.join(INIT_DISTS)})", path, where)
         for key in ("mean", "std", "low", "high", "fill"):
             if key in spec and not _is_number(spec[key]):
-                self.fail(f"init {key} must be a number, got {spec[key]!r}", path + (key,), where)
-            if key in spec and not np.isfinite(float(spec[key])):
-                self.fail(f"init {key} must be finite, got {spec[key]!r}", path + (key,), where)
+                self.fail(f"init {key} must be a number, got {_short(spec[key])}", path + (key,),
+                          where)
+            if key in spec and not _finite_float(spec[key]):
+                self.fail(f"init {key} must be finite, got {_short(spec[key])}",
+                          path + (key,), where)
+        if dist == "full" and "fill" in spec and not _fits(spec["fill"], dtype):
+            # as torch.full: "value cannot be converted to type ... without overflow"
+            self.fail(f"init fill {_short(spec['fill'])} cannot be converted to {dtype} without "
+                      "overflow", path + ("fill",), where)
         if spec.get("std", 0) < 0:
             self.fail(f"init std must be non-negative, got {spec['std']!r}", path + ("std",), where)
         if dist == "uniform" and spec.get("low", 0.0) > spec.get("high", 1.0):
@@ -323,7 +446,8 @@ class _Loader:
         if ext not in (".npy", ".npz"):
             self.fail(f"file {rel!r} must be a .npy or .npz file", path + ("file",), where)
         if not os.path.isfile(full):
-            self.fail(f"file {rel!r} not found", path + ("file",), where)
+            what = "is not a regular file" if os.path.exists(full) else "not found"
+            self.fail(f"file {rel!r} {what}", path + ("file",), where)
         key = entry.get("key")
         if key is not None and (not isinstance(key, str) or not key):
             self.fail(f"key must be the name of an array in the .npz file, got {key!r}",
@@ -338,26 +462,47 @@ class _Loader:
             self.fail(f"no array {key!r} in {rel!r}", path + ("key",), where)
         except (ValueError, OSError) as exc:
             self.fail(f"cannot read {rel!r}: {_first_line(exc)}", path + ("file",), where)
+        except MemoryError:
+            self.fail(f"cannot read {rel!r}: out of memory reading its header", path + ("file",), where)
         if file_dtype.hasobject:
             self.fail(f"{rel!r} holds pickled Python objects (refused: only plain numeric "
                       "arrays are loaded)", path + ("file",), where)
+        if file_dtype.kind not in "biuf" or file_dtype.fields is not None:
+            # complex would lose its imaginary part and datetimes become numbers, silently
+            self.fail(f"{rel!r} holds an array of dtype {_short(str(file_dtype))} (only bool, "
+                      "int and float arrays are loaded)", path + ("file",), where)
+        if not all(_is_int(n) and n >= 0 for n in file_shape):
+            self.fail(f"cannot read {rel!r}: its header gives the shape {_short(file_shape)}",
+                      path + ("file",), where)
         if shape is not None and tuple(shape) != file_shape:
             self.fail(f"shape {list(shape)} does not match {rel!r} of shape {list(file_shape)}",
                       path, where)
+        if dtype is None:
+            if file_dtype.name not in DTYPES:
+                self.fail(f"{rel!r} holds {file_dtype} (expected one of {', '.join(DTYPES)})",
+                          path + ("file",), where)
+            dtype = file_dtype
+        elif file_dtype != dtype:
+            self.fail(f"dtype {dtype.name} does not match {rel!r} of dtype {file_dtype}",
+                      path + ("dtype",), where)
         self.check_size(file_shape, file_dtype, path, where)
         fail = self.fail
 
         def make(shape=None):
+            # The same member the header was read from (Note [One member, checked and
+            # loaded]), and the array it holds must still be what was checked at load.
             try:
-                arr = np.load(full, allow_pickle=False)
-                if key is not None:
-                    with arr:
-                        arr = arr[key]
-            except (ValueError, OSError, KeyError) as exc:
+                arr = _read_array(full, key)
+            except MemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any malformed or unreadable file
                 fail(f"cannot read {rel!r}: {_first_line(exc)}", path + ("file",), where)
+            if arr.shape != file_shape or arr.dtype != file_dtype:
+                fail(f"{rel!r} changed since the graph was loaded (now {list(arr.shape)} "
+                     f"{arr.dtype}, was {list(file_shape)} {file_dtype})", path + ("file",), where)
             return np.asarray(arr, dtype=dtype)
 
-        return make, file_shape
+        return make, file_shape, dtype
 
     def check_size(self, shape, dtype, path, where):
         nbytes = _nbytes(shape, np.dtype(dtype).itemsize)
@@ -402,27 +547,32 @@ class _Loader:
             return self.checkpoint(i, entry, defined, path, where, op_id, label)
         self.check_keys(entry, OP_KEYS, path, label, "an op")
         for key, takes in (("body", "has_body"), ("function", "needs_code")):
-            if key in entry:
+            if key in entry and not getattr(op, takes):
                 owners = " or ".join(n for n, o in sorted(OPS.items()) if getattr(o, takes) and o.public)
                 self.fail(f"key {key!r} is only valid for op {owners}", path + (key,), label)
         if "device" in entry and not op.moves_device:
             owners = " or ".join(repr(n) for n, o in sorted(OPS.items()) if o.moves_device and o.public)
             self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
+        op = op.for_entry(entry, self.site(path, label, op_id))     # custom: its user code
 
         inputs = entry.get("inputs")
-        if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs):
-            self.fail("inputs must be a list of tensor names", path + ("inputs",), label)
-        lo, hi = (op.arity, op.arity) if isinstance(op.arity, int) else op.arity
-        if len(inputs) < lo or (hi is not None and len(inputs) > hi):
-            want = str(lo) if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
-            self.fail(f"takes {want} input{'s' if want != '1' else ''}, got {len(inputs)}",
-                      path + ("inputs",), label)
+        params = getattr(op, "tensor_inputs", None)
+        if params is not None:      # laid out as the op's schema: nulls, lists, numbers
+            inputs, op = self.schema_inputs(op, params, inputs, path, label)
+        else:
+            if not isinstance(inputs, list) or not all(isinstance(n, str) for n in inputs):
+                self.fail("inputs must be a list of tensor names", path + ("inputs",), label)
+            lo, hi = (op.arity, op.arity) if isinstance(op.arity, int) else op.arity
+            if len(inputs) < lo or (hi is not None and len(inputs) > hi):
+                want = str(lo) if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+                self.fail(f"takes {want} input{'s' if want != '1' else ''}, got {len(inputs)}",
+                          path + ("inputs",), label)
         for k, n in enumerate(inputs):
             if n not in defined:
                 scope = (" (a checkpoint body sees only the checkpoint's inputs: pass it in)"
                          if ".body[" in where else "")
                 self.fail(f"input {n!r} is not defined above this op{scope}",
-                          path + ("inputs", k), label)
+                          path + (("inputs", k) if params is None else ("inputs",)), label)
 
         args = entry.get("args", {})
         if args is None:
@@ -435,6 +585,12 @@ class _Loader:
                 self.fail(f"op {name!r} needs key 'device' (the target device)", path, label)
             args["device"] = str(self.device(entry["device"], path + ("device",), label))
         checked = self.op_args(op, args, path, label)
+        for key, arg in op.args.items():     # args naming a tensor: one more input
+            if arg.names_tensor and checked.get(key) is not None:
+                if checked[key] not in defined:
+                    self.fail(f"arg {key!r} names {checked[key]!r}, which is not defined above "
+                              "this op", path + ("args", key), label)
+                inputs = [*inputs, checked[key]]
 
         if op.multi_output:
             outputs = entry.get("outputs")
@@ -473,6 +629,9 @@ class _Loader:
         metas = self.infer(op, in_metas, list(inputs), checked, outputs, path, label)
         for out, meta in zip(outputs, metas):
             defined[out] = meta
+        if not op.view:
+            self.allocate([(m.shape, m.dtype) for m in metas], path, label)
+        self.wait(op, checked, path, label)
         line = self.doc.line(*path)
         checked_op = _CheckedOp(op, label, self.file, line, list(inputs),
                                 self.options.max_tensor_bytes)
@@ -480,6 +639,49 @@ class _Loader:
             checked_op.checked = [(m.shape, m.dtype) for m in in_metas]
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
                       outputs=list(outputs), args=checked, retain_grad=retain, line=line)
+
+    def schema_inputs(self, op, params, inputs, path, label):
+        """An ATen entry's ``inputs``: one item per schema tensor argument (``params``), a
+        name, ``null`` for an absent ``Tensor?``, a nested list for a ``Tensor[]`` (names,
+        or nulls in a ``Tensor?[]``), a number for a wrapped number. Returns the names in
+        order (what the graph passes) and the op bound to this layout."""
+        from .ops.aten.registry import Slot  # noqa: PLC0415
+
+        ipath = path + ("inputs",)
+        if not isinstance(inputs, list):
+            self.fail(f"inputs must be a list (one item per tensor argument of {op.doc}), "
+                      f"not {_kind(inputs)}", ipath, label)
+        if len(inputs) != len(params):
+            names = ", ".join(p.name for p in params) or "none"
+            self.fail(f"takes {len(params)} tensor input{'s' if len(params) != 1 else ''} "
+                      f"({names}), got {len(inputs)}", ipath, label)
+        names, layout = [], []
+
+        def item(v, p, k, in_list):
+            if v is None:
+                if not p.optional:
+                    what = ("holds tensors (a Tensor[]: only a Tensor?[] takes nulls)" if in_list
+                            else "is not optional")
+                    self.fail(f"input {p.name!r} {what}: null given", ipath + (k,), label)
+                return None
+            if isinstance(v, str):
+                names.append(v)
+                return Slot(len(names) - 1)
+            if _is_number(v) and not in_list:
+                return v
+            what = "a tensor name or null" if in_list and p.optional else "a tensor name"
+            self.fail(f"input {p.name!r} must be {what}{'' if in_list else ' or a number'}, "
+                      f"got {_short(v)}", ipath + (k,), label)
+
+        for k, (v, p) in enumerate(zip(inputs, params)):
+            if p.is_list:
+                if not isinstance(v, list):
+                    self.fail(f"input {p.name!r} is a tensor list: give a list of names, "
+                              f"got {_short(v)}", ipath + (k,), label)
+                layout.append([item(x, p, k, True) for x in v])
+            else:
+                layout.append(item(v, p, k, False))
+        return names, op.bind(layout)
 
     def op_args(self, op, args, path, label):
         """Each arg through its checker, the required ones present, then the op's rules
@@ -661,9 +863,8 @@ class _Loader:
             if not isinstance(value, bool):
                 self.fail(f"{key} must be true or false, got {value!r}", path + (key,), where)
             flags[key] = value
-        if flags["create_graph"]:
-            self.fail("create_graph: true (higher-order gradients) is not supported by this "
-                      "version of gradcli", path + ("create_graph",), where)
+        if "retain_graph" not in spec:          # as PyTorch: defaults to create_graph
+            flags["retain_graph"] = flags["create_graph"]
         return BackwardSpec(roots=list(roots), grad_roots=root_grads, inputs=inputs,
                             line=self.doc.line(*path), **flags)
 
@@ -685,7 +886,8 @@ class _Loader:
                 self.fail(f"expected gradient for {n!r}, which is not defined", path + ("grads", n), where)
             grads[n] = self.leaf(n, g, path + ("grads", n), for_grad_root=True)
         for key in ("rtol", "atol"):
-            if key in spec and (not _is_number(spec[key]) or spec[key] < 0):
+            if key in spec and (not _is_number(spec[key]) or spec[key] < 0
+                                or isinstance(spec[key], int) and not _finite_float(spec[key])):
                 self.fail(f"{key} must be a non-negative number", path + (key,), where)
         order = spec.get("order")
         if order is not None and (not isinstance(order, list) or not all(isinstance(o, str) for o in order)):
@@ -743,7 +945,7 @@ class _CheckedOp:
         self.precheck(inputs, args)
         try:
             return self.op(*inputs, **args)
-        except GraphError:
+        except (GraphError, BackwardError):   # BackwardError: user code or a grad op's backward
             raise
         except MemoryError:
             self.fail(f"out of memory (inputs: {self.describe(inputs)})")
@@ -854,6 +1056,24 @@ def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _finite_float(v):
+    """A number that is a finite float (a 400-digit int is not: float() overflows)."""
+    try:
+        return bool(np.isfinite(float(v)))
+    except OverflowError:
+        return False
+
+
+def _fits(value, dtype):
+    """``value`` converts to ``dtype`` without overflow (torch.full's rule)."""
+    if dtype.kind == "f":
+        return abs(float(value)) <= float(np.finfo(dtype).max)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min <= value <= info.max
+    return True
+
+
 def _check_numeric(value, fail):
     stack = [value]
     while stack:
@@ -887,22 +1107,81 @@ def _initializer(dist, spec, dtype, seed_seq):
     return make
 
 
+# Note [One member, checked and loaded]: np.load's NpzFile reads key ``a`` from
+# member ``a`` when there is one and from ``a.npy`` otherwise, so an archive holding
+# both had its header checked on one member and its data loaded from the other
+# (shape and budget checks walked around). Here one function picks the member, for
+# the header at load and for the data at run; a key that could mean two members
+# (``a`` and ``a.npy``, or a name repeated in the zip directory) is refused. Every
+# failure of zipfile on a hostile archive (unsupported compression, encryption, an
+# unknown zip version, patched-data flags, bad CRCs, truncation) is a ValueError
+# with zipfile's own first line.
+def _npz_member(zf, key):
+    """The ZipInfo of the array ``key`` names in an open .npz archive."""
+    names = zf.namelist()
+    candidates = [key] if key.endswith(".npy") else [key + ".npy", key]
+    found = [c for c in candidates if c in names]
+    if not found:
+        raise KeyError(key)
+    if len(found) > 1:
+        raise ValueError(f"ambiguous key {key!r}: the archive holds both {found[1]!r} and "
+                         f"{found[0]!r}")
+    if names.count(found[0]) > 1:
+        raise ValueError(f"ambiguous key {key!r}: the archive holds {found[0]!r} "
+                         f"{names.count(found[0])} times")
+    info = zf.getinfo(found[0])
+    if info.flag_bits & 0x1:
+        raise ValueError(f"member {info.filename!r} is encrypted (not supported)")
+    return info
+
+
+def _open_npz(full):
+    import zipfile  # noqa: PLC0415
+
+    try:
+        return zipfile.ZipFile(full)
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"not a valid .npz archive ({_first_line(exc)})") from None
+    except (OSError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - an unknown zip version, a bad directory, ...
+        raise _zip_error(exc) from None
+
+
+def _zip_error(exc):
+    return ValueError(f"not a valid .npz archive ({type(exc).__name__}: {_first_line(exc)})")
+
+
 def _peek_array(full, key):
     """Shape and dtype of an array in a .npy/.npz file, without loading it."""
     if key is None:
         with open(full, "rb") as fh:
             return _read_npy_header(fh)
-    import zipfile  # noqa: PLC0415
-
-    try:
-        with zipfile.ZipFile(full) as zf:
-            member = key if key.endswith(".npy") else key + ".npy"
-            if member not in zf.namelist():
-                raise KeyError(key)
-            with zf.open(member) as fh:
+    with _open_npz(full) as zf:
+        info = _npz_member(zf, key)
+        try:
+            with zf.open(info) as fh:
                 return _read_npy_header(fh)
-    except zipfile.BadZipFile:
-        raise ValueError("not a valid .npz archive") from None
+        except (KeyError, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+            raise _zip_error(exc) from None
+
+
+def _read_array(full, key):
+    """The array of a .npy file, or of member ``key`` of an .npz (the member
+    ``_peek_array`` read the header of), without pickles."""
+    if key is None:
+        return np.load(full, allow_pickle=False)
+    with _open_npz(full) as zf:
+        info = _npz_member(zf, key)
+        try:
+            with zf.open(info) as fh:
+                return np.lib.format.read_array(fh, allow_pickle=False)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+            raise _zip_error(exc) from None
 
 
 def _read_npy_header(fh):

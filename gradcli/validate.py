@@ -291,11 +291,22 @@ def _check_repeat(graph, opts, anomaly):
 
 
 def _check_numeric(graph, opts):
-    from .gradcheck import check_jacobians
+    from .gradcheck import check_gradgrad, check_jacobians, uses_higher_order
 
+    checks = _numeric_checks("numeric", check_jacobians, graph, opts)
+    if uses_higher_order(graph):     # grad ops or create_graph: second derivatives too
+        checks += _numeric_checks("gradgrad", check_gradgrad, graph, opts)
+    return checks
+
+
+def _numeric_checks(kind, check, graph, opts):
     start = time.perf_counter()
-    pairs = check_jacobians(graph, eps=opts.eps, atol=opts.atol, rtol=opts.rtol, fast=opts.fast,
-                            seed=opts.seed)
+    try:
+        pairs = check(graph, eps=opts.eps, atol=opts.atol, rtol=opts.rtol, fast=opts.fast,
+                      seed=opts.seed)
+    except BackwardError as exc:     # user code (custom) or a grad op's backward raised
+        return [Check(kind, kind, FAIL, f"the {kind} check could not run: {exc}",
+                      time_s=time.perf_counter() - start)]
     elapsed = (time.perf_counter() - start) / max(len(pairs), 1)
     checks = []
     for m in pairs:
@@ -305,7 +316,9 @@ def _check_numeric(graph, opts):
             f"{'v^T J u' if m.fast else 'Jacobian'} of {m.output_name!r} w.r.t. {m.input_name!r} "
             f"matches finite differences (eps={opts.eps:g}, atol={opts.atol:g}, "
             f"rtol={opts.rtol:g}{', fast' if m.fast else ''})")
-        checks.append(Check(f"numeric[{m.output_name}/{m.input_name}]", "numeric", status,
+        if m.note:
+            message += f" ({m.note})"
+        checks.append(Check(f"{kind}[{m.output_name}/{m.input_name}]", kind, status,
                             message=message, tensor=m.input_name, max_abs_err=m.max_abs_err,
                             max_rel_err=m.max_rel_err, worst_index=worst, time_s=elapsed))
     return checks

@@ -23,14 +23,37 @@ measurement) and reports the median over ``--repeat`` runs:
            with OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=1). The
            gradients of both modes are checked against a NumPy reference.
 
-If ``import torch`` works the same graphs are built and timed in torch in the
-same process, with ``torch.set_num_threads`` set to the thread count of
-numpy's BLAS, and the ratio gradcli / torch is printed.
+With ``--inprocess`` (the old mode) the same graphs are also built and timed in
+torch in the same process, with ``torch.set_num_threads`` set to the thread count
+of numpy's BLAS, and the ratio gradcli / torch is printed.
 
-    python scripts/bench_engine.py              # ~1 minute
-    python scripts/bench_engine.py --quick      # smoke run, < 15 s
+Issue 12's figures (each side in its own process, gradcli and PyTorch runs
+interleaved, medians with their spread, ratios gradcli / PyTorch):
+
+5. backward of the three workloads above (``chain``, ``fanin``, ``mlp``) measured in
+   child processes, one per side and round, with one BLAS thread on both sides
+   (OPENBLAS/OMP/MKL_NUM_THREADS=1 in the child's environment and
+   ``torch.set_num_threads(1)``), and the MLP again with the default threads: never
+   PyTorch and NumPy BLAS threads busy in one process. The first backward of each
+   child (cold) is reported apart from the steady state (the later ones).
+6. e2e: ``gradcli run`` on 20,000-, 200,000- and 1,000,000-op chain JSON files
+   (``y = y*c + d``, 8 x float64): the whole process less the median of the same
+   process on a tiny graph, against PyTorch in a process that has imported torch
+   (untimed) timing json.load + build + forward + backward of the same file. Per-op
+   cost, and the scaling (per-op cost at the largest size / at 20,000).
+7. startup: ``gradcli run`` on a 2-op graph against ``python -c "import numpy"``,
+   with and without PYTHONDONTWRITEBYTECODE=1.
+8. memory: resident bytes per recorded node of a long chain (gradcli's autograd API
+   and PyTorch), and gradcli's GC-tracked objects per node.
+9. read: reading the chain files, gradcli's JSON and YAML readers against
+   ``json.loads`` and libyaml itself (its event stream; ``yaml.load`` with
+   CSafeLoader up to 200,000 ops).
+
+    python scripts/bench_engine.py              # several minutes (1,000,000-op files)
+    python scripts/bench_engine.py --quick      # smoke run: small sizes, few repeats
+    python scripts/bench_engine.py --only e2e --sizes 20000,200000 --rounds 5
     python scripts/bench_engine.py --only multidevice --repeat 21
-    python scripts/bench_engine.py --json out.json --repeat 21
+    python scripts/bench_engine.py --json out.json
 """
 from __future__ import annotations
 
@@ -53,10 +76,26 @@ import numpy as np
 from gradcli.autograd import Tensor, backward, set_multithreading_enabled
 import gradcli.ops as O
 
-try:
-    import torch
-except Exception:  # noqa: BLE001 - any failure means: no torch comparison
-    torch = None
+torch = None      # imported by the processes that time PyTorch (never by gradcli's)
+
+
+def _import_torch():
+    global torch
+    if torch is None:
+        try:
+            import torch as _torch
+        except Exception:  # noqa: BLE001 - any failure means: no torch comparison
+            return None
+        torch = _torch
+    return torch
+
+
+def torch_available():
+    """torch's version if ``import torch`` works, asked in a child (this process stays
+    torch-free), else None."""
+    proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 CHAIN_OPS = 20_000
 FANIN_BRANCHES = 10_000
@@ -65,7 +104,7 @@ MLP_LAYERS, MLP_WIDTH, MLP_BATCH = 4, 1024, 256
 MD_N, MD_LAYERS, MD_DTYPE = 448, 4, "float64"      # multidevice: [N,N] matmuls per branch
 MD_N_QUICK = 320
 MD_DEVICES = ("sim:0", "sim:1")
-BENCHES = ("chain", "fanin", "mlp", "multidevice")
+BENCHES = ("chain", "fanin", "mlp", "multidevice", "e2e", "startup", "memory", "read")
 _BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -548,10 +587,440 @@ def md_print(row):
     print("gradients: threads on == threads off == NumPy reference (allclose), every run")
 
 
+# -- issue 12: each side in its own process, interleaved ---------------------------------
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+E2E_SIZES = (20_000, 200_000, 1_000_000)
+E2E_SIZES_QUICK = (2_000, 20_000)
+MEMORY_NODES, MEMORY_NODES_QUICK = 1_000_000, 100_000
+
+
+def _child_env(blas_threads=None, extra=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if blas_threads is not None:
+        env.update({var: str(blas_threads) for var in _BLAS_ENV})
+    env.update(extra or {})
+    return env
+
+
+def _child(kind, cfg, env, timeout=3600):
+    """Run this script as a child doing ``kind``; returns the JSON it prints last."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind,
+                           "--child-config", json.dumps(cfg)], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_engine: child {kind} {cfg} failed with exit code "
+                         f"{proc.returncode}:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _stats(xs):
+    xs = sorted(xs)
+    return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "n": len(xs),
+            "all": xs}
+
+
+def _spread(st, scale=1.0, fmt="{:.3g}"):
+    return (fmt.format(st["median"] * scale) + " [" + fmt.format(st["min"] * scale) + "-"
+            + fmt.format(st["max"] * scale) + "]")
+
+
+def _interleaved(rounds, runners):
+    """Run ``runners`` (name -> callable) ``rounds`` times, rotating which goes first."""
+    out = {name: [] for name in runners}
+    names = list(runners)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            out[name].append(runners[name]())
+    return out
+
+
+# backward workloads ------------------------------------------------------------------------
+def child_backward(cfg):
+    """One side of one workload: the first backward apart, then ``iters`` more."""
+    side, bench, iters = cfg["side"], cfg["bench"], cfg["iters"]
+    if side == "torch":
+        th = _import_torch()
+        th.set_num_threads(cfg["threads"])
+        build = {"chain": th_chain, "fanin": th_fanin, "mlp": th_mlp}[bench]
+        run, count = th_backward(False), th_count_nodes(False)
+    else:
+        build = {"chain": gc_chain, "fanin": gc_fanin, "mlp": gc_mlp}[bench]
+        run, count = gc_backward(False), gc_count_nodes(False)
+    state = build()
+    gc.collect()
+    t0 = time.perf_counter()
+    run(state)
+    first = time.perf_counter() - t0
+    nodes = count(build())
+    times = []
+    for _ in range(iters):
+        state = None
+        state = build()
+        gc.collect()
+        t0 = time.perf_counter()
+        run(state)
+        times.append(time.perf_counter() - t0)
+    return {"first_s": first, "steady_s": times, "nodes": nodes}
+
+
+def bench_backward(which, rounds, iters, have_torch):
+    """chain, fanin, mlp: each side in its own child process, interleaved rounds."""
+    variants = [(name, 1) for name in which] + ([("mlp", None)] if "mlp" in which else [])
+    rows = []
+    for bench, blas in variants:
+        threads = blas or (os.cpu_count() or 1)
+        runners = {"gradcli": lambda b=bench, t=blas: _child(
+            "backward", {"side": "gradcli", "bench": b, "iters": iters}, _child_env(t))}
+        if have_torch:
+            runners["torch"] = lambda b=bench, t=blas, n=threads: _child(
+                "backward", {"side": "torch", "bench": b, "iters": iters, "threads": n},
+                _child_env(t))
+        res = _interleaved(rounds, runners)
+        row = {"bench": bench, "blas_threads": blas or "default", "rounds": rounds,
+               "iters": iters}
+        for side, runs in res.items():
+            row[side] = {"nodes": runs[0]["nodes"],
+                         "first": _stats([r["first_s"] for r in runs]),
+                         "steady": _stats([t for r in runs for t in r["steady_s"]])}
+        rows.append(row)
+        print(f"  done backward {bench} (BLAS threads {row['blas_threads']})", flush=True)
+    return rows
+
+
+def print_backward(rows):
+    print("\nbackward (each side in its own process; steady = median [min-max] over "
+          "rounds x iterations; first = the first backward of each process)")
+    hdr = (f"{'bench':6s} {'BLAS':>7s} {'nodes':>6s} {'unit':>8s} {'gradcli steady':>22s} "
+           f"{'torch steady':>22s} {'ratio':>6s} {'gradcli first':>14s} {'torch first':>12s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        g, t = row["gradcli"], row.get("torch")
+        if row["bench"] == "mlp":
+            unit, gs, ts = "ms", 1e3, 1e3
+        else:
+            unit, gs = "us/node", 1e6 / g["nodes"]
+            ts = 1e6 / t["nodes"] if t else 0
+        line = (f"{row['bench']:6s} {str(row['blas_threads']):>7s} {g['nodes']:6d} {unit:>8s} "
+                f"{_spread(g['steady'], gs):>22s} ")
+        if t:
+            row["ratio"] = (g["steady"]["median"] * gs) / (t["steady"]["median"] * ts)
+            line += f"{_spread(t['steady'], ts):>22s} {row['ratio']:5.2f}x "
+        else:
+            line += f"{'-':>22s} {'-':>6s} "
+        line += f"{g['first']['median'] * gs:14.3g} "
+        line += f"{t['first']['median'] * ts:12.3g}" if t else f"{'-':>12s}"
+        print(line)
+
+
+# end to end ----------------------------------------------------------------------------------
+def chain_document(n_ops):
+    """A graph file (as data) of ``n_ops`` ops: y = y*c + d repeated, then a sum."""
+    ops = []
+    y = "y0"
+    for i in range(n_ops // 2):
+        ops.append({"op": "mul", "inputs": [y, "c"], "output": f"m{i}"})
+        ops.append({"op": "add", "inputs": [f"m{i}", "d"], "output": f"y{i + 1}"})
+        y = f"y{i + 1}"
+    ops.append({"op": "sum", "inputs": [y], "output": "loss"})
+    return {"version": 1, "name": f"chain{n_ops}", "seed": 0,
+            "tensors": {"y0": {"shape": [VEC], "init": "normal", "requires_grad": True},
+                        "c": {"shape": [VEC], "init": {"dist": "full", "fill": 0.999}},
+                        "d": {"shape": [VEC], "init": {"dist": "full", "fill": 0.001}}},
+            "ops": ops, "backward": {"roots": ["loss"]}}
+
+
+def chain_yaml(doc):
+    """The same document as YAML, one flow mapping per op (as people write them)."""
+    lines = ["version: 1", f"name: {doc['name']}", "seed: 0", "tensors:"]
+    lines += [f"  {k}: {json.dumps(v)}" for k, v in doc["tensors"].items()]
+    lines.append("ops:")
+    lines += [f"  - {{op: {op['op']}, inputs: [{', '.join(op['inputs'])}], output: "
+              f"{op['output']}}}" for op in doc["ops"]]
+    lines.append("backward: {roots: [loss]}")
+    return "\n".join(lines) + "\n"
+
+
+def write_chain_files(folder, sizes):
+    files = {}
+    for n in sizes:
+        doc = chain_document(n)
+        js, ym = os.path.join(folder, f"chain{n}.json"), os.path.join(folder, f"chain{n}.yaml")
+        with open(js, "w") as f:
+            json.dump(doc, f, indent=1)
+        with open(ym, "w") as f:
+            f.write(chain_yaml(doc))
+        files[n] = (js, ym)
+    tiny = os.path.join(folder, "tiny.json")
+    with open(tiny, "w") as f:
+        json.dump(chain_document(2), f, indent=1)
+    return files, tiny
+
+
+def _wall(cmd, env):
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_engine: {' '.join(cmd)} failed ({proc.returncode}): "
+                         f"{proc.stderr[-1000:]}")
+    return wall
+
+
+def child_e2e_torch(cfg):
+    """PyTorch after ``import torch``: json.load, build, forward, backward of a chain file."""
+    th = _import_torch()
+    th.set_num_threads(cfg["threads"])
+    t0 = time.perf_counter()
+    with open(cfg["file"]) as f:
+        doc = json.load(f)
+    g = th.Generator().manual_seed(doc.get("seed", 0))
+    env = {}
+    for name, spec in doc["tensors"].items():
+        init = spec.get("init", "zeros")
+        if init == "normal":
+            t = th.randn(spec["shape"], dtype=th.float64, generator=g)
+        else:
+            t = th.full(spec["shape"], init["fill"], dtype=th.float64)
+        env[name] = t.requires_grad_(bool(spec.get("requires_grad")))
+    fns = {"mul": th.mul, "add": th.add, "sum": th.sum}
+    for op in doc["ops"]:
+        env[op["output"]] = fns[op["op"]](*(env[i] for i in op["inputs"]))
+    roots = [env[r] for r in doc["backward"]["roots"]]
+    th.autograd.backward(roots)
+    grads = {k: v.grad for k, v in env.items() if v.requires_grad and v.grad is not None}
+    total = time.perf_counter() - t0
+    assert set(grads) == {"y0"}
+    return {"s": total, "ops": len(doc["ops"])}
+
+
+def bench_e2e(files, tiny, rounds_for, have_torch):
+    gradcli_cmd = [sys.executable, "-m", "gradcli", "run"]
+    env = _child_env()
+    base = _interleaved(max(5, rounds_for(0)), {"tiny": lambda: _wall(gradcli_cmd + [tiny], env)})
+    startup = statistics.median(base["tiny"])
+    rows = []
+    for n, (js, _) in files.items():
+        runners = {"gradcli": lambda f=js: _wall(gradcli_cmd + [f], env) - startup}
+        if have_torch:
+            runners["torch"] = lambda f=js: _child(
+                "e2e_torch", {"file": f, "threads": os.cpu_count() or 1}, env)["s"]
+        res = _interleaved(rounds_for(n), runners)
+        row = {"ops": n + 1, "rounds": rounds_for(n), "gradcli": _stats(res["gradcli"]),
+               "gradcli_tiny_run_s": startup}
+        if have_torch:
+            row["torch"] = _stats(res["torch"])
+            row["ratio"] = row["gradcli"]["median"] / row["torch"]["median"]
+        rows.append(row)
+        print(f"  done e2e {n} ops", flush=True)
+    return rows
+
+
+def print_e2e(rows):
+    print("\ne2e: `gradcli run` on a chain JSON file, whole process less a tiny graph's run "
+          f"({rows[0]['gradcli_tiny_run_s'] * 1e3:.0f} ms), vs PyTorch after `import torch`: "
+          "json.load + build + forward + backward; s, median [min-max]")
+    hdr = (f"{'ops':>8s} {'gradcli s':>22s} {'us/op':>7s} {'torch s':>22s} {'us/op':>7s} "
+           f"{'ratio':>6s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        g = row["gradcli"]
+        line = f"{row['ops']:8d} {_spread(g):>22s} {g['median'] / row['ops'] * 1e6:7.1f} "
+        if "torch" in row:
+            t = row["torch"]
+            line += (f"{_spread(t):>22s} {t['median'] / row['ops'] * 1e6:7.1f} "
+                     f"{row['ratio']:5.2f}x")
+        print(line)
+    first, last = rows[0], rows[-1]
+    if last is not first:
+        for side in ("gradcli", "torch"):
+            if side in last:
+                k = (last[side]["median"] / last["ops"]) / (first[side]["median"] / first["ops"])
+                last[f"scaling_{side}"] = k
+                print(f"scaling {side}: per-op cost at {last['ops']} ops / at {first['ops']} ops "
+                      f"= {k:.2f}x")
+
+
+# start-up ----------------------------------------------------------------------------------
+def bench_startup(tiny, rounds):
+    rows = {}
+    for label, extra in (("default", {}), ("PYTHONDONTWRITEBYTECODE=1",
+                                           {"PYTHONDONTWRITEBYTECODE": "1"})):
+        env = _child_env(extra=extra)
+        res = _interleaved(rounds, {
+            "gradcli": lambda e=env: _wall([sys.executable, "-m", "gradcli", "run", tiny], e),
+            "numpy": lambda e=env: _wall([sys.executable, "-c", "import numpy"], e)})
+        rows[label] = {side: _stats(v) for side, v in res.items()}
+        rows[label]["ratio"] = rows[label]["gradcli"]["median"] / rows[label]["numpy"]["median"]
+    print("\nstartup: `gradcli run` on a 2-op graph vs `python -c \"import numpy\"`; ms, "
+          "median [min-max]")
+    for label, row in rows.items():
+        print(f"  {label:26s} gradcli {_spread(row['gradcli'], 1e3):>18s}  numpy "
+              f"{_spread(row['numpy'], 1e3):>18s}  ratio {row['ratio']:.2f}x")
+    return rows
+
+
+# memory per node ---------------------------------------------------------------------------
+def _rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_memory(cfg):
+    n = cfg["nodes"]
+    gc.collect()
+    if cfg["side"] == "torch":
+        th = _import_torch()
+        th.set_num_threads(1)
+        th_chain(4)
+        before = _rss()
+        state = th_chain(n)
+        after = _rss()
+        return {"bytes_per_node": (after - before) / n, "nodes": n}
+    gc_chain(4)
+    gc.collect()
+    objects = len(gc.get_objects())
+    before = _rss()
+    state = gc_chain(n)
+    after = _rss()
+    tracked = len(gc.get_objects()) - objects
+    del state
+    return {"bytes_per_node": (after - before) / n, "gc_objects_per_node": tracked / n,
+            "nodes": n}
+
+
+def bench_memory(nodes, rounds, have_torch):
+    runners = {"gradcli": lambda: _child("memory", {"side": "gradcli", "nodes": nodes},
+                                         _child_env(1))}
+    if have_torch:
+        runners["torch"] = lambda: _child("memory", {"side": "torch", "nodes": nodes},
+                                          _child_env(1))
+    res = _interleaved(rounds, runners)
+    out = {side: {"bytes_per_node": _stats([r["bytes_per_node"] for r in v])}
+           for side, v in res.items()}
+    out["gradcli"]["gc_objects_per_node"] = res["gradcli"][0]["gc_objects_per_node"]
+    out["nodes"] = nodes
+    print(f"\nmemory: resident bytes per recorded node, chain of {nodes} ops (autograd API, "
+          "graph alive), median [min-max]")
+    line = (f"  gradcli {_spread(out['gradcli']['bytes_per_node'], fmt='{:.0f}')} B/node, "
+            f"{out['gradcli']['gc_objects_per_node']:.1f} GC-tracked objects/node")
+    if have_torch:
+        out["ratio"] = (out["gradcli"]["bytes_per_node"]["median"]
+                        / out["torch"]["bytes_per_node"]["median"])
+        line += (f"; torch {_spread(out['torch']['bytes_per_node'], fmt='{:.0f}')} B/node; "
+                 f"ratio {out['ratio']:.2f}x")
+    print(line)
+    return out
+
+
+# reading -----------------------------------------------------------------------------------
+def child_read(cfg):
+    from gradcli.document import read_document
+    import yaml
+
+    path, what = cfg["file"], cfg["what"]
+    gc.collect()
+    t0 = time.perf_counter()
+    if what == "gradcli":
+        data = read_document(path).data
+    elif what == "json.loads":
+        with open(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    elif what == "libyaml events":
+        with open(path, "rb") as f:
+            loader = yaml.CSafeLoader(f.read().decode("utf-8"))
+        get, end = loader.get_event, yaml.StreamEndEvent
+        while type(get()) is not end:
+            pass
+        loader.dispose()
+        data = None
+    else:                                   # yaml.load(CSafeLoader)
+        with open(path, "rb") as f:
+            data = yaml.load(f.read().decode("utf-8"), Loader=yaml.CSafeLoader)
+    elapsed = time.perf_counter() - t0
+    if data is not None:
+        assert len(data["ops"]) == cfg["ops"]
+    return {"s": elapsed}
+
+
+def bench_read(files, rounds_for):
+    rows = []
+    for n, (js, ym) in files.items():
+        jobs = {"json gradcli": ("gradcli", js), "json.loads": ("json.loads", js),
+                "yaml gradcli": ("gradcli", ym), "libyaml events": ("libyaml events", ym)}
+        if n <= 200_000:
+            jobs["yaml.load CSafeLoader"] = ("yaml.load", ym)
+        runners = {k: (lambda w=w, f=f: _child("read", {"file": f, "what": w, "ops": n + 1},
+                                                _child_env(1))["s"])
+                   for k, (w, f) in jobs.items()}
+        res = _interleaved(rounds_for(n), runners)
+        row = {"ops": n + 1, "rounds": rounds_for(n), **{k: _stats(v) for k, v in res.items()}}
+        rows.append(row)
+        print(f"  done read {n} ops", flush=True)
+    print("\nread: graph files of a chain, s, median [min-max] (each read in a fresh process)")
+    cols = ["json gradcli", "json.loads", "yaml gradcli", "libyaml events",
+            "yaml.load CSafeLoader"]
+    print(f"{'ops':>8s} " + " ".join(f"{c:>22s}" for c in cols)
+          + f" {'yaml/json gradcli':>18s} {'events/json.loads':>18s}")
+    for row in rows:
+        line = f"{row['ops']:8d} " + " ".join(
+            f"{_spread(row[c]) if c in row else '-':>22s}" for c in cols)
+        row["yaml_over_json"] = row["yaml gradcli"]["median"] / row["json gradcli"]["median"]
+        row["libyaml_over_json_loads"] = (row["libyaml events"]["median"]
+                                          / row["json.loads"]["median"])
+        line += f" {row['yaml_over_json']:17.2f}x {row['libyaml_over_json_loads']:17.2f}x"
+        print(line)
+    return rows
+
+
+def main_processes(args, which, have_torch):
+    """Issue 12's benchmarks: every measurement in child processes (see the docstring)."""
+    import tempfile
+
+    quick = args.quick
+    rounds = args.rounds or (2 if quick else 5)
+    results = {}
+    t_start = time.perf_counter()
+    backward_which = [b for b in ("chain", "fanin", "mlp") if b in which]
+    if backward_which:
+        results["backward"] = bench_backward(backward_which, rounds, 1 if quick else 3,
+                                             have_torch)
+        print_backward(results["backward"])
+    need_files = [w for w in ("e2e", "read", "startup") if w in which]
+    if need_files or "memory" in which:
+        sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else (
+            E2E_SIZES_QUICK if quick else E2E_SIZES)
+
+        def rounds_for(n):
+            if args.rounds:
+                return args.rounds
+            return 2 if quick else (5 if n <= 20_000 else 3 if n <= 200_000 else 2)
+        with tempfile.TemporaryDirectory(prefix="gradcli-bench-") as folder:
+            files, tiny = write_chain_files(folder, sizes if need_files else ())
+            if "startup" in which:
+                results["startup"] = bench_startup(tiny, 5 if quick else 15)
+            if "e2e" in which:
+                results["e2e"] = bench_e2e(files, tiny, rounds_for, have_torch)
+                print_e2e(results["e2e"])
+            if "read" in which:
+                results["read"] = bench_read(files, rounds_for)
+    if "memory" in which:
+        nodes = args.memory_nodes or (MEMORY_NODES_QUICK if quick else MEMORY_NODES)
+        results["memory"] = bench_memory(nodes, 1 if quick else 3, have_torch)
+    print(f"\n(issue 12 benchmarks: {time.perf_counter() - t_start:.1f} s)")
+    return results
+
+
 # -- main ----------------------------------------------------------------------------
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: few repeats (< 15 s)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: few repeats, 2,000- and 20,000-op files, 100,000 nodes "
+                         "for memory")
     ap.add_argument("--repeat", type=int, default=None,
                     help="timed backwards per benchmark (default 15, 3 with --quick)")
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE")
@@ -571,13 +1040,33 @@ def main(argv=None):
                     default="auto",
                     help="how multidevice limits BLAS to 1 thread for variant (b) (default "
                          "auto: threadpoolctl, else OpenBLAS's setter, else a child process)")
-    ap.add_argument("--child", choices=("multidevice",), help=argparse.SUPPRESS)
+    ap.add_argument("--inprocess", action="store_true",
+                    help="the old mode for chain/fanin/mlp: gradcli and torch timed in this "
+                         "process (default: each side in its own child process)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="child processes per side and measurement (default 5 for "
+                         "backward, e2e and read at 20,000 ops, 3 at 200,000, 2 at 1,000,000; "
+                         "2 with --quick)")
+    ap.add_argument("--sizes", default=None,
+                    help="chain sizes (ops) for e2e and read, comma-separated "
+                         "(default 20000,200000,1000000; 2000,20000 with --quick)")
+    ap.add_argument("--memory-nodes", type=int, default=None,
+                    help="chain length for the memory figure (default 1,000,000; 100,000 "
+                         "with --quick)")
+    ap.add_argument("--child", choices=("multidevice", "backward", "e2e_torch", "memory", "read"),
+                    help=argparse.SUPPRESS)
     ap.add_argument("--child-config", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
+    if args.child == "multidevice":
         return md_child(json.loads(args.child_config))
+    if args.child:
+        fn = {"backward": child_backward, "e2e_torch": child_e2e_torch,
+              "memory": child_memory, "read": child_read}[args.child]
+        print(json.dumps(fn(json.loads(args.child_config))))
+        return 0
     repeat = args.repeat or (3 if args.quick else 15)
-    use_torch = torch is not None and not args.no_torch
+    use_torch = args.inprocess and not args.no_torch and _import_torch() is not None
+    torch_version = None if args.no_torch else torch_available()
     which = args.only or list(BENCHES)
 
     blas_name, blas_version, blas_threads = numpy_blas_info()
@@ -590,7 +1079,7 @@ def main(argv=None):
         "numpy": np.__version__,
         "numpy_blas": f"{blas_name} {blas_version}",
         "numpy_blas_threads": blas_threads,
-        "torch": torch.__version__ if torch is not None else None,
+        "torch": torch_version,
         "repeat": repeat,
         "mode": "retain_graph" if args.retain_graph else "fresh forward per backward",
         "gc_in_timed_region": not args.no_gc,
@@ -616,7 +1105,7 @@ def main(argv=None):
         gc.disable()
     try:
         for name in which:
-            if name == "multidevice":
+            if name not in benches or not args.inprocess:
                 continue
             gc_build, th_build, unit = benches[name]
             row = {"bench": name, "unit": unit}
@@ -634,7 +1123,7 @@ def main(argv=None):
                 row["torch_all_s"] = tts
             results.append(row)
             print(f"  done {name:6s} ({time.perf_counter() - t_start:5.1f} s)", flush=True)
-        floor = mlp_matmul_floor(repeat) if "mlp" in which else None
+        floor = mlp_matmul_floor(repeat) if "mlp" in which and args.inprocess else None
     finally:
         if args.no_gc:
             gc.enable()
@@ -650,29 +1139,32 @@ def main(argv=None):
             "variants": {"blas_as_is": a, "blas_1": b}})
         print(f"  done {'multidevice':6s} ({time.perf_counter() - t_start:5.1f} s)", flush=True)
 
-    # -- the table ----------------------------------------------------------------
-    print()
-    bw = max([7] + [len(row["bench"]) for row in results])     # 7 unless multidevice ran
-    hdr = f"{'bench':{bw}s} {'nodes':>7s} {'unit':>12s} {'gradcli':>10s}"
-    if use_torch:
-        hdr += f" {'torch':>10s} {'gradcli/torch':>14s}"
-    print(hdr)
-    print("-" * len(hdr))
-    for row in results:
-        scale = 1e3 if row["unit"] == "ms/backward" else 1e6 / row["nodes"]
-        row["gradcli"] = row["gradcli_s"] * scale
-        line = f"{row['bench']:{bw}s} {row['nodes']:7d} {row['unit']:>12s} {row['gradcli']:10.3f}"
-        if row["bench"] == "multidevice":
-            if use_torch:
-                line += f" {'-':>10s} {'-':>14s}"
-            line += (f"   threads on/off speedup: {row['speedup_blas_as_is']:.2f}x (BLAS as is),"
-                     f" {row['speedup_blas_1']:.2f}x (BLAS 1 thread)")
-        elif use_torch:
-            tscale = 1e3 if row["unit"] == "ms/backward" else 1e6 / row["torch_nodes"]
-            row["torch"] = row["torch_s"] * tscale
-            row["ratio"] = row["gradcli"] / row["torch"]
-            line += f" {row['torch']:10.3f} {row['ratio']:13.1f}x"
-        print(line)
+    processes = main_processes(args, which, torch_version is not None)
+
+    # -- the table of --inprocess and multidevice -------------------------------------------
+    if results:
+        print()
+        bw = max([7] + [len(row["bench"]) for row in results])     # 7 unless multidevice ran
+        hdr = f"{'bench':{bw}s} {'nodes':>7s} {'unit':>12s} {'gradcli':>10s}"
+        if use_torch:
+            hdr += f" {'torch':>10s} {'gradcli/torch':>14s}"
+        print(hdr)
+        print("-" * len(hdr))
+        for row in results:
+            scale = 1e3 if row["unit"] == "ms/backward" else 1e6 / row["nodes"]
+            row["gradcli"] = row["gradcli_s"] * scale
+            line = f"{row['bench']:{bw}s} {row['nodes']:7d} {row['unit']:>12s} {row['gradcli']:10.3f}"
+            if row["bench"] == "multidevice":
+                if use_torch:
+                    line += f" {'-':>10s} {'-':>14s}"
+                line += (f"   threads on/off speedup: {row['speedup_blas_as_is']:.2f}x (BLAS as is),"
+                         f" {row['speedup_blas_1']:.2f}x (BLAS 1 thread)")
+            elif use_torch:
+                tscale = 1e3 if row["unit"] == "ms/backward" else 1e6 / row["torch_nodes"]
+                row["torch"] = row["torch_s"] * tscale
+                row["ratio"] = row["gradcli"] / row["torch"]
+                line += f" {row['torch']:10.3f} {row['ratio']:13.1f}x"
+            print(line)
     if floor is not None:
         mlp = next(r for r in results if r["bench"] == "mlp")
         print()
@@ -691,7 +1183,7 @@ def main(argv=None):
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"env": env, "results": results}, f, indent=2)
+            json.dump({"env": env, "results": results, "processes": processes}, f, indent=2)
         print(f"wrote {args.json}")
     return 0
 

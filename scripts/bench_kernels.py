@@ -32,6 +32,7 @@ if __name__ == "__main__" and "--threads" in sys.argv[:-1]:
 import numpy as np  # noqa: E402
 
 from gradcli.ops import aten_kernels as K  # noqa: E402
+from gradcli.ops.aten.norm_attention import native_batch_norm_backward  # noqa: E402 - written with ops
 
 # (name, C_in, C_out, kernel, stride, padding, input H=W, count in resnet18)
 RESNET18_CONVS = [
@@ -118,8 +119,8 @@ def bn_fns(c, hw, dtype, torch):
     go = rng.standard_normal(x.shape).astype(dtype)
 
     def ours():
-        _, m, inv = K.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
-        K.native_batch_norm_backward(go, x, w, rm, rv, m, inv, True, 1e-5, [True] * 3)
+        out = K.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+        native_batch_norm_backward([go], out, x, w, b, rm, rv, True, 0.1, 1e-5, output_mask=[True] * 3)
 
     if torch is None:
         return ours, None

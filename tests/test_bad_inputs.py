@@ -4,6 +4,11 @@ The corpus is tests/bad_inputs/: one bad file per case, and expected.yaml
 saying what the error must contain (``match``: a substring, or a regex after
 ``re:``), on which line (``line``), with which load options (``options``),
 and whether it must fail fast (``fast``: alias bombs, deep nesting).
+
+"Fast" is checked with a margin that holds on a loaded 2-core machine: such a
+file is refused in about 0.05 s, and what the check must catch (expanding a
+billion-value alias bomb, recursing a million levels) takes minutes or does
+not end; memory is bounded separately (tracemalloc).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ CORPUS = Path(__file__).parent / "bad_inputs"
 EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
 NAMES = sorted(EXPECTED)
 FAST = [n for n in NAMES if EXPECTED[n].get("fast")]
+FAST_LIMIT_S = 20.0     # refusal takes ~0.05 s; see the module docstring
 
 
 def _cuda_present():
@@ -83,7 +89,7 @@ def test_api_raises_one_line_graph_error(name):
     elapsed = time.perf_counter() - start
     _check_message(name, str(info.value))
     if EXPECTED[name].get("fast"):
-        assert elapsed < 2.0, f"took {elapsed:.2f} s"
+        assert elapsed < FAST_LIMIT_S, f"took {elapsed:.2f} s"
 
 
 @pytest.mark.timeout(30)
@@ -114,7 +120,7 @@ def test_bombs_fail_fast_with_bounded_memory(name):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert elapsed < 2.0, f"took {elapsed:.2f} s"
+    assert elapsed < FAST_LIMIT_S, f"took {elapsed:.2f} s"
     assert peak < 32 * 2**20, f"peak memory {peak} bytes"
 
 
@@ -130,6 +136,47 @@ def test_tiny_budget_refuses_before_allocating():
         loads(text, max_tensor_bytes=799)
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_named_pipe_is_refused_without_blocking(tmp_path, command):
+    """A FIFO as the graph path is refused before it is opened for reading: opening
+    it would block until a writer comes (issue 11, item 4). Nobody writes here; if
+    the reader blocked, the test opens the FIFO for writing to release it, and fails."""
+    import os
+    import threading
+
+    fifo = tmp_path / "graph.yaml"
+    os.mkfifo(fifo)
+    outcome = {}
+
+    def attempt():
+        try:
+            gradcli.load(fifo)
+        except GraphError as exc:
+            outcome["error"] = str(exc)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome["other"] = exc
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)   # release the blocked reader
+        os.close(fd)
+        worker.join(10)
+        pytest.fail("loading a named pipe blocked")
+    assert outcome.get("error") == f"{fifo}: is a named pipe, not a regular file: graph " \
+                                   "files must be regular files", outcome
+    result = CliRunner().invoke(main, [command, str(fifo)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"gradcli: error: {outcome['error']}"]
+
+
+@pytest.mark.timeout(30)
+def test_device_file_is_refused():
+    with pytest.raises(GraphError, match=r"^/dev/null: is a device, not a regular file"):
+        gradcli.load("/dev/null")
+
+
 # -- property: mutated documents load and run, or fail with a GraphError ------------------------
 BASE = {
     "version": 1, "name": "base", "seed": 3,
@@ -141,7 +188,7 @@ BASE = {
         "y": {"value": [0, 1, 2, 1], "dtype": "int64"},
         "s": {"value": 2.0, "requires_grad": True},
         "F": {"file": "data_ok.npy"},
-        "Z": {"file": "data_ok.npz", "key": "a", "dtype": "float32"},
+        "Z": {"file": "data_ok.npz", "key": "a", "dtype": "float64"},
     },
     "ops": [
         {"op": "matmul", "inputs": ["x", "W"], "output": "h", "id": "fc"},

@@ -754,3 +754,13 @@ def test_graph_text_never_reaches_the_terminal_raw(tmp_path, name, op_id, messag
             text = message.strip()
             if text and "\n" not in text and "\r" not in text:
                 assert core.clean(text) in result.stderr
+
+
+def test_max_document_bytes_bounds_the_document_and_can_be_raised():
+    """The document's memory budget (spec "Size") is a flag: a small budget
+    refuses the file before it is parsed, naming the flag; the default reads it."""
+    result = cli("run", "graphs/mlp.yaml", "--max-document-bytes", "1000")
+    assert result.exit_code == 2
+    line = one_error_line(result.stderr)
+    assert "mlp.yaml" in line and "--max-document-bytes" in line
+    assert cli("run", "graphs/mlp.yaml", "--max-document-bytes", str(2**30)).exit_code == 0

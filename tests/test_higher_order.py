@@ -362,7 +362,7 @@ EXCLUDED = {
 
 def test_gradgrad_table_covers_every_op():
     """A new differentiable op must get a second-derivative line (or a reason)."""
-    missing = sorted(n for n, op in OPS.items()   # ATen ops: tests/test_aten_ops.py
+    missing = sorted(n for n, op in OPS.items()   # ATen ops: tests/test_aten_gradgrad.py
                      if op.fn is not None and op.public and not isinstance(op, AtenOp)
                      and n not in GRADGRAD and n not in EXCLUDED)
     assert not missing, f"ops without a gradgrad line: {missing}"

@@ -1,6 +1,6 @@
 """The package's imports read as layers with one-way arrows, and have no cycle.
 
-cli (with validate and stress, the command cores) -> (loader, graph,
+cli -> (validate, stress: the click-free command cores) -> (loader, graph,
 gradcheck, document, trace) -> ops -> autograd -> (devices, errors). Imports
 inside functions count: a lazy import is still a dependency. Read from the source with ``ast``, so the test
 sees every import, not only those a run happens to execute.
@@ -21,6 +21,7 @@ LAYERS = {
     "gradcli.errors": 0,
     "gradcli._version": 0,
     "gradcli.collector": 0,     # the cyclic collector paused (Note [Collector pauses])
+    "gradcli.dispatch": 0,     # Note [Core dispatch]: filled in from above at import
     "gradcli.autograd": 1,
     "gradcli.ops": 2,
     "gradcli.graph": 3,
@@ -30,9 +31,9 @@ LAYERS = {
     "gradcli.trace": 3,
     "gradcli.export": 3,        # PyTorch -> graph files (imports torch lazily)
     "gradcli.compare_torch": 3,  # graph files -> PyTorch
-    "gradcli.validate": 5,  # the CLI layer: how its modules call each other is
-    "gradcli.stress": 5,    # that layer's own design; arrows into it from below are not
-    "gradcli.cli": 5,
+    "gradcli.validate": 4,  # the command cores: click-free, below the CLI that prints them
+    "gradcli.stress": 4,
+    "gradcli.cli": 5,       # the CLI layer: how its modules call each other is its own design
     "gradcli.__main__": 6,
     "gradcli": 6,       # the package's lazy __getattr__ may reach anything
 }
@@ -162,3 +163,26 @@ def test_autograd_api_does_not_import_tensor():
 
 def test_errors_does_not_import_the_engine():
     assert import_graph()["gradcli.errors"] == set()
+
+
+def test_tensor_operators_work_whichever_module_is_imported_first():
+    """Issue 8: Tensor's operators are available once gradcli is imported, even when
+    the user imports only gradcli.autograd; `import gradcli` alone loads no ops."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "import gradcli\n"
+            "light = 'gradcli.ops' not in sys.modules\n"
+            "from gradcli.autograd import Tensor\n"
+            "a = Tensor(np.array([1.0, 2.0]), requires_grad=True)\n"
+            "y = (a * a + 1.0).sum()\n"
+            "y.backward()\n"
+            "from gradcli.autograd.tensor import OPERATORS\n"
+            "stand_ins = [n for n in OPERATORS if getattr(getattr(Tensor, n), 'stand_in', False)]\n"
+            "print(light, y.grad_fn.name, a.grad.tolist(), stand_ins)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(None, 2)[:2] == ["True", "SumBackward0"], proc.stdout
+    assert "[2.0, 4.0] []" in proc.stdout     # gradients right; every stand-in replaced

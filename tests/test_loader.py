@@ -88,11 +88,12 @@ def test_symlink_out_of_the_folder_is_refused(tmp_path):
         gradcli.load(path)
 
 
-def test_custom_op_with_allow_code_says_not_supported_yet():
+def test_custom_op_needs_allow_code_then_its_module():
     text = SMALL.replace("- {op: sum,", "- {op: custom, function: 'm:F', inputs: [h], outputs: [h2]}\n  - {op: sum,")
     with pytest.raises(GraphError, match="refused without --allow-code"):
         loads(text)
-    with pytest.raises(GraphError, match="not supported by this version of gradcli yet"):
+    with pytest.raises(GraphError, match=r"ops\[1\] \(custom\): cannot find 'm:F': no module "
+                                         r"named 'm' \(looked in the graph's folder or sys.path\)"):
         loads(text, allow_code=True)
 
 
@@ -211,18 +212,56 @@ def test_readers_agree_with_json_and_pyyaml(data, indent):
     assert parse_yaml(text).data == yaml.safe_load(text)
 
 
+def _json_duplicate_key(text):
+    """The first duplicate key of a JSON text json.loads accepts, or None."""
+    found = []
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        found.extend(k for i, k in enumerate(keys) if k in keys[:i])
+        return dict(items)
+    json.loads(text, object_pairs_hook=pairs)
+    return found[0] if found else None
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet='[]{}:,"0123 -.eE+tru\\efalsnNIaiy\n', max_size=24))
 def test_json_reader_accepts_and_refuses_what_json_does(text):
+    """Parity with json.loads, with the one difference encoded: the reader refuses
+    duplicate keys (json.loads keeps the last value). Nesting is within MAX_DEPTH
+    and no lone-surrogate escape can be written with this alphabet."""
     try:
         expected, valid = json.loads(text), True
     except (ValueError, RecursionError):
         valid = False
+    duplicate = _json_duplicate_key(text) if valid else None
     try:
         got, ok = parse_json(text).data, True
     except GraphError as exc:
         assert "\n" not in str(exc)
         ok = False
-    assert ok == valid
+        if duplicate is not None:
+            assert "duplicate key" in str(exc), str(exc)
+    assert ok == (valid and duplicate is None)
     if ok:
         assert repr(got) == repr(expected)
+
+
+def test_json_duplicate_keys_are_refused_where_json_loads_keeps_the_last():
+    text = '{"a": {"b": 1,\n "b": 2}}'
+    assert json.loads(text) == {"a": {"b": 2}}
+    with pytest.raises(GraphError, match=r"^f:2: duplicate key 'b'$"):
+        parse_json(text, "f")
+
+
+@pytest.mark.parametrize("op", ["aten.native_dropout.default", "aten.bernoulli.default",
+                                "aten.dropout.default"])
+def test_random_aten_ops_are_refused_at_load(op):
+    """Issue 10 item 2: graph files hold no random op (the exporter folds dropout
+    masks into constants); one that names one is refused at load, naming it."""
+    text = ("version: 1\ntensors:\n  x: {shape: [4], init: normal, requires_grad: true}\n"
+            f"ops:\n  - {{op: {op}, inputs: [x], output: y}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+    with pytest.raises(GraphError) as info:
+        loads(text, name="random")
+    assert f"unknown op '{op}'" in str(info.value) and ":5:" in str(info.value)

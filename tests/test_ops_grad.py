@@ -31,7 +31,7 @@ RTOL = 1e-3
 
 # Ops declared for the loader to build (no forward of their own): the test
 # module that covers each.
-DECLARED = {"checkpoint": "test_checkpoint.py", "custom": "test_loader.py"}
+DECLARED = {"checkpoint": "test_checkpoint.py", "custom": "test_custom_op.py", "grad": "test_grad_op.py"}
 
 
 # -- helpers ------------------------------------------------------------------------
@@ -662,7 +662,7 @@ def test_raw_vjp_float32_dtype(op_name, arrays, args, wrt):
     check_raw_vjp_shapes(op_name, arrays, args, wrt)
 
 
-# -- known deviations from PyTorch (strict xfails: they flip to failures once fixed) ----------
+# -- edge cases once wrong, now as PyTorch (regression tests) --------------------------------
 def test_pow_zero_to_zero_base_gradient_is_zero():
     with np.errstate(all="ignore"):
         gx, gy = _grads("pow", [[0.0, 0.0, 2.0], [0.0, 2.0, 0.0]])

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..devices import device_of, to_host
-from . import dispatch
+from .. import dispatch
 from .node import AccumulateGrad, differentiable_accumulate
 from .state import STATE
 
@@ -117,4 +117,26 @@ class Tensor:
         return Tensor(self.data, False, self.name)
 
 
+# Tensor's operators are ops, installed on the class by gradcli.ops. Until the
+# op library is loaded, each is a stand-in that loads it and calls the real
+# one, so `a * b` works whichever gradcli module was imported first
+# (Note [Core dispatch]).
+OPERATORS = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+             "__truediv__", "__rtruediv__", "__pow__", "__matmul__", "__neg__", "sum", "mean")
+
+
+def _stand_in(name):
+    def operator(self, *args, **kwargs):
+        dispatch.load_ops()
+        real = getattr(Tensor, name)
+        if real is operator:
+            raise TypeError(f"the op library did not install Tensor.{name}")
+        return real(self, *args, **kwargs)
+    operator.__name__ = operator.__qualname__ = name
+    operator.stand_in = True
+    return operator
+
+
+for _name in OPERATORS:
+    setattr(Tensor, _name, _stand_in(_name))
 dispatch.register_tensor(Tensor)   # Note [Core dispatch]

@@ -53,15 +53,25 @@ def to_json(reports):
               help="Run every node on the calling thread (no device threads).")
 @click.option("--detect-anomaly", is_flag=True, help="Fail on the first node that returns NaN.")
 @click.option("--check-inf", is_flag=True, help="With --detect-anomaly, also fail on Inf.")
+@click.option("--against", type=click.Choice(["torch"]), default=None,
+              help="Replay GRAPHS in PyTorch (the gradcli[torch] extra) and show its gradients "
+                   "and node order beside gradcli's, the first difference highlighted.")
 @core.load_options
 def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_order, repeat,
-             no_multithreading, detect_anomaly, check_inf, load: core.LoadOptions):
+             no_multithreading, detect_anomaly, check_inf, against, load: core.LoadOptions):
     """Check GRAPHS against the format, run them and compare with their `expect`.
+
+    With --against torch, compare them with PyTorch instead (tolerances: the file's
+    expect rtol/atol, else rtol 1e-7, atol 0).
 
     Exit status: 0 when every check holds, 1 when a check fails, 2 for invalid input.
     """
     from ..validate import Options, validate_file
 
+    if against == "torch":
+        if junit_file:
+            core.fail("--junit is not available with --against torch", EXIT_INVALID)
+        raise core.CliExit(against_torch(graphs, fmt, load, not no_multithreading))
     core.check_writable("--junit", junit_file)
     opts = Options(numeric=numeric or fast, fast=fast, eps=eps, atol=atol, rtol=rtol,
                    check_order=check_order, repeat=repeat, detect_anomaly=detect_anomaly,
@@ -79,6 +89,84 @@ def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_orde
     if junit_file:
         core.write_junit(junit_file, "gradcli validate", junit_suites(reports))
     raise core.CliExit(exit_code(reports))
+
+
+# -- --against torch ---------------------------------------------------------------------------
+def against_torch(graphs, fmt, load: core.LoadOptions, multithreading) -> int:
+    """Run each graph in gradcli and replay it in PyTorch (``gradcli.compare_torch``);
+    print both side by side. Returns the exit code: 1 when any graph differs."""
+    try:
+        import torch  # noqa: F401 - only to tell a missing extra apart
+    except ImportError as exc:
+        core.fail(f"validate --against torch needs PyTorch, which is not installed ({exc}); "
+                  "install the extra: pip install 'gradcli[torch]'", EXIT_INVALID)
+    from ..compare_torch import compare, replay
+    from ..devices import to_host
+    from ..errors import GraphError
+
+    docs, code = [], EXIT_OK
+    for path in graphs:
+        graph = load.load_or_exit(path)
+        # the leaves as loaded (random inits included), before a forward updates any in place
+        leaves = {name: leaf.make(leaf.shape) for name, leaf in graph.leaves.items()}
+        result = core.run_graph(graph, inputs=None, retain_graph=False, repeat=1,
+                                multithreading=multithreading)
+        try:
+            theirs = replay(path, leaves=leaves)
+        except GraphError as exc:
+            core.fail(str(exc), EXIT_INVALID)
+        expect = graph.expect
+        tol = dict(rtol=expect.rtol, atol=expect.atol) if expect else dict(rtol=1e-7, atol=0.0)
+        grads = {n: to_host(g) for n, g in result.grads.items() if g is not None}
+        cmp = compare(grads, [r.node for r in result.order], theirs, **tol)
+        if not cmp.ok:
+            code = EXIT_CHECK_FAILED
+        if fmt == "json":
+            docs.append(comparison_json(path, cmp, tol))
+        else:
+            print_comparison(path, result.graph, cmp, tol)
+    if fmt == "json":
+        click.echo(core.dumps(docs[0] if len(docs) == 1 else docs))
+    return code
+
+
+def comparison_json(path, cmp, tol):
+    return {"path": str(path), "status": "pass" if cmp.ok else "fail", **tol,
+            "grads": [{"tensor": n, "status": "pass" if st == "ok" else "fail", "max_abs_err": err,
+                       "detail": detail} for n, st, err, detail in cmp.grad_rows],
+            "order": [{"index": i, "gradcli": g, "torch": t, "same": same}
+                      for i, g, t, same in cmp.order_rows],
+            "first_difference": cmp.first_difference}
+
+
+def print_comparison(path, name, cmp, tol):
+    from rich.text import Text
+
+    rows, styles = [], {}
+    for i, (n, st, err, detail) in enumerate(cmp.grad_rows):
+        rows.append([n, "pass" if st == "ok" else "DIFF", _num(err), detail])
+        styles[i] = {"status": _STYLES["pass" if st == "ok" else "fail"]}
+    core.print_table(f"{name} ({path}): gradients, gradcli vs torch",
+                     ["tensor", "status", core.Column("max abs diff", "right"),
+                      core.Column("detail", fold=True)], rows, styles=styles)
+    rows, styles = [], {}
+    first = next((i for i, *_, same in cmp.order_rows if not same), None)
+    for i, g, t, same in cmp.order_rows:
+        rows.append([str(i), g or "(ended)", t or "(ended)", "" if same else "differs"])
+        if not same:
+            styles[i] = {c: "bold red" if i == first else "red"
+                         for c in ("#", "gradcli", "torch", "")}
+    core.print_table(f"{name}: backward node order, gradcli vs torch", [
+        core.Column("#", "right"), "gradcli", "torch", ""], rows, styles=styles)
+    out = core.console()
+    if cmp.ok:
+        out.print(Text(core.clean_line(f"{path}: SAME AS TORCH: {len(cmp.grad_rows)} gradients "
+                                       f"within rtol={tol['rtol']:g}, atol={tol['atol']:g}, "
+                                       f"{len(cmp.order_rows)} nodes in the same order"),
+                       style="green"), soft_wrap=True)
+    else:
+        out.print(Text(core.clean_line(f"{path}: DIFFERS FROM TORCH: first difference: "
+                                       f"{cmp.first_difference}"), style="bold red"), soft_wrap=True)
 
 
 # -- output ----------------------------------------------------------------------------------

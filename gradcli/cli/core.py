@@ -387,6 +387,8 @@ class LoadOptions:
     allow_code: bool = False
     allow_outside_paths: bool = False
     max_tensor_bytes: int | None = None
+    max_document_bytes: int | None = None
+    max_graph_bytes: int | None = None
 
     def load(self, path):
         """``gradcli.loader.load`` with these options (GraphError propagates)."""
@@ -398,7 +400,9 @@ class LoadOptions:
 
             return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
                                allow_outside_paths=self.allow_outside_paths,
-                               max_tensor_bytes=self.max_tensor_bytes)
+                               max_tensor_bytes=self.max_tensor_bytes,
+                               max_document_bytes=self.max_document_bytes,
+                               max_graph_bytes=self.max_graph_bytes)
 
     def load_or_exit(self, path):
         """Load ``path``; an invalid file is one error line and exit 2."""
@@ -481,20 +485,29 @@ def load_options(fn):
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, device_map, allow_code, allow_outside_paths, max_tensor_bytes, **kwargs):
+    def wrapper(*args, device_map, allow_code, allow_outside_paths, max_tensor_bytes,
+                max_document_bytes, max_graph_bytes, **kwargs):
         return fn(*args, load=LoadOptions(device_map, allow_code, allow_outside_paths,
-                                          max_tensor_bytes), **kwargs)
+                                          max_tensor_bytes, max_document_bytes, max_graph_bytes),
+                  **kwargs)
 
     wrapper = click.option("--device-map", callback=_device_map, default="", metavar="SRC=DST",
                            help="Remap device types, e.g. cuda=sim to run CUDA graphs on "
                                 "simulated devices.")(wrapper)
     wrapper = click.option("--allow-code", is_flag=True,
-                           help="Allow `custom` ops to run user code (not supported yet: such "
-                                "graphs are refused).")(wrapper)
+                           help="Allow `custom` ops to run user code (imported from the graph's "
+                                "folder, then sys.path); without it such graphs are refused "
+                                "before anything is imported.")(wrapper)
     wrapper = click.option("--allow-outside-paths", is_flag=True,
                            help="Allow `file:` paths outside the graph file's folder.")(wrapper)
     wrapper = click.option("--max-tensor-bytes", type=click.IntRange(min=1), default=None,
                            help="Refuse tensors larger than this (default: a quarter of RAM).")(wrapper)
+    wrapper = click.option("--max-document-bytes", type=click.IntRange(min=1), default=None,
+                           help="Memory the parsed graph document may take (default 4 GiB; "
+                                "a million-op graph needs about 2 GiB).")(wrapper)
+    wrapper = click.option("--max-graph-bytes", type=click.IntRange(min=1), default=None,
+                           help="Refuse graphs whose tensors add up to more than this "
+                                "(default: half of RAM).")(wrapper)
     return wrapper
 
 

@@ -3,10 +3,12 @@ from ..autograd.tensor import Tensor
 from . import library as _library
 from .core import OPS, Arg, Op, OpBackward, ShapeMismatch, declare, defvjp, primitive
 from . import aten as _aten  # noqa: F401,E402 - registers the aten.* ops
+from . import custom as _custom  # noqa: F401,E402 - registers custom (user code)
+from . import higher as _higher  # noqa: F401,E402 - registers grad
 from .library import *  # noqa: F401,F403 - the ops as functions: add, mul, matmul, ...
 from .library import BackwardFailure
 from .reentrant import reenter  # noqa: F401 - registers reenter
-from ..autograd import dispatch as _dispatch
+from .. import dispatch as _dispatch
 
 # The ops a create_graph backward records with inside the core (Note [Core dispatch]).
 _dispatch.register_ops(clone=_library.clone, unbroadcast=_library.unbroadcast,

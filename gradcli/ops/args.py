@@ -1,6 +1,8 @@
 """Checkers for op attributes in graph files: each returns the value or raises ValueError."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
@@ -96,6 +98,16 @@ def index_string(v):
     return parse_index(v)
 
 
+_INT_RE = re.compile(r"[+-]?[0-9]{1,18}")     # ASCII digits only (int() also takes '١' and '1_0')
+
+
+def _index_int(field):
+    field = field.strip()
+    if not _INT_RE.fullmatch(field):
+        raise ValueError(field)
+    return int(field)
+
+
 def parse_index(text):
     parts = []
     for raw in text.split(","):
@@ -109,7 +121,7 @@ def parse_index(text):
             if len(fields) > 3:
                 raise ValueError(f"bad slice {item!r} in index {text!r}")
             try:
-                nums = [int(f) if f.strip() else None for f in fields]
+                nums = [_index_int(f) if f.strip() else None for f in fields]
             except ValueError:
                 raise ValueError(f"bad slice {item!r} in index {text!r}") from None
             if len(nums) == 3 and nums[2] == 0:
@@ -117,7 +129,7 @@ def parse_index(text):
             parts.append(slice(*nums))
         else:
             try:
-                parts.append(int(item))
+                parts.append(_index_int(item))
             except ValueError:
                 raise ValueError(f"bad index item {item!r} in index {text!r} (basic indexing "
                                  "only: ints, slices, ..., None)") from None

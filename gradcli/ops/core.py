@@ -34,12 +34,16 @@ _NO_ARGS = {}           # the args of a node recorded without any (shared, never
 class Arg:
     """One attribute of an op in a graph file: its default and how to check it."""
 
-    __slots__ = ("default", "check", "doc")
+    __slots__ = ("default", "check", "doc", "names_tensor")
 
-    def __init__(self, default=_NO_ARG, check=None, doc=""):
+    def __init__(self, default=_NO_ARG, check=None, doc="", names_tensor=False):
         self.default = default
         self.check = check           # fn(value) -> value, raising ValueError
         self.doc = doc
+        # The value is the name of a tensor of the graph (``grad``'s grad_outputs):
+        # the loader checks it is defined above the op and passes that tensor as
+        # one more input, after the listed ones (the arg keeps the name).
+        self.names_tensor = names_tensor
 
     @property
     def required(self):
@@ -65,17 +69,30 @@ class Op:
     - ``dtype_arg``: the arg that names the output dtype (``cast``), if any;
     - ``has_body``: built by the loader from a body of ops (``checkpoint``);
     - ``needs_code``: runs user code, refused without allow_code (``custom``);
-    - ``supported``: False for ops of the format this version cannot run yet.
+    - ``supported``: False for ops of the format this version cannot run yet;
+    - ``view``: its outputs are views of (or are) its first input: they allocate
+      nothing (the loader's whole-graph memory budget counts them as free; the
+      ops that read them allocate their own results in full);
+    - ``backward_ms(args)``: the most milliseconds one call of its backward may
+      spend waiting on purpose (``delay``), or None: the loader bounds the sum
+      over a file (Note [Time bounds] in loader.py).
+    - ``for_entry(entry, site)``: the op that runs one entry of a graph file (itself,
+      or an op made for that entry: ``custom`` resolves its user code there);
+    - ``runs_backward``: its forward runs a backward of the graph recorded so far
+      (``grad``): gradcheck replays such a graph on Tensors, and validate also
+      checks its second derivatives.
     """
 
     __slots__ = ("name", "fn", "vjps", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
-                 "dtype_arg", "has_body", "needs_code", "supported")
+                 "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms",
+                 "entry_binder")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
                  infer=None, public=True, moves_device=False, dtype_arg=None, has_body=False,
-                 needs_code=False, supported=True):
+                 needs_code=False, supported=True, view=False, backward_ms=None,
+                 entry_binder=None):
         self.name = name
         self.fn = fn
         self.vjps = None
@@ -101,6 +118,15 @@ class Op:
         self.has_body = has_body
         self.needs_code = needs_code
         self.supported = supported
+        self.view = view
+        self.backward_ms = backward_ms    # fn(args) -> ms, or None
+        self.entry_binder = entry_binder  # fn(op, entry, site) -> Op, or None
+
+    runs_backward = False
+
+    def for_entry(self, entry, site):
+        """The op that runs this entry of a graph file (``site``: an ``ops.site.EntrySite``)."""
+        return self if self.entry_binder is None else self.entry_binder(self, entry, site)
 
     def __call__(self, *inputs, **args):
         if self.fn is None:
@@ -150,6 +176,13 @@ class Op:
         return [(tuple(int(s) for s in shape), dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
                 for shape, dtype in outs]
 
+    def worst_backward_ms(self, args):
+        """The most milliseconds one call of the backward may wait on purpose (0 for
+        ops that do not wait)."""
+        if self.backward_ms is None:
+            return 0
+        return self.backward_ms({**self.defaults(), **args})
+
     def __repr__(self):
         return f"<op {self.name}>"
 
@@ -157,7 +190,7 @@ class Op:
 def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output=False, *,
               check=None, outputs=None, broadcasts=False, infer=None, public=True,
               moves_device=False, dtype_arg=None, has_body=False, needs_code=False,
-              supported=True, doc=None):
+              supported=True, doc=None, view=False, backward_ms=None):
     """Register ``fn(*arrays, **args)`` as the forward of op ``name``, with its contract
     (the keyword-only arguments; see ``Op``). ``infer`` defaults to the elementwise rule
     when ``broadcasts`` is true; ``doc`` to the first line of ``fn``'s docstring."""
@@ -165,7 +198,8 @@ def primitive(name, node_name=None, saves=True, arity=1, args=None, multi_output
         op = Op(name, fn, node_name, saves, arity, args, multi_output, check=check,
                 outputs=outputs, broadcasts=broadcasts, infer=infer, public=public,
                 moves_device=moves_device, dtype_arg=dtype_arg, has_body=has_body,
-                needs_code=needs_code, supported=supported, doc=doc)
+                needs_code=needs_code, supported=supported, doc=doc, view=view,
+                backward_ms=backward_ms)
         OPS[name] = op
         return op
     return decorate

@@ -340,13 +340,13 @@ def _extreme_name(prefix):
 
 @primitive("max", _extreme_name("Max"), args=AXIS, infer=S.REDUCTION)
 def max_(x, axis=None, keepdims=False):
-    """maximum over axis; the gradient is shared evenly among ties"""
+    """maximum over axis; with an int axis the first maximum of each slice takes the gradient (torch.max(dim)), else ties share it evenly (amax)"""
     return np.max(x, axis=axis, keepdims=keepdims)
 
 
 @primitive("min", _extreme_name("Min"), args=AXIS, infer=S.REDUCTION)
 def min_(x, axis=None, keepdims=False):
-    """minimum over axis; the gradient is shared evenly among ties"""
+    """minimum over axis; with an int axis the first minimum of each slice takes the gradient (torch.min(dim)), else ties share it evenly (amin)"""
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
@@ -399,7 +399,7 @@ defvjp(reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape))
 
 
 @primitive("transpose", "PermuteBackward0", saves=False, args={"axes": Arg(None, A.axes_or_none)},
-           infer=S.VIEW)
+           infer=S.VIEW, view=True)
 def transpose(x, axes=None):
     """permute axes (reverse them by default)"""
     return np.transpose(x, axes)
@@ -416,7 +416,7 @@ defvjp(transpose, _transpose_vjp)
 
 
 @primitive("expand", "ExpandBackward0", saves=False, args={"shape": Arg(check=A.shape)},
-           infer=S.VIEW)
+           infer=S.VIEW, view=True)
 def expand(x, shape):
     """broadcast to shape (a view); -1 keeps that axis's size, as in PyTorch"""
     lead = len(shape) - x.ndim
@@ -432,14 +432,14 @@ defvjp(expand, lambda g, ans, x, shape: unbroadcast(g, x.shape))
 
 
 @primitive("squeeze", lambda d, a: "SqueezeBackward0" if a.get("axis") is None else "SqueezeBackward1",
-           saves=False, args={"axis": Arg(None, A.axis_or_none)}, infer=S.VIEW)
+           saves=False, args={"axis": Arg(None, A.axis_or_none)}, infer=S.VIEW, view=True)
 def squeeze(x, axis=None):
     """drop size-1 axes"""
     return np.squeeze(x, axis=axis)
 
 
 @primitive("unsqueeze", "UnsqueezeBackward0", saves=False, args={"axis": Arg(check=A.int_axis)},
-           infer=S.VIEW)
+           infer=S.VIEW, view=True)
 def unsqueeze(x, axis):
     """insert a size-1 axis"""
     return np.expand_dims(x, axis)
@@ -532,7 +532,7 @@ def _split_infer(shapes, dtypes, sections=None, indices=None, axis=0):
 
 @primitive("split", lambda d, a: "SplitWithSizesBackward0" if a.get("indices") is not None else "SplitBackward0",
            saves=False, multi_output=True, check=_split_check, outputs=_split_outputs,
-           infer=_split_infer,
+           infer=_split_infer, view=True,
            args={"sections": Arg(None, lambda v: v if v is None else A.positive_int(v)),
                  "indices": Arg(None, lambda v: v if v is None else A.int_list(v)),
                  "axis": Arg(0, A.int_axis)})
@@ -545,7 +545,7 @@ defvjp(split, lambda gs, ans, x, sections=None, indices=None, axis=0: concat(*gs
 
 
 @primitive("slice", "SliceBackward0", saves=False, args={"index": Arg(check=A.index_string)},
-           infer=S.VIEW)
+           infer=S.VIEW, view=True)
 def slice_(x, index):
     """basic indexing with a NumPy index string such as "1:3, ::2" """
     return x[index]
@@ -793,7 +793,14 @@ def _delay_ms(v):
     return v
 
 
-@primitive("delay", "DelayBackward0", saves=False, infer=S.same,
+def _delay_check(args):
+    if args["ms"] + args["jitter_ms"] > MAX_DELAY_MS:
+        raise ValueError(f"ms + jitter_ms must be at most {MAX_DELAY_MS} milliseconds, got "
+                         f"{args['ms']!r} + {args['jitter_ms']!r}")
+
+
+@primitive("delay", "DelayBackward0", saves=False, infer=S.same, view=True, check=_delay_check,
+           backward_ms=lambda args: args["ms"] + args["jitter_ms"],
            args={"ms": Arg(0, _delay_ms), "jitter_ms": Arg(0, _delay_ms),
                  "seed": Arg(None, lambda v: v if v is None else A.positive_int(v))})
 def delay(x, ms=0, jitter_ms=0, seed=None):
@@ -817,7 +824,7 @@ def _delay_vjp(g, ans, x, ms=0, jitter_ms=0, seed=None):
 defvjp(delay, _delay_vjp)
 
 
-@primitive("fail", "FailBackward0", saves=False, infer=S.same,
+@primitive("fail", "FailBackward0", saves=False, infer=S.same, view=True,
            args={"message": Arg("backward failed on purpose", A.string)})
 def fail(x, message="backward failed on purpose"):
     """identity; its backward raises an error with message"""
@@ -831,7 +838,7 @@ def _fail_vjp(g, ans, x, message="backward failed on purpose"):
 defvjp(fail, _fail_vjp)
 
 
-@primitive("nan", "NanBackward0", saves=False, infer=S.same)
+@primitive("nan", "NanBackward0", saves=False, infer=S.same, view=True)
 def nan(x):
     """identity; its backward returns NaN (for anomaly mode)"""
     return x
@@ -844,6 +851,4 @@ defvjp(nan, lambda g, ans, x: mul(g, np.full((), np.nan, g.dtype)))
 declare("checkpoint", "run body (a list of ops) without keeping its activations; the backward "
         "re-runs it and calls the engine from inside the node (a reentrant backward)",
         node_name="CheckpointFunctionBackward", arity=(1, None), multi_output=True, has_body=True)
-declare("custom", "run user code: a class with forward and backward, as torch.autograd.Function "
-        "(needs --allow-code; not supported by this version yet)",
-        arity=(0, None), multi_output=True, needs_code=True, supported=False)
+# ``custom`` (user code) is declared in ops/custom.py.

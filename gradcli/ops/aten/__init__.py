@@ -1,9 +1,11 @@
 """PyTorch's ATen ops (``aten.NAME.OVERLOAD``), one table entry per overload.
 
 ``registry`` turns entries into ops registered in ``OPS``; the entries live in
-``pointwise``, ``shape`` and ``nn``.
+``pointwise``, ``shape``, ``nn``, ``conv_pool`` and ``norm_attention``; ``meta`` holds
+their shape rules (what the loader infers without computing).
 """
 from . import conv_pool, nn, norm_attention, pointwise, shape  # noqa: F401 - registers the entries
+from . import meta  # noqa: F401 - their shape rules (after the entries)
 from .registry import ATEN_OPS, AtenOp
 
 __all__ = ["ATEN_OPS", "AtenOp"]

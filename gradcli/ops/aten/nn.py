@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import aten_kernels as K
 from .. import library as L
-from .pointwise import array_module, as_dtype, scalar
+from ..library import _numel, _value
+from .pointwise import as_dtype, div_scalar, masked_fill, mul_scalar, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
-from .shape import _dim, t, transpose
+from .shape import _dim, t, transpose, view
 
 
 # -- reductions -----------------------------------------------------------------------
@@ -50,7 +52,7 @@ def _mean_vjp(g, ans, self, dim, keepdim=False, dtype=None):
     n = 1
     for a in axes:
         n *= shape[a]
-    return L.div(L.expand_reduced(g, shape, axes, keepdim), scalar(n, g))
+    return div_scalar(L.expand_reduced(g, shape, axes, keepdim), other=n)
 
 
 defvjp(mean_dim, _mean_vjp)
@@ -120,7 +122,7 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
 # self: maybe_multiply(grad, beta.conj()) (summed to self's shape by the engine)
 # mat1: mm_mat1_backward(grad, mat2, ..., alpha); mat2: mm_mat2_backward(grad, mat1, ..., alpha)
 def _scaled(x, alpha):
-    return x if alpha == 1 else L.mul(x, alpha)
+    return x if alpha == 1 else mul_scalar(x, other=alpha)
 
 
 defvjp(addmm,
@@ -138,78 +140,71 @@ def _softmax_dtype(self, half_to_float):
     return self.dtype
 
 
-def _softmax_raw(x, dim):
-    m = np.max(x, axis=dim, keepdims=True)
-    e = np.exp(x - m)
-    return e / np.sum(e, axis=dim, keepdims=True)
-
-
 @aten("_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", "SoftmaxBackward0")
 def softmax(self, dim, half_to_float):
     x = cast(self, _softmax_dtype(self, half_to_float))
-    return _softmax_raw(x, _dim(dim, x.ndim)) if x.ndim else np.ones_like(x)
+    return K._softmax(x, _dim(dim, x.ndim)) if x.ndim else np.ones_like(x)
+
+
+def _input_dtype(input_dtype):
+    return np.dtype(getattr(input_dtype, "name", input_dtype))
 
 
 @aten("_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor",
       "SoftmaxBackwardDataBackward0")
 def softmax_backward_data(grad_output, output, dim, input_dtype):
-    return _softmax_bwd(grad_output, output, dim, input_dtype)
-
-
-def _softmax_bwd(g, y, dim, input_dtype):
-    # grad_input = output * (grad - (grad * output).sum(dim, keepdim=True)), in input_dtype
-    d = _dim(dim, len(y.shape))
-    out = L.mul(y, L.sub(g, L.sum_(L.mul(g, y), axis=d, keepdims=True)))
-    return out if out.dtype == np.dtype(input_dtype) else L.cast(out, dtype=np.dtype(input_dtype).name)
+    return K._softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
 
 
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
-defvjp(softmax, lambda g, ans, self, dim, half_to_float: _softmax_bwd(g, ans, dim, self.dtype))
+defvjp(softmax, lambda g, ans, self, dim, half_to_float: softmax_backward_data(
+    g, ans, dim=dim, input_dtype=self.dtype))
+
+
+def _sum_keep(x, dim):
+    return L.sum_(x, axis=_dim(dim, len(x.shape)), keepdims=True)
+
+
 # grad_output: _softmax_backward_data(grad, output, dim, input_dtype) (it is linear in grad_output)
 # output: softmax_double_backward(grad, grad_output, dim, output)
 #   = grad * grad_output - grad * sum(grad_output * output) - grad_output * sum(grad * output)
 defvjp(softmax_backward_data,
-       lambda gg, ans, go, y, dim, input_dtype: _softmax_bwd(gg, y, dim, input_dtype),
+       lambda gg, ans, go, y, dim, input_dtype: softmax_backward_data(gg, y, dim=dim, input_dtype=input_dtype),
        lambda gg, ans, go, y, dim, input_dtype: L.sub(
-           L.mul(gg, go), L.add(L.mul(gg, L.sum_(L.mul(go, y), axis=_dim(dim, len(y.shape)), keepdims=True)),
-                                L.mul(go, L.sum_(L.mul(gg, y), axis=_dim(dim, len(y.shape)), keepdims=True)))))
+           L.mul(gg, go), L.add(L.mul(gg, _sum_keep(L.mul(go, y), dim)), L.mul(go, _sum_keep(L.mul(gg, y), dim)))))
 
 
 @aten("_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", "SafeSoftmaxBackward0")
 def safe_softmax(self, dim, dtype=None):
     x = cast(self, np.dtype(dtype)) if dtype is not None else self
-    if x.ndim == 0:
-        return np.ones_like(x)
-    d = _dim(dim, x.ndim)
-    with np.errstate(invalid="ignore"):           # -inf - -inf in the rows zeroed below
-        out = _softmax_raw(x, d)
-    fully_masked = np.all(x == -np.inf, axis=d, keepdims=True)   # rows of -inf give 0, not NaN
-    return np.where(fully_masked, np.zeros((), out.dtype), out)
+    return K._safe_softmax(x, _dim(dim, x.ndim)) if x.ndim else np.ones_like(x)
 
 
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
-defvjp(safe_softmax, lambda g, ans, self, dim, dtype=None: _softmax_bwd(g, ans, dim, self.dtype))
+defvjp(safe_softmax, lambda g, ans, self, dim, dtype=None: softmax_backward_data(
+    g, ans, dim=dim, input_dtype=self.dtype))
 
 
 @aten("_log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor", "LogSoftmaxBackward0")
 def log_softmax(self, dim, half_to_float):
     x = cast(self, _softmax_dtype(self, half_to_float))
-    if x.ndim == 0:
-        return np.zeros_like(x)
-    d = _dim(dim, x.ndim)
-    shifted = x - np.max(x, axis=d, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=d, keepdims=True))
+    return K._log_softmax(x, _dim(dim, x.ndim)) if x.ndim else np.zeros_like(x)
 
 
-def _log_softmax_bwd(g, y, dim, input_dtype):
-    # grad_input = grad - exp(output) * grad.sum(dim, keepdim=True)
-    d = _dim(dim, len(y.shape))
-    out = L.sub(g, L.mul(L.exp(y), L.sum_(g, axis=d, keepdims=True)))
-    return out if out.dtype == np.dtype(input_dtype) else L.cast(out, dtype=np.dtype(input_dtype).name)
+@aten("_log_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor",
+      "LogSoftmaxBackwardDataBackward0")
+def log_softmax_backward_data(grad_output, output, dim, input_dtype):
+    return K._log_softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
 
 
 # self: _log_softmax_backward_data(grad, result, dim, self.scalar_type())
-defvjp(log_softmax, lambda g, ans, self, dim, half_to_float: _log_softmax_bwd(g, ans, dim, self.dtype))
+defvjp(log_softmax, lambda g, ans, self, dim, half_to_float: log_softmax_backward_data(
+    g, ans, dim=dim, input_dtype=self.dtype))
+# grad_output: grad - (grad * output.exp()).sum(dim, true)
+# output: -grad_output.sum(dim, true) * output.exp() * grad
+defvjp(log_softmax_backward_data,
+       lambda gg, ans, go, y, dim, input_dtype: L.sub(gg, _sum_keep(L.mul(gg, L.exp(y)), dim)),
+       lambda gg, ans, go, y, dim, input_dtype: L.mul(L.mul(L.neg(_sum_keep(go, dim)), L.exp(y)), gg))
 
 
 # -- embedding ----------------------------------------------------------------------------
@@ -221,28 +216,10 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     return np.take(weight, indices, axis=0)
 
 
-def _index_add_rows(out, idx, rows):
-    if type(out).__module__.startswith("cupy"):
-        import cupyx
-
-        cupyx.scatter_add(out, idx, rows)
-    else:
-        np.add.at(out, idx, rows)
-
-
 @aten("embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, "
       "bool scale_grad_by_freq) -> Tensor", "EmbeddingDenseBackwardBackward0")
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    d = grad_output.shape[-1]
-    idx = indices.reshape(-1)
-    rows = grad_output.reshape(-1, d)
-    keep = idx != padding_idx
-    if scale_grad_by_freq:
-        counts = array_module(idx).bincount(idx, minlength=num_weights)
-        rows = rows / counts[idx][:, None].astype(rows.dtype)
-    out = np.zeros_like(grad_output, shape=(num_weights, d))
-    _index_add_rows(out, idx[keep], rows[keep])
-    return out
+    return K.embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
 
 
 # weight: embedding_backward(grad, indices, weight.sym_size(0), padding_idx, scale_grad_by_freq, sparse)
@@ -254,11 +231,14 @@ defvjp(embedding,
 
 
 def _embedding_double_backward(gg, ans, go, indices, num_weights, padding_idx, scale_grad_by_freq):
-    # embedding_dense_double_backward(grad, indices, padding_idx): gather rows, padding rows zero.
+    # embedding_dense_double_backward(grad, indices, padding_idx): the rows of grad at the indices
+    # (index_select, here embedding), padding rows zero (masked_fill), viewed as indices + (-1,).
     # PyTorch ignores scale_grad_by_freq here (so it is not this op's exact derivative then).
-    out = embedding(gg, indices)
-    mask = (indices == padding_idx)[..., None]
-    return L.where(mask, scalar(0, gg), out)
+    idx = _value(indices).reshape(-1)
+    rows = embedding(gg, idx)
+    if padding_idx >= 0:
+        rows = masked_fill(rows, (idx == padding_idx)[:, None], value=0)
+    return view(rows, size=list(_value(indices).shape) + [-1])
 
 
 defvjp(embedding_dense_backward, _embedding_double_backward, None)
@@ -268,67 +248,31 @@ defvjp(embedding_dense_backward, _embedding_double_backward, None)
 @aten("nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) "
       "-> (Tensor output, Tensor total_weight)", "NllLossBackward0", differentiable_outputs=(True, False))
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
-    w = _nll_weights(self, target, weight, ignore_index)
-    picked = _nll_pick(self, target, ignore_index)
-    losses = -(w * picked)
-    total = np.sum(w)
-    if reduction == 0:
-        return losses, as_dtype(np.zeros_like(total), self.dtype)
-    out = np.sum(losses)
-    if reduction == 1:
-        out = out / total
-    return as_dtype(out, self.dtype), as_dtype(total, self.dtype)
-
-
-def _nll_check(self, target):
-    if self.ndim not in (1, 2) or target.ndim != self.ndim - 1 or (
-            self.ndim == 2 and target.shape[0] != self.shape[0]):
-        raise ValueError(f"nll_loss_forward: expected input [N, C] or [C] and target [N] or [], got "
-                         f"{list(self.shape)} and {list(target.shape)}")
     if target.dtype.kind not in "iu":
         raise TypeError(f"nll_loss_forward: target must be an integer tensor, got {target.dtype}")
+    return K.nll_loss_forward(self, target, None if weight is None else cast(weight, self.dtype),
+                              reduction, ignore_index)
 
 
-def _nll_weights(self, target, weight, ignore_index):
-    """Each sample's class weight, 0 where the target is ignore_index."""
-    _nll_check(self, target)
-    n_class = self.shape[-1]
-    ignored = target == ignore_index
-    bad = (~ignored) & ((target < 0) | (target >= n_class))
-    if np.any(bad):
-        raise IndexError(f"nll_loss_forward: target {int(target[bad].reshape(-1)[0])} is out of bounds "
-                         f"for {n_class} classes")
-    safe = np.where(ignored, 0, target)
-    w = np.ones_like(target, dtype=self.dtype) if weight is None else np.take(cast(weight, self.dtype), safe)
-    return np.where(ignored, np.zeros((), self.dtype), w)
+@aten("nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, int reduction, "
+      "SymInt ignore_index, Tensor total_weight) -> Tensor", "NllLossBackwardBackward0")
+def nll_loss_backward(grad_output, self, target, weight, total_weight, reduction, ignore_index):
+    return K.nll_loss_backward(grad_output, self, target, None if weight is None else cast(weight, self.dtype),
+                               reduction, ignore_index, total_weight)
 
 
-def _nll_pick(self, target, ignore_index):
-    safe = np.where(target == ignore_index, 0, target)
-    if self.ndim == 1:
-        return self[safe]
-    return np.take_along_axis(self, safe[:, None].astype(np.int64), axis=1)[:, 0]
-
-
-def _nll_vjp(gs, ans, self, target, weight, reduction, ignore_index):
-    # nll_loss_backward(grad, self, target, weight, reduction, ignore_index, total_weight):
-    # -weight[target] (/ total_weight for mean) at each sample's target class, times grad
-    g, total = gs[0], ans[1]
-    w = _nll_weights(self, target, weight, ignore_index)
-    if reduction == 1:
-        w = w / total
-    coef = np.zeros_like(self)
-    safe = np.where(target == ignore_index, 0, target)
-    if self.ndim == 1:
-        coef[safe] = -w
-    else:
-        np.put_along_axis(coef, safe[:, None].astype(np.int64), -w[:, None], axis=1)
-    if reduction == 0 and self.ndim == 2:
-        g = L.reshape(g, shape=(self.shape[0], 1))
-    return L.mul(g, coef)
-
-
-defvjp(nll_loss_forward, _nll_vjp, None, None)
+# self: nll_loss_backward(grad, self, target, weight, reduction, ignore_index, total_weight)
+defvjp(nll_loss_forward,
+       lambda gs, ans, self, target, weight, reduction, ignore_index: nll_loss_backward(
+           gs[0], self, target, weight, ans[1], reduction=reduction, ignore_index=ignore_index),
+       None, None)
+# grad_output: nll_loss(grad, target, weight, reduction, ignore_index); self: zeros_like(grad);
+# target, weight, total_weight: not differentiable
+defvjp(nll_loss_backward,
+       lambda gg, ans, go, self, target, weight, total_weight, reduction, ignore_index: nll_loss_forward(
+           gg, target, weight, reduction=reduction, ignore_index=ignore_index)[0],
+       lambda gg, ans, go, self, target, weight, total_weight, reduction, ignore_index: zeros(self.shape, gg),
+       None, None, None)
 
 
 @aten("mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor", "MseLossBackward0")
@@ -340,14 +284,41 @@ def mse_loss(self, target, reduction=1):
     return as_dtype(np.mean(sq) if reduction == 1 else np.sum(sq), dt)
 
 
-def _mse_vjp(first):
-    def vjp(g, ans, self, target, reduction=1):
-        # mse_loss_backward(grad, a, b, reduction) = norm * (a - b) * grad, norm 2 (/ numel for mean)
-        a, b = (self, target) if first else (target, self)
-        diff = L.sub(a, b)
-        norm = 2.0 / max(diff.size, 1) if reduction == 1 else 2.0
-        return L.unbroadcast(L.mul(L.mul(diff, scalar(norm, diff)), g), a.shape)
+def _mse_norm(self, target, reduction):
+    n = _numel(np.broadcast_shapes(tuple(self.shape), tuple(target.shape)))
+    return 2.0 / max(n, 1) if reduction == 1 else 2.0
+
+
+@aten("mse_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction) -> Tensor",
+      "MseLossBackwardBackward0")
+def mse_loss_backward(grad_output, self, target, reduction):
+    # norm * (self - target) * grad, norm 2 (/ numel for mean)
+    dt = result_type(self, target)
+    diff = np.subtract(cast(self, dt), cast(target, dt))
+    return as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt)
+
+
+# self: mse_loss_backward(grad, self, target, reduction); target: mse_loss_backward(grad, target, self, reduction)
+defvjp(mse_loss,
+       lambda g, ans, self, target, reduction=1: L.unbroadcast(
+           mse_loss_backward(g, self, target, reduction=reduction), tuple(self.shape)),
+       lambda g, ans, self, target, reduction=1: L.unbroadcast(
+           mse_loss_backward(g, target, self, reduction=reduction), tuple(target.shape)))
+
+
+def _mse_double(sign):
+    # self / target: mse_loss_double_backward(grad * grad_output, self, reduction) = +-norm * grad * grad_output
+    def vjp(gg, ans, go, self, target, reduction):
+        x = self if sign > 0 else target
+        out = L.mul(L.mul(gg, go), scalar(sign * _mse_norm(self, target, reduction), _value(gg)))
+        return L.unbroadcast(out, tuple(x.shape))
     return vjp
 
 
-defvjp(mse_loss, _mse_vjp(True), _mse_vjp(False))
+# grad_output: mse_loss_double_backward_grad_output(grad, grad_output, self, target, reduction):
+#   norm * (self - target) * grad, summed to grad_output's shape
+defvjp(mse_loss_backward,
+       lambda gg, ans, go, self, target, reduction: L.unbroadcast(
+           L.mul(L.mul(L.sub(self, target), scalar(_mse_norm(self, target, reduction), _value(gg))), gg),
+           tuple(go.shape)),
+       _mse_double(1), _mse_double(-1))

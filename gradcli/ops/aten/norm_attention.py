@@ -1,235 +1,131 @@
-"""ATen batch norm, layer norm and CPU flash attention: entries and their NumPy kernels.
-
-As in ``conv_pool``, each kernel is named after the ATen function it stands
-for and takes its arguments; the arithmetic follows the CPU kernels' order of
-operations where that changes the last bits (``x * alpha + beta`` with
-per-channel ``alpha = invstd * weight``, and so on).
+"""ATen batch norm, layer norm and CPU flash attention entries. The forwards are
+``gradcli.ops.aten_kernels`` (tested against ``torch.ops.aten`` on their own); the
+norm backwards are written with ops (Note [normalisation backward with ops]).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .pointwise import array_module, as_dtype
+from .. import aten_kernels as K
+from .. import library as L
+from ...autograd.tensor import Tensor
+from ..library import _value
+from .pointwise import scalar
 from .registry import aten, defvjp_joint
 
 
 # -- batch norm ------------------------------------------------------------------------
-def _channel_shape(x):
-    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
-
-
-def _reduce_axes(x):
-    return (0,) + tuple(range(2, x.ndim))
-
-
-def _batch_norm_stats(x, eps):
-    axes = _reduce_axes(x)
-    mean = np.mean(x, axis=axes)
-    var = np.mean(np.square(x - mean.reshape(_channel_shape(x))), axis=axes)
-    return mean, var, 1 / np.sqrt(var + eps)
-
-
-def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    """(output, save_mean, save_invstd); in training the running statistics are updated in place."""
-    x = input
-    if x.ndim < 2:
-        raise ValueError(f"batch_norm: expected an input with at least 2 dims, got {list(x.shape)}")
-    c = x.shape[1]
-    if training:
-        n = x.size // c
-        if n <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
-                             f"{list(x.shape)}")
-        mean, var, invstd = _batch_norm_stats(x, eps)
-        if running_mean is not None:
-            running_mean[...] = momentum * mean + (1 - momentum) * running_mean
-        if running_var is not None:
-            running_var[...] = momentum * var * (n / (n - 1)) + (1 - momentum) * running_var
-        save_mean, save_invstd = mean, invstd
-    else:
-        if running_mean is None or running_var is None:
-            raise ValueError("batch_norm: running_mean and running_var are required when not training")
-        mean, invstd = running_mean, 1 / np.sqrt(running_var + eps)
-        save_mean = save_invstd = np.zeros_like(x, shape=(0,))
-    alpha = invstd if weight is None else invstd * weight
-    beta = -mean * alpha if bias is None else bias - mean * alpha
-    shape = _channel_shape(x)
-    out = x * alpha.reshape(shape) + beta.reshape(shape)
-    return (as_dtype(out, x.dtype), as_dtype(save_mean, x.dtype), as_dtype(save_invstd, x.dtype))
-
-
-def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
-                               train, eps, output_mask):
-    x = input
-    shape, axes = _channel_shape(x), _reduce_axes(x)
-    if train:
-        mean, invstd = save_mean, save_invstd
-    else:
-        mean, invstd = running_mean, 1 / np.sqrt(running_var + eps)
-    centered = x - mean.reshape(shape)
-    total = np.sum(grad_out, axis=axes)
-    dotp = np.sum(centered * grad_out, axis=axes)
-    w = np.ones_like(invstd) if weight is None else weight
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        if train:
-            n = x.size // x.shape[1]
-            k = (dotp * invstd * invstd / n).reshape(shape)
-            grad_input = (grad_out - (total / n).reshape(shape) - centered * k) * (invstd * w).reshape(shape)
-        else:
-            grad_input = grad_out * (invstd * w).reshape(shape)
-        grad_input = as_dtype(grad_input, x.dtype)
-    if output_mask[1]:
-        grad_weight = dotp * invstd
-    if output_mask[2]:
-        grad_bias = total
-    return grad_input, grad_weight, grad_bias
-
-
 @aten("native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
       "bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)", "NativeBatchNormBackward0",
       differentiable_outputs=(True, False, False))
 def native_batch_norm_op(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return K.native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
-def _batch_norm_vjp(gs, ans, input, weight, bias, running_mean, running_var, training, momentum, eps,
-                    output_mask):
+# Note [normalisation backward with ops]: the batch- and layer-norm backwards are
+# written with ops, so that under create_graph they record themselves; one formula
+# serves every order. The statistics (mean, invstd) are functions of the input: when
+# the input is a Tensor that requires grad (create_graph) they are recomputed from it
+# with ops, so the second derivative sees them vary (PyTorch's batchnorm_double_backward
+# / layer_norm_double_backward); otherwise they are constants of this backward and the
+# forward's saved ones are used (save_mean/save_invstd, mean/rstd: the same values).
+def _normalised(x, axes, eps, saved_mean, saved_invstd, keep_shape):
+    """(xhat, invstd) of ``x`` over ``axes`` (biased variance), in ``keep_shape``."""
+    if not (type(x) is Tensor and x.requires_grad):
+        mu = np.reshape(_value(saved_mean), keep_shape)
+        invstd = np.reshape(_value(saved_invstd), keep_shape)
+        return L.mul(L.sub(x, mu), invstd), invstd
+    mu = L.mean(x, axis=axes, keepdims=True)
+    xc = L.sub(x, mu)
+    var = L.mean(L.mul(xc, xc), axis=axes, keepdims=True)
+    invstd = L.div(scalar(1, _value(x)), L.sqrt(L.add(var, scalar(eps, _value(x)))))
+    return L.mul(xc, invstd), invstd
+
+
+def _centred_grad(gx, xhat, invstd, axes):
+    # invstd * (gx - mean(gx) - xhat * mean(gx * xhat)): the gradient through the batch statistics
+    return L.mul(invstd, L.sub(L.sub(gx, L.mean(gx, axis=axes, keepdims=True)),
+                               L.mul(xhat, L.mean(L.mul(gx, xhat), axis=axes, keepdims=True))))
+
+
+def native_batch_norm_backward(gs, ans, input, weight, bias, running_mean, running_var, training, momentum, eps,
+                               output_mask):
+    """The VJP of ``native_batch_norm``: (grad_input, grad_weight, grad_bias, None, None), None
+    where ``output_mask`` is false or the parameter is absent; arrays or recording Tensors."""
     # input, weight, bias: "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean,
     #   running_var, result1, result2, training, eps, grad_input_mask) : ..."
-    mask = [output_mask[0], output_mask[1] and weight is not None, output_mask[2] and bias is not None]
-    return native_batch_norm_backward(gs[0], input, weight, running_mean, running_var, ans[1], ans[2],
-                                      training, eps, mask) + (None, None)
+    g = gs[0]
+    if len(input.shape) < 2:
+        raise ValueError(f"native_batch_norm: expected an input with at least 2 dims, got {list(input.shape)}")
+    axes = (0,) + tuple(range(2, len(input.shape)))
+    channel = (1, input.shape[1]) + (1,) * (len(input.shape) - 2)
+    if training:
+        xhat, invstd = _normalised(input, axes, eps, ans[1], ans[2], channel)
+    else:           # the running statistics are constants
+        raw = _value(input)
+        invstd = np.reshape(1.0 / np.sqrt(running_var + eps), channel).astype(raw.dtype, copy=False)
+        xhat = L.mul(L.sub(input, np.reshape(running_mean, channel).astype(raw.dtype, copy=False)), invstd)
+    gi = gw = gb = None
+    if output_mask[0]:
+        gx = g if weight is None else L.mul(g, L.reshape(weight, shape=channel))
+        gi = _centred_grad(gx, xhat, invstd, axes) if training else L.mul(gx, invstd)
+    if output_mask[1] and weight is not None:
+        gw = L.sum_(L.mul(g, xhat), axis=axes)
+    if output_mask[2] and bias is not None:
+        gb = L.sum_(g, axis=axes)
+    return gi, gw, gb, None, None
 
 
-defvjp_joint(native_batch_norm_op, _batch_norm_vjp, (True, True, True, False, False))
+defvjp_joint(native_batch_norm_op, native_batch_norm_backward, (True, True, True, False, False))
 
 
 # -- layer norm --------------------------------------------------------------------------
-def _layer_norm_axes(x, normalized_shape):
-    k = len(normalized_shape)
-    if tuple(x.shape[x.ndim - k:]) != tuple(normalized_shape) or k == 0:
-        raise ValueError(f"layer_norm: normalized_shape {list(normalized_shape)} does not match the end of "
-                         f"input shape {list(x.shape)}")
-    return tuple(range(x.ndim - k, x.ndim))
-
-
-def native_layer_norm(input, normalized_shape, weight, bias, eps):
-    x = input
-    axes = _layer_norm_axes(x, normalized_shape)
-    mean = np.mean(x, axis=axes, keepdims=True)
-    var = np.mean(np.square(x - mean), axis=axes, keepdims=True)
-    rstd = 1 / np.sqrt(var + eps)
-    out = (x - mean) * rstd
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return as_dtype(out, x.dtype), as_dtype(mean, x.dtype), as_dtype(rstd, x.dtype)
-
-
-def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    x = input
-    axes = _layer_norm_axes(x, normalized_shape)
-    n = int(np.prod(normalized_shape))
-    x_hat = (x - mean) * rstd
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        gw = grad_out if weight is None else grad_out * weight
-        ds = np.sum(gw * x, axis=axes, keepdims=True)
-        db = np.sum(gw, axis=axes, keepdims=True)
-        b = (db * mean - ds) * rstd ** 3 / n
-        c = -b * mean - db * rstd / n
-        grad_input = as_dtype(rstd * gw + b * x + c, x.dtype)
-    batch = tuple(range(x.ndim - len(axes)))
-    if output_mask[1]:
-        grad_weight = np.sum(grad_out * x_hat, axis=batch)
-    if output_mask[2]:
-        grad_bias = np.sum(grad_out, axis=batch)
-    return grad_input, grad_weight, grad_bias
-
-
 @aten("native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) "
       "-> (Tensor, Tensor, Tensor)", "NativeLayerNormBackward0", differentiable_outputs=(True, False, False))
 def native_layer_norm_op(input, weight, bias, normalized_shape, eps):
-    return native_layer_norm(input, normalized_shape, weight, bias, eps)
+    return K.native_layer_norm(input, normalized_shape, weight, bias, eps)
 
 
-def _layer_norm_vjp(gs, ans, input, weight, bias, normalized_shape, eps, output_mask):
+def native_layer_norm_backward(gs, ans, input, weight, bias, normalized_shape, eps, output_mask):
+    """The VJP of ``native_layer_norm``: (grad_input, grad_weight, grad_bias), None where
+    ``output_mask`` is false or the parameter is absent; arrays or recording Tensors."""
     # input, weight, bias: "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape,
     #   result1, result2, weight, bias, grad_input_mask) : ..."
-    mask = [output_mask[0], output_mask[1] and weight is not None, output_mask[2] and bias is not None]
-    return native_layer_norm_backward(gs[0], input, normalized_shape, ans[1], ans[2], weight, bias, mask)
+    g = gs[0]
+    start = len(input.shape) - len(normalized_shape)
+    axes = tuple(range(start, len(input.shape)))
+    batch = tuple(range(start))
+    xhat, rstd = _normalised(input, axes, eps, ans[1], ans[2], tuple(input.shape[:start]) + (1,) * len(axes))
+    gi = gw = gb = None
+    if output_mask[0]:
+        gi = _centred_grad(g if weight is None else L.mul(g, weight), xhat, rstd, axes)
+    if output_mask[1] and weight is not None:
+        gw = L.sum_(L.mul(g, xhat), axis=batch) if batch else L.mul(g, xhat)
+    if output_mask[2] and bias is not None:
+        gb = L.sum_(g, axis=batch) if batch else g
+    return gi, gw, gb
 
 
-defvjp_joint(native_layer_norm_op, _layer_norm_vjp, (True, True, True))
+defvjp_joint(native_layer_norm_op, native_layer_norm_backward, (True, True, True))
 
 
 # -- attention ----------------------------------------------------------------------------
-def _attention_scores(query, key, is_causal, attn_mask, scale):
-    if scale is None:
-        scale = 1 / math.sqrt(query.shape[-1])
-    s = np.matmul(query, np.swapaxes(key, -1, -2)) * scale
-    if is_causal:
-        lq, lk = s.shape[-2:]
-        s = np.where(array_module(s).tril(array_module(s).ones((lq, lk), bool)), s, -np.inf)
-    if attn_mask is not None:
-        s = s + attn_mask
-    return s, scale
-
-
-def _check_attention(query, key, value, dropout_p, attn_mask):
-    if dropout_p != 0:
-        raise ValueError("_scaled_dot_product_flash_attention_for_cpu: dropout_p must be 0 (random dropout "
-                         "cannot be replayed; export the model in eval mode or with dropout disabled)")
-    if not (query.shape[-1] == key.shape[-1] == value.shape[-1]):
-        raise ValueError("scaled_dot_product_attention_flash_attention: Q/K/V should have the same head size")
-    if attn_mask is not None and attn_mask.dtype != query.dtype:
-        raise ValueError("scaled_dot_product_attention_flash_attention: Attention mask is the same data "
-                         "type as query")
-
-
-def scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask, scale):
-    """(output, logsumexp): softmax(q k^T * scale + mask) v; a fully masked row gives 0 (and logsumexp 0)."""
-    _check_attention(query, key, value, dropout_p, attn_mask)
-    s, _ = _attention_scores(query, key, is_causal, attn_mask, scale)
-    m = np.max(s, axis=-1, keepdims=True)
-    dead = m == -np.inf
-    m = np.where(dead, 0, m)
-    e = np.exp(s - m)
-    total = np.sum(e, axis=-1, keepdims=True)
-    p = np.where(dead, 0, e / np.where(dead, 1, total))
-    lse = np.where(dead, 0, np.log(np.where(dead, 1, total)) + m)[..., 0]
-    return as_dtype(np.matmul(p, value), query.dtype), as_dtype(lse, query.dtype)
-
-
-def scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p,
-                                                        is_causal, attn_mask, scale):
-    s, scale = _attention_scores(query, key, is_causal, attn_mask, scale)
-    p = np.exp(s - logsumexp[..., None])
-    grad_value = np.matmul(np.swapaxes(p, -1, -2), grad_out)
-    dp = np.matmul(grad_out, np.swapaxes(value, -1, -2))
-    ds = p * (dp - np.sum(grad_out * out, axis=-1, keepdims=True))
-    grad_query = np.matmul(ds, key) * scale
-    grad_key = np.matmul(np.swapaxes(ds, -1, -2), query) * scale
-    return grad_query, grad_key, grad_value
-
-
 @aten("_scaled_dot_product_flash_attention_for_cpu(Tensor query, Tensor key, Tensor value, float dropout_p=0., "
       "bool is_causal=False, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, Tensor logsumexp)",
       "ScaledDotProductFlashAttentionForCpuBackward0", differentiable_outputs=(True, False))
 def flash_attention_for_cpu(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-    return scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask, scale)
+    return K._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal,
+                                                          attn_mask=attn_mask, scale=scale)
 
 
 def _attention_vjp(gs, ans, query, key, value, attn_mask, dropout_p=0.0, is_causal=False, scale=None,
                    output_mask=None):
     # query, key, value: _scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value,
     #   output, logsumexp, dropout_p, is_causal, attn_mask, scale); attn_mask: not differentiable
-    return scaled_dot_product_flash_attention_for_cpu_backward(
-        gs[0], query, key, value, ans[0], ans[1], dropout_p, is_causal, attn_mask, scale) + (None,)
+    return K._scaled_dot_product_flash_attention_for_cpu_backward(
+        gs[0], query, key, value, ans[0], ans[1], dropout_p, is_causal, attn_mask=attn_mask,
+        scale=scale) + (None,)
 
 
-defvjp_joint(flash_attention_for_cpu, _attention_vjp, (True, True, True, False))
+defvjp_joint(flash_attention_for_cpu, _attention_vjp, (True, True, True, False),
+             first_order_only="_scaled_dot_product_flash_attention_for_cpu_backward")

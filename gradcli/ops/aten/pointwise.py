@@ -9,9 +9,11 @@ import math
 
 import numpy as np
 
+from .. import aten_kernels as K
 from .. import library as L
+from ..library import _value
 from .promotion import cast, result_type, to_float
-from .registry import aten, defvjp
+from .registry import ELEMENTWISE, aten, defvjp
 
 
 def as_dtype(x, dt):
@@ -21,18 +23,10 @@ def as_dtype(x, dt):
     return x.astype(dt, copy=False)
 
 
-def array_module(x):
-    """NumPy, or CuPy for a CuPy array: where a kernel makes new arrays (aranges, masks)."""
-    if type(x).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
-
-
 def zeros(like_shape, like):
-    """Zeros of ``like_shape`` with the dtype (and array type) of ``like``."""
-    return np.zeros_like(like, shape=tuple(like_shape))
+    """Zeros of ``like_shape`` with the dtype (and array type) of ``like`` (an array or a
+    Tensor: zeros are a constant, they record nothing)."""
+    return np.zeros_like(_value(like), shape=tuple(like_shape))
 
 
 def scalar(value, like):
@@ -41,7 +35,8 @@ def scalar(value, like):
 
 
 # -- arithmetic -------------------------------------------------------------------
-@aten("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "AddBackward0", saves=False)
+@aten("add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "AddBackward0", saves=False,
+      meta=ELEMENTWISE)
 def add(self, other, alpha=1):
     dt = result_type(self, other)
     a, b = cast(self, dt), cast(other, dt)
@@ -54,7 +49,8 @@ defvjp(add, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
                                                            other.shape))
 
 
-@aten("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "SubBackward0", saves=False)
+@aten("sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", "SubBackward0", saves=False,
+      meta=ELEMENTWISE)
 def sub(self, other, alpha=1):
     dt = result_type(self, other)
     a, b = cast(self, dt), cast(other, dt)
@@ -67,7 +63,7 @@ defvjp(sub, lambda g, ans, self, other, alpha=1: L.unbroadcast(g, self.shape),
            L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha), other.shape))
 
 
-@aten("mul.Tensor(Tensor self, Tensor other) -> Tensor", "MulBackward0")
+@aten("mul.Tensor(Tensor self, Tensor other) -> Tensor", "MulBackward0", meta=ELEMENTWISE)
 def mul(self, other):
     dt = result_type(self, other)
     return as_dtype(np.multiply(cast(self, dt), cast(other, dt)), dt)
@@ -78,17 +74,17 @@ defvjp(mul, lambda g, ans, self, other: L.unbroadcast(L.mul(g, other), self.shap
        lambda g, ans, self, other: L.unbroadcast(L.mul(g, self), other.shape))
 
 
-@aten("mul.Scalar(Tensor self, Scalar other) -> Tensor", "MulBackward1", saves=False)
+@aten("mul.Scalar(Tensor self, Scalar other) -> Tensor", "MulBackward1", saves=False, meta=ELEMENTWISE)
 def mul_scalar(self, other):
     dt = result_type(self, other)
     return as_dtype(np.multiply(cast(self, dt), other), dt)
 
 
 # self: mul_tensor_backward(grad, other, self.scalar_type())
-defvjp(mul_scalar, lambda g, ans, self, other: L.mul(g, other))
+defvjp(mul_scalar, lambda g, ans, self, other: mul_scalar(g, other=other))
 
 
-@aten("div.Tensor(Tensor self, Tensor other) -> Tensor", "DivBackward0")
+@aten("div.Tensor(Tensor self, Tensor other) -> Tensor", "DivBackward0", meta=ELEMENTWISE)
 def div(self, other):
     dt = to_float(result_type(self, other))
     return as_dtype(np.true_divide(cast(self, dt), cast(other, dt)), dt)
@@ -101,7 +97,7 @@ defvjp(div, lambda g, ans, self, other: L.unbroadcast(L.div(g, other), self.shap
            L.mul(L.neg(g), L.div(L.div(self, other), other)), other.shape))
 
 
-@aten("pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", "PowBackward0")
+@aten("pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", "PowBackward0", meta=ELEMENTWISE)
 def pow_tensor_scalar(self, exponent):
     dt = result_type(self, exponent)
     return as_dtype(np.power(cast(self, dt), exponent), dt)
@@ -117,7 +113,7 @@ def _pow_vjp(g, ans, self, exponent):
 defvjp(pow_tensor_scalar, _pow_vjp)
 
 
-@aten("rsqrt(Tensor self) -> Tensor", "RsqrtBackward0")
+@aten("rsqrt(Tensor self) -> Tensor", "RsqrtBackward0", meta=ELEMENTWISE)
 def rsqrt(self):
     dt = to_float(self.dtype)
     x = cast(self, dt)
@@ -129,37 +125,75 @@ defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, 
 
 
 # -- activations ---------------------------------------------------------------------
-@aten("relu(Tensor self) -> Tensor", "ReluBackward0")
+@aten("relu(Tensor self) -> Tensor", "ReluBackward0", meta=ELEMENTWISE)
 def relu(self):
     return np.maximum(self, np.zeros((), self.dtype))
 
 
-# self: threshold_backward(grad, result, 0): zero where result <= 0
-defvjp(relu, lambda g, ans, self: L.where(ans <= 0, scalar(0, g), g))
+# self: threshold_backward(grad, result, 0): zero where result <= 0 (Note [Differentiable VJPs]
+# in library.py: masks read values, gradients flow through ops)
+defvjp(relu, lambda g, ans, self: threshold_backward(g, ans, threshold=0))
 
 
-@aten("sigmoid(Tensor self) -> Tensor", "SigmoidBackward0")
+# Note [activation backwards as ops]: each activation's backward is an ATen op of its own
+# (its forward the one copy of the formula, its VJPs PyTorch's double-backward formulas), so
+# a create_graph backward records PyTorch's node (ThresholdBackwardBackward0, ...).
+@aten("threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor",
+      "ThresholdBackwardBackward0", meta=ELEMENTWISE)
+def threshold_backward(grad_output, self, threshold):
+    dt = result_type(grad_output, self)
+    return as_dtype(np.where(self <= threshold, np.zeros((), dt), grad_output), dt)
+
+
+# grad_output: threshold_backward(grad, self, threshold); self: zeros_like(grad)
+defvjp(threshold_backward,
+       lambda gg, ans, go, self, threshold: threshold_backward(gg, self, threshold=threshold),
+       lambda gg, ans, go, self, threshold: zeros(self.shape, gg))
+
+
+@aten("sigmoid(Tensor self) -> Tensor", "SigmoidBackward0", meta=ELEMENTWISE)
 def sigmoid(self):
     dt = to_float(self.dtype)
     x = cast(self, dt)
     return as_dtype(np.reciprocal(np.add(np.exp(np.negative(x)), 1)), dt)
 
 
+@aten("sigmoid_backward(Tensor grad_output, Tensor output) -> Tensor", "SigmoidBackwardBackward0",
+      meta=ELEMENTWISE)
+def sigmoid_backward(grad_output, output):
+    dt = result_type(grad_output, output)
+    return as_dtype(grad_output * (1 - output) * output, dt)
+
+
 # self: sigmoid_backward(grad, result) = grad * (1 - result) * result
-defvjp(sigmoid, lambda g, ans, self: L.mul(L.mul(g, L.sub(scalar(1, ans), ans)), ans))
+defvjp(sigmoid, lambda g, ans, self: sigmoid_backward(g, ans))
+# grad_output: sigmoid_backward(grad, output); output: grad * grad_output * (-2 * output + 1)
+defvjp(sigmoid_backward,
+       lambda gg, ans, go, y: sigmoid_backward(gg, y),
+       lambda gg, ans, go, y: L.mul(L.mul(gg, go), L.add(L.mul(y, scalar(-2, y)), scalar(1, y))))
 
 
-@aten("tanh(Tensor self) -> Tensor", "TanhBackward0")
+@aten("tanh(Tensor self) -> Tensor", "TanhBackward0", meta=ELEMENTWISE)
 def tanh(self):
     dt = to_float(self.dtype)
     return as_dtype(np.tanh(cast(self, dt)), dt)
 
 
+@aten("tanh_backward(Tensor grad_output, Tensor output) -> Tensor", "TanhBackwardBackward0", meta=ELEMENTWISE)
+def tanh_backward(grad_output, output):
+    dt = result_type(grad_output, output)
+    return as_dtype(grad_output * (1 - output * output), dt)
+
+
 # self: tanh_backward(grad, result) = grad * (1 - result * result)
-defvjp(tanh, lambda g, ans, self: L.mul(g, L.sub(scalar(1, ans), L.mul(ans, ans))))
+defvjp(tanh, lambda g, ans, self: tanh_backward(g, ans))
+# grad_output: tanh_backward(grad, output); output: grad * (-2 * output * grad_output)
+defvjp(tanh_backward,
+       lambda gg, ans, go, y: tanh_backward(gg, y),
+       lambda gg, ans, go, y: L.mul(gg, L.mul(L.mul(y, scalar(-2, y)), go)))
 
 
-@aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0")
+@aten("hardsigmoid(Tensor self) -> Tensor", "HardsigmoidBackward0", meta=ELEMENTWISE)
 def hardsigmoid(self):
     return as_dtype(np.clip(self + 3, 0, 6) * (1 / 6), self.dtype)   # times 1/6, as the CPU kernel
 
@@ -168,73 +202,84 @@ def hardsigmoid(self):
 # the CPU kernel's one_sixth is the float constant 1.0f / 6.0f, in every dtype
 _ONE_SIXTH_F32 = float(np.float32(1.0) / np.float32(6.0))
 defvjp(hardsigmoid, lambda g, ans, self: L.where(
-    (self > -3) & (self < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)))
+    (_value(self) > -3) & (_value(self) < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)),
+    first_order_only="hardsigmoid_backward")
 
 
-@aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0")
+@aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0", meta=ELEMENTWISE)
 def hardswish(self):
     return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
 
 
-def _hardswish_vjp(g, ans, self):
-    # hardswish_backward(grad, self): 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
-    inner = L.mul(g, L.add(L.div(self, scalar(3, self)), scalar(0.5, self)))
-    return L.where(self < -3, scalar(0, g), L.where(self <= 3, inner, g))
+@aten("hardswish_backward(Tensor grad_output, Tensor self) -> Tensor", "HardswishBackwardBackward0",
+      meta=ELEMENTWISE)
+def hardswish_backward(grad_output, self):
+    # 0 below -3, grad * (x / 3 + 0.5) up to 3, grad above
+    dt = result_type(grad_output, self)
+    inner = grad_output * (self / 3 + 0.5)
+    return as_dtype(np.where(self < -3, np.zeros((), dt), np.where(self <= 3, inner, grad_output)), dt)
 
 
-defvjp(hardswish, _hardswish_vjp)
+# self: hardswish_backward(grad, self)
+defvjp(hardswish, lambda g, ans, self: hardswish_backward(g, self))
+# grad_output: hardswish_backward(grad, self)
+# self: at::where(at::logical_and(-3.0 < self, self < 3.0), grad * grad_output / 3.0, at::zeros({}, ...))
+defvjp(hardswish_backward,
+       lambda gg, ans, go, self: hardswish_backward(gg, self),
+       lambda gg, ans, go, self: L.where((_value(self) > -3) & (_value(self) < 3),
+                                         L.div(L.mul(gg, go), scalar(3, _value(gg))), scalar(0, _value(gg))))
 
 
-def erf(x):
-    """The error function, elementwise (libm's erf; CuPy's for CuPy arrays)."""
-    if type(x).__module__.startswith("cupy"):
-        from cupyx.scipy.special import erf as cupy_erf
-
-        return cupy_erf(x)
-    return _ERF(x).astype(x.dtype) if x.ndim else np.asarray(math.erf(x), x.dtype)
+@aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0", meta=ELEMENTWISE)
+def gelu(self, approximate="none"):
+    return K.gelu(self, approximate)
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
+@aten('gelu_backward(Tensor grad_output, Tensor self, *, str approximate="none") -> Tensor',
+      "GeluBackwardBackward0", meta=ELEMENTWISE)
+def gelu_backward(grad_output, self, approximate="none"):
+    return K.gelu_backward(grad_output, self, approximate)
+
+
+# self: gelu_backward(grad, self, approximate)
+defvjp(gelu, lambda g, ans, self, approximate="none": gelu_backward(g, self, approximate=approximate))
+
 _SQRT1_2 = math.sqrt(0.5)
 _KBETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5
 _KKAPPA = 0.044715
 _KALPHA = (2.0 / math.sqrt(math.pi)) * _SQRT1_2 * 0.5
 
 
-@aten('gelu(Tensor self, *, str approximate="none") -> Tensor', "GeluBackward0")
-def gelu(self, approximate="none"):
-    if approximate == "tanh":
-        inner = _KBETA * (self + _KKAPPA * self * self * self)
-        return as_dtype(0.5 * self * (1 + np.tanh(inner)), self.dtype)
-    if approximate != "none":
-        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    return as_dtype(self * 0.5 * (1 + erf(self * _SQRT1_2)), self.dtype)
-
-
-def _gelu_vjp(g, ans, self, approximate="none"):
-    # gelu_backward(grad, self, approximate), as the CPU kernel computes it
+def _gelu_double_backward(gg, ans, go, self, approximate="none"):
+    # gelu_double_backward(ggI, gO, self, approximate): ggI * gO * gelu''(self), written with
+    # ops so that it records itself (a third derivative)
     x = self
+    c = lambda v: scalar(v, x)  # noqa: E731
     if approximate == "tanh":
-        x_sq = x * x
-        inner = _KBETA * (x + _KKAPPA * x_sq * x)
-        t = np.tanh(inner)
-        left = 0.5 * x
-        right = 1 + t
-        left_derivative = 0.5 * right
-        right_derivative = left * (1 - t * t) * (_KBETA * (1 + 3 * _KKAPPA * x_sq))
-        d = left_derivative + right_derivative
+        # gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) u', t = tanh(u), u = kBeta (x + kKappa x^3),
+        # u' = kBeta (1 + 3 kKappa x^2); gelu'' = (1 - t^2) u' + 0.5 x (1 - t^2) (6 kBeta kKappa x - 2 t u'^2)
+        x_sq = L.mul(x, x)
+        t = L.tanh(L.mul(L.add(x, L.mul(c(_KKAPPA), L.mul(x_sq, x))), c(_KBETA)))
+        du = L.mul(c(_KBETA), L.add(c(1), L.mul(c(3 * _KKAPPA), x_sq)))
+        sech2 = L.sub(c(1), L.mul(t, t))
+        inner = L.sub(L.mul(c(6 * _KBETA * _KKAPPA), x), L.mul(L.mul(c(2), t), L.mul(du, du)))
+        d2 = L.add(L.mul(sech2, du), L.mul(L.mul(c(0.5), x), L.mul(sech2, inner)))
     else:
-        cdf = 0.5 * (1 + erf(x * _SQRT1_2))
-        pdf = _KALPHA * np.exp(-0.5 * x * x)
-        d = cdf + x * pdf
-    return L.mul(g, as_dtype(d, x.dtype))
+        # gelu' = cdf + x pdf, pdf = kAlpha exp(-x^2 / 2): gelu'' = pdf (2 - x^2)
+        x_sq = L.mul(x, x)
+        pdf = L.mul(c(_KALPHA), L.exp(L.mul(x_sq, c(-0.5))))
+        d2 = L.mul(pdf, L.sub(c(2), x_sq))
+    return L.mul(L.mul(gg, go), d2)
 
 
-defvjp(gelu, _gelu_vjp)
+# grad_output: gelu_backward(grad, self, approximate); self: gelu_double_backward(grad, grad_output, self, ...)
+defvjp(gelu_backward,
+       lambda gg, ans, go, self, approximate="none": gelu_backward(gg, self, approximate=approximate),
+       _gelu_double_backward)
 
 
 # -- selection and copies ------------------------------------------------------------------
-@aten("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", "WhereBackward0")
+@aten("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", "WhereBackward0", meta=ELEMENTWISE)
 def where(condition, self, other):
     dt = result_type(self, other)
     return as_dtype(np.where(condition, cast(self, dt), cast(other, dt)), dt)
@@ -246,7 +291,8 @@ defvjp(where, None,
        lambda g, ans, c, self, other: L.unbroadcast(L.where(c, scalar(0, g), g), other.shape))
 
 
-@aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False)
+@aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False,
+      meta=ELEMENTWISE)
 def clone(self, memory_format=None):
     return self.copy()
 
@@ -271,77 +317,97 @@ def _unary_float(fn):
     return forward
 
 
-neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False)(lambda self: np.negative(self))
-exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0")(_unary_float(np.exp))
-log = aten("log(Tensor self) -> Tensor", "LogBackward0")(_unary_float(np.log))
-sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0")(_unary_float(np.sqrt))
-abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0")(lambda self: np.abs(self))
+neg = aten("neg(Tensor self) -> Tensor", "NegBackward0", saves=False,
+           meta=ELEMENTWISE)(lambda self: np.negative(self))
+exp = aten("exp(Tensor self) -> Tensor", "ExpBackward0", meta=ELEMENTWISE)(_unary_float(np.exp))
+log = aten("log(Tensor self) -> Tensor", "LogBackward0", meta=ELEMENTWISE)(_unary_float(np.log))
+sqrt = aten("sqrt(Tensor self) -> Tensor", "SqrtBackward0", meta=ELEMENTWISE)(_unary_float(np.sqrt))
+abs_ = aten("abs(Tensor self) -> Tensor", "AbsBackward0", meta=ELEMENTWISE)(lambda self: np.abs(self))
 defvjp(neg, lambda g, ans, self: L.neg(g))                                   # -grad
 defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # grad * result
 defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
 defvjp(sqrt, lambda g, ans, self: L.div(g, L.mul(ans, scalar(2, ans))))      # grad / (2 * result)
-defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(self).astype(g.dtype)))  # grad * self.sgn()
+defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(_value(self)).astype(g.dtype)))  # grad * self.sgn()
 
 
-@aten("silu(Tensor self) -> Tensor", "SiluBackward0")
+@aten("silu(Tensor self) -> Tensor", "SiluBackward0", meta=ELEMENTWISE)
 def silu(self):
     return as_dtype(self / (1 + np.exp(-self)), self.dtype)
 
 
 def _silu_vjp(g, ans, self):
-    # silu_backward(grad, self): grad * sigmoid(x) * (1 + x * (1 - sigmoid(x)))
-    s = sigmoid.forward(self)
-    return L.mul(g, as_dtype(s * (1 + self * (1 - s)), self.dtype))
+    # silu_backward(grad, self): grad * sigmoid(x) * (1 + x * (1 - sigmoid(x))), with ops
+    s = L.sigmoid(self)
+    one = scalar(1, s)
+    return L.mul(g, L.mul(s, L.add(one, L.mul(self, L.sub(one, s)))))
 
 
 defvjp(silu, _silu_vjp)
 
 
-@aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0")
+@aten("hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", "HardtanhBackward0",
+      meta=ELEMENTWISE)
 def hardtanh(self, min_val=-1, max_val=1):
     return as_dtype(np.minimum(np.maximum(self, min_val), max_val), self.dtype)
 
 
-# self: hardtanh_backward(grad, self, min_val, max_val): 0 where x <= min_val or x >= max_val
-defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: L.where(
-    (self <= min_val) | (self >= max_val), scalar(0, g), g))
+@aten("hardtanh_backward(Tensor grad_output, Tensor self, Scalar min_val, Scalar max_val) -> Tensor",
+      "HardtanhBackwardBackward0", meta=ELEMENTWISE)
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    # 0 where x <= min_val or x >= max_val
+    dt = result_type(grad_output, self)
+    return as_dtype(np.where((self <= min_val) | (self >= max_val), np.zeros((), dt), grad_output), dt)
 
 
-@aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False)
+# self: hardtanh_backward(grad, self, min_val, max_val)
+defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: hardtanh_backward(
+    g, self, min_val=min_val, max_val=max_val))
+# grad_output: hardtanh_backward(grad, self, min_val, max_val); self: zeros_like(grad)
+defvjp(hardtanh_backward,
+       lambda gg, ans, go, self, min_val, max_val: hardtanh_backward(gg, self, min_val=min_val,
+                                                                     max_val=max_val),
+       lambda gg, ans, go, self, min_val, max_val: zeros(self.shape, gg))
+
+
+@aten("add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "AddBackward1", saves=False,
+      meta=ELEMENTWISE)
 def add_scalar(self, other, alpha=1):
     return add.forward(self, other, alpha=alpha)
 
 
-@aten("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "SubBackward1", saves=False)
+@aten("sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "SubBackward1", saves=False,
+      meta=ELEMENTWISE)
 def sub_scalar(self, other, alpha=1):
     return sub.forward(self, other, alpha=alpha)
 
 
-@aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False)
+@aten("rsub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", "RsubBackward1", saves=False,
+      meta=ELEMENTWISE)
 def rsub_scalar(self, other, alpha=1):
     dt = result_type(self, other)
     return as_dtype(np.subtract(other, cast(self, dt) if alpha == 1 else np.multiply(cast(self, dt), alpha)), dt)
 
 
-@aten("div.Scalar(Tensor self, Scalar other) -> Tensor", "DivBackward1", saves=False)
+@aten("div.Scalar(Tensor self, Scalar other) -> Tensor", "DivBackward1", saves=False, meta=ELEMENTWISE)
 def div_scalar(self, other):
     return div.forward(self, other)
 
 
 defvjp(add_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
 defvjp(sub_scalar, lambda g, ans, self, other, alpha=1: g)                   # self: grad
-defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: L.neg(g) if alpha == 1 else L.mul(L.neg(g), alpha))
-defvjp(div_scalar, lambda g, ans, self, other: L.div(g, other))              # grad / other
+defvjp(rsub_scalar, lambda g, ans, self, other, alpha=1: neg(g) if alpha == 1 else mul_scalar(neg(g), other=alpha))
+defvjp(div_scalar, lambda g, ans, self, other: div_scalar(g, other=other))   # grad / other
 
 
-@aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0")
+@aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0",
+      meta=ELEMENTWISE)
 def masked_fill(self, mask, value):
     return np.where(mask, np.asarray(value).astype(self.dtype), self)
 
 
 def _masked_fill_vjp(g, ans, self, mask, value):
     # self: grad.masked_fill(mask, 0), summed to self's shape; mask: non_differentiable
-    return L.unbroadcast(L.where(mask, scalar(0, g), g), tuple(self.shape))
+    return L.unbroadcast(masked_fill(g, _value(mask), value=0), tuple(self.shape))
 
 
 defvjp(masked_fill, _masked_fill_vjp, None)
@@ -349,7 +415,7 @@ defvjp(masked_fill, _masked_fill_vjp, None)
 
 @aten("_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
       "bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor",
-      "ToCopyBackward0", saves=False)
+      "ToCopyBackward0", saves=False, meta=ELEMENTWISE)
 def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
             memory_format=None):
     if device is not None:

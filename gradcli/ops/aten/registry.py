@@ -31,6 +31,8 @@ schema input and list element it belongs to.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...autograd.tensor import Tensor
 from ..core import OPS, Op, record
 from .schema import Schema
@@ -42,15 +44,16 @@ class AtenOp(Op):
     """An op defined by an ATen entry; called like the ATen overload it is."""
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
-                 "schema_vjps", "joint_vjp", "first_order_only", "_list_pos")
+                 "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos")
 
-    def __init__(self, schema, forward, node_name, saves, differentiable_outputs):
+    def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None):
         multi = schema.list_output or schema.n_outputs > 1
         n = len(schema.tensors)
         list_pos = [i for i, p in enumerate(schema.tensors) if p.is_list]
         # arity counts schema tensor inputs (a Tensor[] is one input: a list)
         super().__init__(name=schema.name, fn=forward, node_name=node_name, saves=saves, arity=n,
-                         args=schema.args, multi_output=multi, doc=f"ATen {schema.text}")
+                         args=schema.args, multi_output=multi, doc=f"ATen {schema.text}",
+                         view=schema.returns_view)
         self.schema = schema
         self.forward = forward
         self.fn = self._forward_any
@@ -60,7 +63,19 @@ class AtenOp(Op):
         self.schema_vjps = None
         self.joint_vjp = None
         self.first_order_only = False
+        self.meta = meta      # ELEMENTWISE, fn(*metas, **args) -> [(shape, dtype)], or None
         self._list_pos = list_pos[0] if list_pos else None
+
+    # -- as a graph file names it -----------------------------------------------------
+    @property
+    def tensor_inputs(self):
+        """The schema's tensor arguments in order (``name``, ``optional``, ``is_list``):
+        how a graph entry lays out its ``inputs`` (the loader reads this)."""
+        return self.schema.tensors
+
+    def bind(self, layout):
+        """This op called with one graph entry's input layout (see module ``bind``)."""
+        return AtenCall(self, layout)
 
     # -- inputs: schema layout <-> flat ------------------------------------------
     def flatten(self, inputs):
@@ -147,8 +162,7 @@ class _FlatVJPs:
 
         def vjp(g, ans, *flat, **args):
             if op.first_order_only and any(type(x) is Tensor for x in (g if op.multi_output else [g])):
-                raise RuntimeError(f"{op.name}: its backward is computed by a NumPy kernel and cannot be "
-                                   f"differentiated again (create_graph) yet")
+                return _not_differentiable(op, vjp, g, ans, flat, args)
             n = len(flat)
             j = i if all(op.differentiable_inputs) else [
                 f for f, d in enumerate(op.differentiable_flat(n)) if d][i]   # edge -> flat input
@@ -164,9 +178,51 @@ class _FlatVJPs:
         return vjp
 
 
-def aten(schema, node_name, saves=True, differentiable_outputs=None):
+def _value(x):
+    return x.data if type(x) is Tensor else x
+
+
+class _RaiseOnBackward:
+    """The VJPs of a NotImplemented node: every one raises PyTorch's error."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message):
+        self.message = message
+
+    def __getitem__(self, i):
+        def vjp(*_, **__):
+            raise RuntimeError(self.message)
+        return vjp
+
+
+def _not_differentiable(op, vjp, g, ans, flat, args):
+    """Note [no double backward]: where PyTorch has no derivative for an op's backward,
+    create_graph still gives the first-order gradient, as a Tensor whose ``grad_fn`` is
+    a ``torch::autograd::NotImplemented`` node (PyTorch's name) with edges to what it
+    depends on; differentiating through it raises PyTorch's error then, not before."""
+    gs = [_value(x) for x in g] if op.multi_output else _value(g)
+    raw = vjp(gs, [_value(x) for x in ans] if op.multi_output else _value(ans),
+              *[_value(x) for x in flat], **args)
+    deps = [x for x in (list(g) if op.multi_output else [g]) + list(flat)
+            if type(x) is Tensor and x.requires_grad]
+    if raw is None or not deps:
+        return raw
+    marker = Op(f"{op.name}:not_implemented", lambda value, *_: value, "torch::autograd::NotImplemented",
+                saves=False, arity=(1, None), public=False, doc="a gradient PyTorch cannot differentiate")
+    marker.vjps = _RaiseOnBackward(f"derivative for aten::{op.first_order_only} is not implemented "
+                                   f"(the backward of {op.name}; as PyTorch 2.13)")
+    return record(marker, [raw] + deps, {})
+
+
+def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
     """Register ``forward(*inputs, **args)`` as the ATen overload ``schema`` declares.
 
+    ``meta``: how the loader infers the outputs without computing them (Note [ATen
+    infer on stand-ins]): ``ELEMENTWISE`` (the tensor inputs broadcast; the dtype is
+    the forward's on 0-d stand-ins), or ``fn(*inputs, **args) -> [(shape, dtype)]``
+    called with ``Meta`` objects (``shape``, ``dtype``, ``ndim``) for the tensors,
+    raising ValueError as the forward would (meta.py attaches the non-elementwise ones).
     ``differentiable_outputs``: one bool per output (PyTorch's
     ``output_differentiability``); outputs marked False get no ``grad_fn``.
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
@@ -177,7 +233,7 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None):
                          f"{parsed.n_outputs} outputs")
 
     def decorate(forward):
-        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs)
+        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs, meta)
         OPS[op.name] = op
         ATEN_OPS[op.name] = op
         return op
@@ -187,8 +243,10 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None):
 def defvjp(op, *vjps, first_order_only=False):
     """One VJP per schema tensor input (None: not differentiable, e.g. indices).
 
-    ``first_order_only``: the VJPs compute on raw arrays (a NumPy kernel), not
-    with ops, so a gradient that is itself a recording Tensor is refused.
+    ``first_order_only``: False, or the name of PyTorch's backward op that has no
+    derivative (e.g. ``"hardsigmoid_backward"``): the VJPs then compute on raw arrays
+    and under create_graph their result records a node that raises PyTorch's error
+    when differentiated (Note [no double backward]).
     """
     if len(vjps) != len(op.schema.tensors):
         raise ValueError(f"{op.name}: {len(vjps)} VJPs for {len(op.schema.tensors)} tensor inputs")
@@ -198,10 +256,88 @@ def defvjp(op, *vjps, first_order_only=False):
     op.vjps = _FlatVJPs(op)
 
 
-def defvjp_joint(op, fn, differentiable_inputs, first_order_only=True):
+def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
     """``fn(g, ans, *inputs, output_mask, **args)`` -> one gradient (or None) per tensor input;
-    ``differentiable_inputs``: one bool per tensor input (those the node has edges to)."""
+    ``differentiable_inputs``: one bool per tensor input (those the node has edges to);
+    ``first_order_only`` as for ``defvjp``."""
     op.joint_vjp = fn
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
     op.vjps = _FlatVJPs(op)
+
+
+# -- one graph entry's call --------------------------------------------------------------
+ELEMENTWISE = "elementwise"
+
+
+class Meta:
+    """A tensor input as a ``meta`` rule sees it: shape, dtype and ndim, no values."""
+
+    __slots__ = ("shape", "dtype", "ndim")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+
+    def __repr__(self):
+        return f"Meta({list(self.shape)}, {self.dtype})"
+
+
+class Slot(int):
+    """In a call layout: the flat tensor input at this index (the graph entry's k-th name)."""
+
+    __slots__ = ()
+
+
+class AtenCall:
+    """An AtenOp bound to one graph entry's ``layout``: its inputs in schema order, a
+    ``Slot`` for a named tensor, None for an absent ``Tensor?``, a Python number for a
+    wrapped number, a list of those for a ``Tensor[]``. It takes the entry's named
+    tensors (flat, in order) wherever the op takes its schema inputs (``__call__``, ``fn``,
+    ``infer_outputs``), and is the op for anything else."""
+
+    __slots__ = ("op", "layout")
+
+    def __init__(self, op, layout):
+        self.op = op
+        self.layout = layout
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __repr__(self):
+        return repr(self.op)
+
+    def structure(self, flat):
+        def put(v):
+            if type(v) is Slot:
+                return flat[v]
+            if isinstance(v, list):
+                return [put(x) for x in v]
+            return v
+        return tuple(put(v) for v in self.layout)
+
+    def __call__(self, *flat, **args):
+        return self.op(*self.structure(flat), **args)
+
+    def fn(self, *flat, **args):
+        return self.op.fn(*self.structure(flat), **args)
+
+    def infer_outputs(self, shapes, dtypes, args):
+        """Note [ATen infer on stand-ins]: the outputs' shapes and dtypes, computed by the
+        op's shape rule without allocating (meta.py's Note [shape rules allocate nothing]):
+        elementwise ops broadcast the input shapes and take the dtype the forward makes of
+        0-d stand-ins; every other op has a ``meta`` rule called with ``Meta`` inputs
+        (view ops run the forward on zero-stride stand-ins). None (unknown) for an op
+        without a rule (tests/test_aten_ops.py requires one for every op)."""
+        args = {**self.op.defaults, **args}
+        meta = self.op.meta
+        if meta == ELEMENTWISE:
+            from ..shapes import broadcast  # noqa: PLC0415
+
+            shape = broadcast(shapes)
+            with np.errstate(all="ignore"):
+                out = self.op.fn(*self.structure([np.zeros((), d) for d in dtypes]), **args)
+            return [(shape, np.dtype(out.dtype))]
+        if meta is None:
+            return None
+        return meta(*self.structure([Meta(s, d) for s, d in zip(shapes, dtypes)]), **args)

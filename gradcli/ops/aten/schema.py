@@ -33,7 +33,7 @@ class TensorParam:
 class Schema:
     """One parsed overload schema."""
 
-    __slots__ = ("text", "name", "tensors", "args", "n_outputs", "list_output")
+    __slots__ = ("text", "name", "tensors", "args", "n_outputs", "list_output", "returns_view")
 
     def __init__(self, text):
         m = re.fullmatch(r"\s*([\w.]+)\((.*)\)\s*->\s*(.+?)\s*", text)
@@ -60,6 +60,10 @@ class Schema:
         if sum(p.is_list for p in self.tensors) > 1:
             raise ValueError(f"schema {text!r}: at most one Tensor[] argument is supported")
         returns = m.group(3).strip()
+        # Note [Views from the schema]: a return annotated with an input's alias set
+        # and no `!` (`Tensor(a) self -> Tensor(a)`, `Tensor(a -> *)[]`) shares that
+        # input's memory: the op allocates nothing (Op.view, the graph's memory budget).
+        self.returns_view = bool(re.match(r"\(?Tensor\([a-z]\)", returns))
         self.list_output = returns.endswith("[]")
         self.n_outputs = len(_split_top(returns[1:-1])) if returns.startswith("(") else 1
 

@@ -101,14 +101,22 @@ def select(self, dim, index):
     return self[_index(self.ndim, d, index % size)]
 
 
-def _select_vjp(g, ans, self, dim, index):
-    # select_backward(grad, self.sym_sizes(), dim, index): zeros with grad in the selected slice
-    shape = tuple(self.shape)
+@aten("select_backward(Tensor grad_output, SymInt[] input_sizes, int dim, SymInt index) -> Tensor",
+      "SelectBackwardBackward0", saves=False)
+def select_backward(grad_output, input_sizes, dim, index):
+    # zeros of input_sizes with grad_output in the selected slice
+    shape = tuple(int(s) for s in input_sizes)
     d = _dim(dim, len(shape))
-    return L.slice_backward(g, shape=shape, index=_index(len(shape), d, index % shape[d]))
+    out = np.zeros_like(grad_output, shape=shape)
+    out[_index(len(shape), d, index % shape[d])] = grad_output
+    return out
 
 
-defvjp(select, _select_vjp)
+# self: select_backward_symint(grad, self.sym_sizes(), dim, index)
+defvjp(select, lambda g, ans, self, dim, index: select_backward(g, input_sizes=list(self.shape), dim=dim,
+                                                               index=index))
+# grad_output: grad.select_symint(dim, index)
+defvjp(select_backward, lambda gg, ans, go, input_sizes, dim, index: select(gg, dim=dim, index=index))
 
 
 @aten("slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)",
@@ -136,7 +144,7 @@ def unsqueeze(self, dim):
 
 
 # self: grad.squeeze(dim)
-defvjp(unsqueeze, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
+defvjp(unsqueeze, lambda g, ans, self, dim: squeeze_dim(g, dim=dim))
 
 
 @aten("squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)", "SqueezeBackward1", saves=False)
@@ -147,8 +155,17 @@ def squeeze_dim(self, dim):
     return np.squeeze(self, axis=d)
 
 
+def _unsqueeze_to(g, dims, shape):
+    # unsqueeze_to / unsqueeze_multiple: unsqueeze at each squeezed dim (of size 1), ascending
+    n = len(shape)
+    for d in sorted({_dim(d, n) for d in dims} if n else ()):
+        if shape[d] == 1:
+            g = unsqueeze(g, dim=d)
+    return g
+
+
 # self: unsqueeze_to(grad, dim, self.sym_sizes())
-defvjp(squeeze_dim, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
+defvjp(squeeze_dim, lambda g, ans, self, dim: _unsqueeze_to(g, [dim], tuple(self.shape)))
 
 
 @aten("squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)", "SqueezeBackward2", saves=False)
@@ -158,7 +175,7 @@ def squeeze_dims(self, dim):
 
 
 # self: unsqueeze_multiple(grad, dim, self.sym_sizes())
-defvjp(squeeze_dims, lambda g, ans, self, dim: L.reshape(g, shape=tuple(self.shape)))
+defvjp(squeeze_dims, lambda g, ans, self, dim: _unsqueeze_to(g, dim, tuple(self.shape)))
 
 
 # -- joins and splits -------------------------------------------------------------------

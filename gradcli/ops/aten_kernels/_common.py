@@ -73,4 +73,4 @@ def erf(xp, x):
         from cupyx.scipy.special import erf as cupy_erf
 
         return cupy_erf(x)
-    return _erf_host(np.asarray(x, dtype=np.float64)).astype(x.dtype)
+    return np.asarray(_erf_host(np.asarray(x, dtype=np.float64)), dtype=x.dtype)

@@ -73,10 +73,14 @@ def _grad_weight(xp, x, grad_output, k, stride, padding, dilation, groups):
     out = tuple(grad_output.shape[2:])
     cols = _cols(xp, x, out, k, stride, padding, dilation, groups)
     # (G, O/G, N*L) @ (G, N*L, C/G*K) lands in the weight's own layout: no
-    # transpose of the (large) weight-shaped result.
-    gw = xp.matmul(_grad_rows(grad_output, groups).transpose(0, 2, 1), cols)
+    # transpose of the (large) weight-shaped result. It is written into an array
+    # of the weight's shape, so the result owns its memory (not a reshaped view):
+    # AccumulateGrad can keep it as .grad without a copy (Note [Stealing gradients]).
+    rows = _grad_rows(grad_output, groups).transpose(0, 2, 1)
     o = grad_output.shape[1]
-    return gw.reshape((o, x.shape[1] // groups) + tuple(k))
+    gw = xp.empty((o, x.shape[1] // groups) + tuple(k), dtype=xp.result_type(rows, cols))
+    xp.matmul(rows, cols, out=gw.reshape(groups, o // groups, -1))
+    return gw
 
 
 def _grad_input(xp, grad_output, weight, in_shape, stride, padding, dilation, groups):

@@ -1,5 +1,7 @@
-"""``native_batch_norm``, ``native_layer_norm`` and their backwards as array
-functions (PyTorch's formulas; biased variance in the normalisation)."""
+"""``native_batch_norm`` and ``native_layer_norm`` as array functions (PyTorch's
+formulas; biased variance in the normalisation). Their backwards are written with
+ops in ``gradcli.ops.aten.norm_attention`` (one formula for every order of
+derivative: Note [normalisation backward with ops])."""
 from ._common import array_module
 
 
@@ -71,46 +73,6 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training,
     return out, save_mean, save_invstd
 
 
-def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var,
-                               save_mean, save_invstd, train, eps,
-                               output_mask=(True, True, True)):
-    """``aten.native_batch_norm_backward(Tensor grad_out, Tensor input,
-    Tensor? weight, Tensor? running_mean, Tensor? running_var,
-    Tensor? save_mean, Tensor? save_invstd, bool train, float eps,
-    bool[3] output_mask) -> (Tensor, Tensor, Tensor)``.
-
-    Returns ``(grad_input, grad_weight, grad_bias)`` (None where the mask is
-    false; a missing ``weight`` counts as ones). ``train``: the batch
-    statistics ``save_mean``/``save_invstd`` are functions of the input, so
-    ``grad_input = w*invstd*(g - mean(g) - xhat*mean(g*xhat))``; eval: the
-    running statistics are constants and ``grad_input = g*w*invstd``."""
-    xp = array_module(grad_out, input)
-    axes = _bn_axes(input)
-    shape = _channel_shape(input)
-    if train:
-        mean, invstd = save_mean, save_invstd
-    else:
-        mean = running_mean
-        invstd = 1.0 / xp.sqrt(running_var + eps)
-    mean = mean.astype(input.dtype, copy=False).reshape(shape)
-    invstd = invstd.astype(input.dtype, copy=False).reshape(shape)
-    xhat = (input - mean) * invstd
-    sum_dy = grad_out.sum(axis=axes)
-    sum_dy_xhat = (grad_out * xhat).sum(axis=axes)
-    gi = None
-    if output_mask[0]:
-        scale = invstd if weight is None else invstd * weight.reshape(shape)
-        if train:
-            n = input.size // input.shape[1]
-            gi = (grad_out - (sum_dy / n).reshape(shape)
-                  - xhat * (sum_dy_xhat / n).reshape(shape)) * scale
-        else:
-            gi = grad_out * scale
-    gw = sum_dy_xhat if output_mask[1] else None
-    gb = sum_dy if output_mask[2] else None
-    return gi, gw, gb
-
-
 def _ln_axes(op, input, normalized_shape):
     ns = tuple(int(v) for v in normalized_shape)
     axis = input.ndim - len(ns)
@@ -138,27 +100,3 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     if bias is not None:
         out = out + bias
     return out, mean, rstd.astype(input.dtype, copy=False)
-
-
-def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight,
-                               bias, output_mask=(True, True, True)):
-    """``aten.native_layer_norm_backward(Tensor grad_out, Tensor input,
-    SymInt[] normalized_shape, Tensor mean, Tensor rstd, Tensor? weight,
-    Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)``.
-
-    Returns ``(grad_input, grad_weight, grad_bias)``; ``grad_weight`` is None
-    when the mask is false or ``weight`` is None, ``grad_bias`` likewise for
-    ``bias`` (PyTorch has no such gradient then)."""
-    axis, red = _ln_axes("native_layer_norm_backward", input, normalized_shape)
-    xhat = (input - mean) * rstd
-    batch = tuple(range(axis))
-    gi = gw = gb = None
-    if output_mask[0]:
-        g = grad_out if weight is None else grad_out * weight
-        gi = rstd * (g - g.mean(axis=red, keepdims=True)
-                     - xhat * (g * xhat).mean(axis=red, keepdims=True))
-    if output_mask[1] and weight is not None:
-        gw = (grad_out * xhat).sum(axis=batch)
-    if output_mask[2] and bias is not None:
-        gb = grad_out.sum(axis=batch)
-    return gi, gw, gb

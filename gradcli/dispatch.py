@@ -1,4 +1,4 @@
-"""What the autograd core calls but does not define (Note [Core dispatch]).
+"""What the lower layers call but do not define (Note [Core dispatch]).
 
 Note [Core dispatch]: the core (``node.py``, ``engine.py``, ``api.py``) sits
 below the user-facing ``Tensor`` class and below the op library, yet a
@@ -10,12 +10,20 @@ filled in at start-up. Here ``tensor.py`` registers the Tensor class when it
 is imported and ``gradcli.ops`` registers the ops the core records with, so
 every import points down the layers and none of them is circular.
 
+The same goes for Tensor's operators (``a * b``, ``x.sum()``): they are ops,
+so ``gradcli.ops`` installs them on the Tensor class. Until it has been
+imported, ``tensor.py``'s stand-in operators call ``load_ops()``, which the
+``gradcli`` package sets when it is imported (always, before any of its
+modules), so the operators work whichever module a user imports first and
+``import gradcli`` itself stays light.
+
 Who sets what:
 - ``Tensor``: ``autograd/tensor.py``, at import (``import gradcli.autograd``
   always imports it).
 - ``ops``: ``gradcli/ops/__init__.py``, at import: ``clone``, ``unbroadcast``,
   ``cast`` and ``to``. Only a create_graph backward reads them, and a Tensor
   gradient can only exist once the op library has recorded one.
+- ``load_ops``: ``gradcli/__init__.py``, at import: imports ``gradcli.ops``.
 """
 from __future__ import annotations
 
@@ -23,6 +31,13 @@ import types
 
 Tensor = None           # the Tensor class (set by tensor.py)
 ops = types.SimpleNamespace(clone=None, unbroadcast=None, cast=None, to=None)
+
+
+
+
+def load_ops():
+    """Import the op library (which installs Tensor's operators). Set by ``gradcli``."""
+    raise RuntimeError("the op library is not loaded: import gradcli.ops")
 
 
 def register_tensor(cls):

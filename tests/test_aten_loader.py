@@ -1,0 +1,263 @@
+"""ATen op entries in graph files, as the spec's "ATen ops" section lays them out:
+``null`` for an absent optional tensor, nested lists for ``Tensor[]``, numbers as
+wrapped scalars, ``output``/``outputs``, args by schema name with schema defaults,
+``file:`` tensors taking the array's dtype; every mistake a one-line error naming the
+file, the line and the op, at load (the op's infer: shapes and the memory budget)."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from gradcli import loader
+from gradcli.errors import GraphError
+
+
+def doc(tensors, ops, roots="s"):
+    return "version: 1\ntensors:\n" + "".join(f"  {t}\n" for t in tensors) + "ops:\n" + \
+        "".join(f"  - {o}\n" for o in ops) + f"backward: {{roots: [{roots}]}}\n"
+
+
+X = "x: {value: [[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]], requires_grad: true}"
+SUM = "{op: aten.sum.default, inputs: [y], output: s}"
+
+
+def run(text, **kw):
+    return loader.loads(text, **kw).run()
+
+
+def names(result):
+    return [r.node for r in result.order]
+
+
+def test_wrapped_number_input_scales_and_gets_no_gradient():
+    r = run(doc([X], ["{op: aten.mul.Tensor, inputs: [x, 0.25], output: y}", SUM]))
+    np.testing.assert_array_equal(r.grads["x"], np.full((2, 3), 0.25))
+    assert names(r) == ["SumBackward0", "MulBackward0", "AccumulateGrad"]
+
+
+def test_int_wrapped_number_keeps_the_tensor_dtype():
+    g = loader.loads(doc(["x: {value: [1.0, 2.0], dtype: float32, requires_grad: true}"],
+                         ["{op: aten.mul.Tensor, inputs: [x, 3], output: y}", SUM]))
+    assert g.forward()["y"].dtype == np.float32
+
+
+def test_null_for_an_absent_optional_tensor():
+    text = doc([X, "w: {value: [1.0, 2.0, 3.0], requires_grad: true}"],
+               ["{op: aten.native_layer_norm.default, inputs: [x, w, null], outputs: [y, m, r], "
+                "args: {normalized_shape: [3], eps: 1.0e-5}}", SUM])
+    r = run(text)
+    assert set(r.grads) == {"x", "w"}
+    assert names(r)[1] == "NativeLayerNormBackward0"
+
+
+def test_null_for_a_required_tensor_is_refused():
+    with pytest.raises(GraphError, match=r"<graph>:5: ops\[0\] \(aten.mul.Tensor\): input 'other' "
+                                         r"is not optional: null given"):
+        loader.loads(doc([X], ["{op: aten.mul.Tensor, inputs: [x, null], output: y}", SUM]))
+
+
+def test_nested_list_for_a_tensor_list():
+    text = doc([X, "z: {value: [[1.0], [2.0]], requires_grad: true}"],
+               ["{op: aten.cat.default, inputs: [[x, z, x]], output: y, args: {dim: 1}}", SUM])
+    g = loader.loads(text)
+    assert g.forward()["y"].shape == (2, 7)
+    r = g.run()
+    np.testing.assert_array_equal(r.grads["x"], np.full((2, 3), 2.0))
+    assert names(r)[1] == "CatBackward0"
+
+
+def test_a_name_where_a_tensor_list_goes_is_refused():
+    with pytest.raises(GraphError, match=r"<graph>:5: .*aten.cat.default.*input 'tensors' is a "
+                                         r"tensor list"):
+        loader.loads(doc([X], ["{op: aten.cat.default, inputs: [x], output: y}", SUM]))
+
+
+def test_wrong_number_of_inputs_names_the_schema_inputs():
+    with pytest.raises(GraphError, match=r"<graph>:5: .*takes 2 tensor inputs \(self, other\), got 1"):
+        loader.loads(doc([X], ["{op: aten.mul.Tensor, inputs: [x], output: y}", SUM]))
+
+
+def test_undefined_input_name_is_refused():
+    with pytest.raises(GraphError, match=r"<graph>:5: .*input 'q' is not defined above this op"):
+        loader.loads(doc([X], ["{op: aten.mul.Tensor, inputs: [x, q], output: y}", SUM]))
+
+
+def test_unknown_aten_op_is_refused_at_load_naming_it():
+    with pytest.raises(GraphError, match=r"<graph>:5: ops\[0\] \(aten.frobnicate.default\): "
+                                         r"unknown op 'aten.frobnicate.default'"):
+        loader.loads(doc([X], ["{op: aten.frobnicate.default, inputs: [x], output: y}", SUM]))
+
+
+def test_args_by_schema_name_with_schema_defaults():
+    # sum.dim_IntList's keepdim defaults to False (schema): omitted here
+    g = loader.loads(doc([X], ["{op: aten.sum.dim_IntList, inputs: [x], output: y, args: {dim: [1]}}",
+                               SUM]))
+    assert g.forward()["y"].shape == (2,)
+    with pytest.raises(GraphError, match=r"<graph>:5: .*unknown arg 'keep_dim' \(did you mean "
+                                         r"'keepdim'"):
+        loader.loads(doc([X], ["{op: aten.sum.dim_IntList, inputs: [x], output: y, "
+                               "args: {dim: [1], keep_dim: true}}", SUM]))
+
+
+def test_minus_infinity_arg():
+    text = doc([X, "b: {value: [[true, false, false], [false, false, true]], dtype: bool}"],
+               ["{op: aten.masked_fill.Scalar, inputs: [x, b], output: y, args: {value: -.inf}}",
+                "{op: aten._softmax.default, inputs: [y], output: p, args: {dim: 1, half_to_float: false}}",
+                "{op: aten.sum.dim_IntList, inputs: [p], output: s, args: {dim: [0]}}"])
+    g = loader.loads(text)
+    p = g.forward()["p"].data
+    assert p[0, 0] == 0 and p[1, 2] == 0 and np.allclose(p.sum(axis=1), 1)
+
+
+def test_outputs_list_and_output_for_one():
+    text = doc([X], ["{op: aten.split.Tensor, inputs: [x], outputs: [a, b], args: {split_size: 2, dim: 1}}",
+                     "{op: aten.sum.default, inputs: [a], outputs: [s]}"])
+    r = run(text)
+    np.testing.assert_array_equal(r.grads["x"], [[1, 1, 0], [1, 1, 0]])
+    with pytest.raises(GraphError, match=r"<graph>:5: .*produces 2 outputs but 3 names are given"):
+        loader.loads(doc([X], ["{op: aten.split.Tensor, inputs: [x], outputs: [a, b, c], "
+                               "args: {split_size: 2, dim: 1}}", SUM]))
+
+
+def test_int64_constant_tensor_indexes_an_embedding():
+    text = doc(["w: {value: [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], requires_grad: true}",
+                "i: {value: [2, 0, 2], dtype: int64}"],
+               ["{op: aten.embedding.default, inputs: [w, i], output: y}", SUM])
+    r = run(text)
+    np.testing.assert_array_equal(r.grads["w"], [[1, 1], [0, 0], [2, 2]])
+    assert names(r) == ["SumBackward0", "EmbeddingBackward0", "AccumulateGrad"]
+
+
+def test_file_tensor_without_dtype_takes_the_arrays_dtype(tmp_path):
+    np.savez(tmp_path / "w.npz", idx=np.array([1, 0], np.int64), w=np.ones((2, 3), np.float32))
+    text = doc(["w: {file: w.npz, key: w, requires_grad: true}", "i: {file: w.npz, key: idx}"],
+               ["{op: aten.embedding.default, inputs: [w, i], output: y}", SUM])
+    g = loader.loads(text, base_dir=tmp_path)
+    assert g.leaves["i"].dtype == np.int64 and g.leaves["w"].dtype == np.float32
+    r = g.run()
+    assert r.grads["w"].dtype == np.float32
+
+
+def test_file_tensor_dtype_must_agree_with_the_array(tmp_path):
+    np.save(tmp_path / "a.npy", np.ones(3, np.float32))
+    with pytest.raises(GraphError, match=r"<graph>:3: tensors.a: dtype float64 does not match "
+                                         r"'a.npy' of dtype float32"):
+        loader.loads(doc(["a: {file: a.npy, dtype: float64}", X], [SUM.replace("[y]", "[x]")]),
+                     base_dir=tmp_path)
+    np.save(tmp_path / "i.npy", np.ones(3, np.int64))
+    with pytest.raises(GraphError, match=r"tensors.i: only floating point tensors can require "
+                                         r"gradients"):
+        loader.loads(doc(["i: {file: i.npy, requires_grad: true}", X], [SUM.replace("[y]", "[x]")]),
+                     base_dir=tmp_path)
+
+
+def test_shapes_are_checked_at_load_from_the_ops_infer():
+    text = doc([X, "w: {value: [[1.0, 2.0]]}"],
+               ["{op: aten.mm.default, inputs: [x, w], output: y}", SUM])
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten.mm.default\): .*"
+                                         r"\(inputs: x \[2, 3\] float64, w \[1, 2\] float64\)"):
+        loader.loads(text)
+
+
+def test_load_infers_aten_outputs_without_running():
+    g = loader.loads(doc([X], ["{op: aten.t.default, inputs: [x], output: y}", SUM]))
+    assert g.ops[0].op.checked == [((2, 3), np.dtype(np.float64))]
+
+
+def test_memory_budget_covers_aten_results():
+    text = doc(["x: {shape: [1000, 1], init: ones, requires_grad: true}",
+                "z: {shape: [1, 1000], init: ones}"],
+               ["{op: aten.expand.default, inputs: [x], output: e, args: {size: [1000, 1000]}}",
+                "{op: aten.clone.default, inputs: [e], output: y}", SUM])
+    loader.loads(text, max_tensor_bytes=8 * 10**6)           # exactly at the budget: fine
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten.expand.default\): the result "
+                                         r"of shape \[1000, 1000\] needs 8000000 bytes, over the "
+                                         r"memory budget"):
+        loader.loads(text, max_tensor_bytes=8 * 10**6 - 1)
+
+
+def test_batch_norm_running_statistics_survive_the_load_check():
+    # infer runs the forward on stand-ins: the real running statistics are not touched
+    text = doc(["x: {value: [[[1.0, 2.0]], [[3.0, 5.0]]], requires_grad: true}",
+                "rm: {value: [0.0]}", "rv: {value: [1.0]}"],
+               ["{op: aten.native_batch_norm.default, inputs: [x, null, null, rm, rv], "
+                "outputs: [y, m, v], args: {training: true, momentum: 0.5, eps: 0.0}}", SUM])
+    g = loader.loads(text)
+    vals = g.forward()
+    np.testing.assert_allclose(vals["rm"].data, [0.5 * 2.75])
+
+
+# -- the exported example models through the CLI -------------------------------------------------
+MODELS = sorted((pathlib.Path(__file__).resolve().parent.parent / "graphs" / "models").glob("*/graph.yaml"))
+
+
+@pytest.mark.parametrize("graph", MODELS, ids=[p.parent.name for p in MODELS])
+def test_example_model_validates_against_pytorchs_expectations(graph, gradcli_cli):
+    res = gradcli_cli("validate", graph, "--format", "json")
+    assert res.exit_code == 0, res.output
+    checks = {c["name"]: c for c in json.loads(res.stdout)["files"][0]["checks"]}
+    assert checks["order"]["status"] == "pass"
+    assert sum(n.startswith("grads[") for n in checks) == len(loader.load(graph).expect.grads) > 0
+
+
+@pytest.mark.parametrize("graph", MODELS, ids=[p.parent.name for p in MODELS])
+def test_example_model_runs_and_orders_as_pytorch(graph, gradcli_cli):
+    expect = loader.load(graph).expect
+    res = gradcli_cli("order", graph, "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert [r["node"] for r in json.loads(res.stdout)] == expect.order
+    res = gradcli_cli("run", graph, "--format", "json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["order"] == expect.order
+    for name, leaf in expect.grads.items():
+        np.testing.assert_allclose(np.asarray(out["grads"][name]["data"], dtype=np.float64),
+                                   leaf.make(None), rtol=1e-7, atol=1e-12)
+
+
+def test_a_result_that_cannot_be_allocated_is_a_one_line_error():
+    text = doc(["a: {shape: [3000000, 1], init: zeros, requires_grad: true}",
+                "b: {shape: [1, 3000000], init: zeros}"],
+               ["{op: aten.add.Tensor, inputs: [a, b], output: y}", SUM])
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten.add.Tensor\): .*(does not fit in "
+                                         r"memory|over the memory budget)"):
+        loader.loads(text)
+
+
+def test_null_in_a_tensor_list_is_refused_unless_the_list_is_optional():
+    with pytest.raises(GraphError, match=r"<graph>:5: ops\[0\] \(aten.cat.default\): input 'tensors' holds "
+                                         r"tensors \(a Tensor\[\]: only a Tensor\?\[\] takes nulls\): null given"):
+        loader.loads(doc([X], ["{op: aten.cat.default, inputs: [[x, null]], output: y}", SUM]))
+    # a Tensor?[] argument (aten.index.Tensor's `indices`) takes nulls: the layout keeps them
+    from gradcli.document import parse_yaml
+    from gradcli.ops.aten.registry import AtenCall, Slot
+    from gradcli.ops.aten.schema import Schema
+
+    class IndexLike:          # only what the loader asks of an ATen op
+        tensor_inputs = Schema("index.Tensor(Tensor self, Tensor?[] indices) -> Tensor").tensors
+        doc = "ATen index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"
+
+        def bind(self, layout):
+            return AtenCall(self, layout)
+
+    text = "inputs: [x, [null, i, null]]\n"
+    ld = loader._Loader(parse_yaml(text, "<t>"), ".", "t", loader.LoadOptions())
+    names, call = ld.schema_inputs(IndexLike(), IndexLike.tensor_inputs, ld.doc.data["inputs"],
+                                   (), "ops[0]")
+    assert names == ["x", "i"]
+    assert call.layout == [Slot(0), [None, Slot(1), None]]
+    assert call.structure(["X", "I"]) == ("X", [None, "I", None])
+
+
+def test_numeric_check_runs_aten_entries_on_raw_arrays(gradcli_cli, repo_root):
+    # gradcheck calls each op's fn on the entries' named arrays: the bound layout puts the
+    # nulls and wrapped numbers back (cnn_batchnorm has null biases, tiny_gpt wrapped numbers)
+    for model in ("cnn_batchnorm", "tiny_gpt"):
+        res = gradcli_cli("validate", "--fast", "--format", "json",
+                          repo_root / "graphs" / "models" / model / "graph.yaml")
+        assert res.exit_code == 0, res.output
+        checks = json.loads(res.stdout)["files"][0]["checks"]
+        assert any(c["kind"] == "numeric" and c["status"] == "pass" for c in checks), checks

@@ -179,14 +179,17 @@ class _Loader:
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown key {key!r} in {what}{hint}", path + (key,), where)
 
-    def site(self, path, label, op_id):
-        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry)."""
-        from .ops.site import EntrySite  # noqa: PLC0415
+    def site(self, path, label, op_id, line=None):
+        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry);
+        ``line``: the entry's line when the caller has it already."""
+        global _EntrySite
+        if _EntrySite is None:
+            from .ops.site import EntrySite as _EntrySite  # noqa: PLC0415
 
         def fail(message, key=None):
             self.fail(message, path + ((key,) if key is not None else ()), label)
-        return EntrySite(self.file, self.doc.line(*path), label, op_id, self.base_dir,
-                         self.options.allow_code, fail)
+        return _EntrySite(self.file, self.doc.line(*path) if line is None else line, label,
+                          op_id, self.base_dir, self.options.allow_code, fail)
 
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
@@ -553,7 +556,8 @@ class _Loader:
         if "device" in entry and not op.moves_device:
             owners = " or ".join(repr(n) for n, o in sorted(OPS.items()) if o.moves_device and o.public)
             self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
-        op = op.for_entry(entry, self.site(path, label, op_id))     # custom: its user code
+        line = self.doc.line(*path)          # once per op
+        op = op.for_entry(entry, self.site(path, label, op_id, line))   # custom: its user code
 
         inputs = entry.get("inputs")
         params = getattr(op, "tensor_inputs", None)
@@ -632,7 +636,6 @@ class _Loader:
         if not op.view:
             self.allocate([(m.shape, m.dtype) for m in metas], path, label)
         self.wait(op, checked, path, label)
-        line = self.doc.line(*path)
         checked_op = _CheckedOp(op, label, self.file, line, list(inputs),
                                 self.options.max_tensor_bytes)
         if metas[0].shape is not None:       # inferred: the same inputs need no second check
@@ -1001,6 +1004,7 @@ def _close_matches(word, candidates):
 
 
 _OPS = None
+_EntrySite = None        # ops.site.EntrySite, imported on first use
 
 
 def _ops():

@@ -163,6 +163,7 @@ class _Loader:
         self.stem = stem
         self.options = options
         self._infer_cache = {}       # Note [Infer cache]
+        self._allocate_cache = {}    # (shape, dtype) results -> their bytes (as float64)
         self.graph_bytes = 0         # Note [The memory budget of a whole graph]
         self.graph_bytes64 = 0       # the same with every float tensor in float64 (gradcheck)
         self.wait_ms = 0             # Note [Time bounds]
@@ -254,12 +255,22 @@ class _Loader:
     def allocate(self, results, path, where):
         """Count ``[(shape, dtype)]`` that an op (or a leaf) allocates against the
         whole-graph memory budget."""
-        known = [(shape, np.dtype(dtype)) for shape, dtype in results
-                 if shape is not None and dtype is not None]
-        nbytes = sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known)
+        try:                          # the same results again (a chain, layers): sums known
+            key = tuple(results)
+            sizes = self._allocate_cache.get(key)
+        except TypeError:             # an unhashable shape (a list): no cache
+            key = sizes = None
+        if sizes is None:
+            known = [(shape, np.dtype(dtype)) for shape, dtype in results
+                     if shape is not None and dtype is not None]
+            sizes = (sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known),
+                     sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
+                         for shape, dtype in known))
+            if key is not None:
+                self._allocate_cache[key] = sizes
+        nbytes = sizes[0]
         self.graph_bytes += nbytes
-        self.graph_bytes64 += sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
-                                  for shape, dtype in known)
+        self.graph_bytes64 += sizes[1]
         budget = self.options.max_graph_bytes
         if self.graph_bytes > budget:
             self.fail(f"the graph's tensors need {self.graph_bytes} bytes up to here (this one: "
@@ -557,7 +568,10 @@ class _Loader:
             owners = " or ".join(repr(n) for n, o in sorted(OPS.items()) if o.moves_device and o.public)
             self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
         line = self.doc.line(*path)          # once per op
-        op = op.for_entry(entry, self.site(path, label, op_id, line))   # custom: its user code
+        if type(op).for_entry is not _BASE_FOR_ENTRY or op.entry_binder is not None:
+            # custom, grad ops: bound to their entry (the plain Op.for_entry returns the op
+            # itself without reading its site: no site made for every op)
+            op = op.for_entry(entry, self.site(path, label, op_id, line))
 
         inputs = entry.get("inputs")
         params = getattr(op, "tensor_inputs", None)
@@ -1005,14 +1019,17 @@ def _close_matches(word, candidates):
 
 _OPS = None
 _EntrySite = None        # ops.site.EntrySite, imported on first use
+_BASE_FOR_ENTRY = None   # Op.for_entry, set with _OPS
 
 
 def _ops():
     """The op registry (the op library loads on first use)."""
-    global _OPS
+    global _OPS, _BASE_FOR_ENTRY
     if _OPS is None:
         from .ops import OPS  # noqa: PLC0415
+        from .ops.core import Op  # noqa: PLC0415
 
+        _BASE_FOR_ENTRY = Op.for_entry
         _OPS = OPS
     return _OPS
 

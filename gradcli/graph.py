@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from .collector import paused
 from .devices import to_device, to_host
 from .errors import BackwardError, GraphError
 
@@ -26,7 +27,7 @@ class LeafSpec:
         return to_device(data, self.device)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)     # one per op of the file: no __dict__ each
 class OpSpec:
     index: int
     id: str
@@ -37,6 +38,16 @@ class OpSpec:
     args: dict
     retain_grad: bool = False
     line: int | None = None
+    _stamp: tuple | None = dataclasses.field(default=None, init=False, repr=False,
+                                             compare=False)
+
+    @property
+    def stamp(self):
+        """What the forward stamps on the op's node (Note [Metadata stamps]), made once."""
+        stamp = self._stamp
+        if stamp is None or stamp[0][1] != self.id or stamp[1][1] != self.line:
+            stamp = self._stamp = (("op_id", self.id), ("line", self.line))
+        return stamp
 
 
 @dataclasses.dataclass
@@ -60,7 +71,7 @@ class ExpectSpec:
     error: str | None = None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)     # one per node that ran
 class NodeRun:
     """One node evaluation of a backward, in the order they started."""
     node: str
@@ -83,9 +94,10 @@ class NodeRun:
 class Result:
     graph: str
     grads: dict             # name -> array (on its device)
-    order: list             # [NodeRun]
+    order: list | None      # [NodeRun], or None when the run was asked not to record it
     forward_s: float
     backward_s: float
+    nodes_run: int = 0      # how many nodes ran (recorded or not)
 
     def to_json(self, with_data=True):
         grads = {}
@@ -98,6 +110,8 @@ class Result:
             if with_data:
                 entry["data"] = arr.tolist()
             grads[name] = entry
+        if self.order is None:
+            raise ValueError("this run did not record its execution order (order=False)")
         return {"graph": self.graph, "grads": grads, "order": [r.node for r in self.order],
                 "timing": {"forward_s": self.forward_s, "backward_s": self.backward_s}}
 
@@ -131,7 +145,8 @@ class Graph:
     def forward(self):
         """Run the ops in order with recording on; returns the named tensors
         (kept as ``values`` for ``backward()``)."""
-        values = self._forward()
+        with paused():                # Note [Collector pauses]
+            values = self._forward()
         self.values = values
         return values
 
@@ -145,16 +160,15 @@ class Graph:
                 t.grad_accumulator.metadata.update(op_id=name, line=leaf.line, leaf=True)
         with set_grad_enabled(True):
             for spec in self.ops:
-                inputs = [values[n] for n in spec.inputs]
                 # The loader's checked ops turn every failure into a GraphError.
-                out = spec.op(*inputs, **spec.args)
+                out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
                 outs = out if isinstance(out, list) else [out]
                 if len(outs) != len(spec.outputs):
                     self.fail(f"produces {len(outs)} outputs but {len(spec.outputs)} names are given",
                               spec.line, spec.label)
                 node = outs[0].grad_fn
                 if node is not None:
-                    node.metadata.update(op_id=spec.id, line=spec.line)
+                    node.stamp_metadata(spec.stamp)
                 for name, t in zip(spec.outputs, outs):
                     t.name = name
                     values[name] = t
@@ -223,16 +237,19 @@ class Graph:
                           "backward")
 
     def backward(self, *, inputs=None, retain_graph=None, engine=None, multithreading=True,
-                 deterministic=False, anomaly=None):
-        """Run the backward; returns (grads by name, [NodeRun], seconds)."""
+                 deterministic=False, anomaly=None, order=True):
+        """Run the backward; returns (grads by name, [NodeRun] or with ``order=False``
+        the number of nodes that ran, seconds)."""
         values = self.values if self.values is not None else self.forward()
-        return self._backward(values, inputs, retain_graph, engine, multithreading,
-                              deterministic, anomaly)
+        with paused():                # Note [Collector pauses]
+            return self._backward(values, inputs, retain_graph, engine, multithreading,
+                                  deterministic, anomaly, order)
 
     def _backward(self, values, inputs, retain_graph, engine, multithreading, deterministic,
-                  anomaly):
+                  anomaly, order=True):
         from .autograd import backward as autograd_backward
         from .autograd import detect_anomaly, grad as autograd_grad, set_multithreading_enabled
+        from .autograd.graph_task import NodeCounter
 
         spec = self.backward_spec
         inputs = spec.inputs if inputs is None else inputs
@@ -243,7 +260,10 @@ class Graph:
                 if name not in values:
                     self.fail(f"input {name!r} is not defined", spec.line, "backward")
             self.check_inputs_reachable(roots, inputs, values)
-        trace = []
+        # Note [Execution-order records]: a record per node (name, thread, times)
+        # only when asked for (order, --trace, validation, --format json); a
+        # plain run counts the nodes instead, which keeps the engine's fast path.
+        trace = [] if order else NodeCounter()
         anomaly_ctx = detect_anomaly(*anomaly) if anomaly else contextlib.nullcontext()
         if spec.create_graph:      # the backward records itself (higher-order gradients)
             import functools
@@ -276,7 +296,7 @@ class Graph:
             from .autograd import Tensor
 
             named = {k: g.data if isinstance(g, Tensor) else g for k, g in named.items()}
-        return named, self._order(trace, start), elapsed
+        return named, (self._order(trace, start) if order else trace.count), elapsed
 
     # -- naming nodes in messages ------------------------------------------------------
     def describe_failure(self, exc, node):
@@ -323,21 +343,25 @@ class Graph:
                 for fn, tid, start, end, gt, depth in trace]
 
     def run(self, *, inputs=None, retain_graph=None, engine=None, multithreading=True,
-            deterministic=False, anomaly=None) -> Result:
-        """Forward then backward, timed separately.
+            deterministic=False, anomaly=None, order=True) -> Result:
+        """Forward then backward, timed separately. With ``order=False`` the
+        Result's ``order`` is None (Note [Execution-order records]).
 
         Note [Concurrent runs]: each call runs its own forward (its own leaf
         tensors, nodes and gradients) and returns its own Result, so one Graph
         may be run from several threads at once. ``values`` is left holding
         the last forward that finished.
         """
-        t0 = time.perf_counter()
-        values = self._forward()
-        forward_s = time.perf_counter() - t0
-        grads, order, backward_s = self._backward(values, inputs, retain_graph, engine,
-                                                  multithreading, deterministic, anomaly)
+        with paused():                # Note [Collector pauses]
+            t0 = time.perf_counter()
+            values = self._forward()
+            forward_s = time.perf_counter() - t0
+            grads, ran, backward_s = self._backward(values, inputs, retain_graph, engine,
+                                                    multithreading, deterministic, anomaly, order)
         self.values = values
-        return Result(self.name, grads, order, forward_s, backward_s)
+        if order:
+            return Result(self.name, grads, ran, forward_s, backward_s, len(ran))
+        return Result(self.name, grads, None, forward_s, backward_s, ran)
 
     def predicted_order(self):
         """The order a single-threaded backward runs nodes in (before running it)."""

@@ -13,7 +13,6 @@ Everything about an op comes from its ``Op`` object: no op is named here.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import gc
 import os
 import re
@@ -163,6 +162,8 @@ class _Loader:
         self.base_dir = base_dir
         self.stem = stem
         self.options = options
+        self._infer_cache = {}       # Note [Infer cache]
+        self._allocate_cache = {}    # (shape, dtype) results -> their bytes (as float64)
         self.graph_bytes = 0         # Note [The memory budget of a whole graph]
         self.graph_bytes64 = 0       # the same with every float tensor in float64 (gradcheck)
         self.wait_ms = 0             # Note [Time bounds]
@@ -175,18 +176,21 @@ class _Loader:
         for key in mapping:
             if key in allowed or (isinstance(key, str) and key.startswith("x-")):
                 continue
-            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = _close_matches(str(key), sorted(allowed))
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown key {key!r} in {what}{hint}", path + (key,), where)
 
-    def site(self, path, label, op_id):
-        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry)."""
-        from .ops.site import EntrySite  # noqa: PLC0415
+    def site(self, path, label, op_id, line=None):
+        """Where an op entry is, for ``Op.for_entry`` (errors raised at the entry);
+        ``line``: the entry's line when the caller has it already."""
+        global _EntrySite
+        if _EntrySite is None:
+            from .ops.site import EntrySite as _EntrySite  # noqa: PLC0415
 
         def fail(message, key=None):
             self.fail(message, path + ((key,) if key is not None else ()), label)
-        return EntrySite(self.file, self.doc.line(*path), label, op_id, self.base_dir,
-                         self.options.allow_code, fail)
+        return _EntrySite(self.file, self.doc.line(*path) if line is None else line, label,
+                          op_id, self.base_dir, self.options.allow_code, fail)
 
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
@@ -251,12 +255,22 @@ class _Loader:
     def allocate(self, results, path, where):
         """Count ``[(shape, dtype)]`` that an op (or a leaf) allocates against the
         whole-graph memory budget."""
-        known = [(shape, np.dtype(dtype)) for shape, dtype in results
-                 if shape is not None and dtype is not None]
-        nbytes = sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known)
+        try:                          # the same results again (a chain, layers): sums known
+            key = tuple(results)
+            sizes = self._allocate_cache.get(key)
+        except TypeError:             # an unhashable shape (a list): no cache
+            key = sizes = None
+        if sizes is None:
+            known = [(shape, np.dtype(dtype)) for shape, dtype in results
+                     if shape is not None and dtype is not None]
+            sizes = (sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known),
+                     sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
+                         for shape, dtype in known))
+            if key is not None:
+                self._allocate_cache[key] = sizes
+        nbytes = sizes[0]
         self.graph_bytes += nbytes
-        self.graph_bytes64 += sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
-                                  for shape, dtype in known)
+        self.graph_bytes64 += sizes[1]
         budget = self.options.max_graph_bytes
         if self.graph_bytes > budget:
             self.fail(f"the graph's tensors need {self.graph_bytes} bytes up to here (this one: "
@@ -514,8 +528,7 @@ class _Loader:
     def op(self, i, entry, defined, base=("ops",), prefix="ops") -> OpSpec:
         """One op entry. Everything about the op itself comes from its ``Op`` object
         (Note [Ops carry their contract] in ops/core.py): no op is named here."""
-        from .ops import OPS  # noqa: PLC0415 - the op library loads on first use
-
+        OPS = _ops()
         path = base + (i,)
         where = f"{prefix}[{i}]"
         if not isinstance(entry, dict):
@@ -533,7 +546,7 @@ class _Loader:
         op = OPS.get(name)
         if op is None or not op.public:
             public = sorted(n for n, o in OPS.items() if o.public)
-            hint = difflib.get_close_matches(name, public, n=1)
+            hint = _close_matches(name, public)
             hint = f" (did you mean {hint[0]!r}?)" if hint else ""
             self.fail(f"unknown op {name!r}{hint}", path + ("op",), label)
         if op.needs_code and not self.options.allow_code:
@@ -554,7 +567,11 @@ class _Loader:
         if "device" in entry and not op.moves_device:
             owners = " or ".join(repr(n) for n, o in sorted(OPS.items()) if o.moves_device and o.public)
             self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
-        op = op.for_entry(entry, self.site(path, label, op_id))     # custom: its user code
+        line = self.doc.line(*path)          # once per op
+        if type(op).for_entry is not _BASE_FOR_ENTRY or op.entry_binder is not None:
+            # custom, grad ops: bound to their entry (the plain Op.for_entry returns the op
+            # itself without reading its site: no site made for every op)
+            op = op.for_entry(entry, self.site(path, label, op_id, line))
 
         inputs = entry.get("inputs")
         params = getattr(op, "tensor_inputs", None)
@@ -633,13 +650,12 @@ class _Loader:
         if not op.view:
             self.allocate([(m.shape, m.dtype) for m in metas], path, label)
         self.wait(op, checked, path, label)
-        checked_op = _CheckedOp(op, label, self.file, self.doc.line(*path), list(inputs),
+        checked_op = _CheckedOp(op, label, self.file, line, list(inputs),
                                 self.options.max_tensor_bytes)
         if metas[0].shape is not None:       # inferred: the same inputs need no second check
             checked_op.checked = [(m.shape, m.dtype) for m in in_metas]
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
-                      outputs=list(outputs), args=checked, retain_grad=retain,
-                      line=self.doc.line(*path))
+                      outputs=list(outputs), args=checked, retain_grad=retain, line=line)
 
     def schema_inputs(self, op, params, inputs, path, label):
         """An ATen entry's ``inputs``: one item per schema tensor argument (``params``), a
@@ -695,7 +711,7 @@ class _Loader:
             spec = op.args.get(key)
             if spec is None:
                 known = ", ".join(sorted(op.args)) or "none"
-                hint = difflib.get_close_matches(str(key), sorted(op.args), n=1)
+                hint = _close_matches(str(key), sorted(op.args))
                 hint = f"did you mean {hint[0]!r}? " if hint else ""
                 self.fail(f"unknown arg {key!r} ({hint}known: {known})", path + ("args", key), label)
             try:
@@ -714,8 +730,6 @@ class _Loader:
     def infer(self, op, metas, names, args, outputs, path, label):
         """The outputs' shapes and dtypes from the inputs' (the op's ``infer``): the static
         shape check and the memory budget of every result, before anything runs."""
-        from .ops.core import ShapeMismatch  # noqa: PLC0415
-
         unknown = [_Defined(None, None, False)] * len(outputs)
         if any(m.shape is None for m in metas):
             return unknown
@@ -723,6 +737,22 @@ class _Loader:
 
         def inputs():
             return ", ".join(f"{n} {list(s)} {d}" for n, s, d in zip(names, shapes, dtypes))
+
+        # Note [Infer cache]: an op's infer is a function of its inputs' shapes and
+        # dtypes and its args (the op contract), so a long graph that repeats an op
+        # on the same shapes (a chain, the layers of a model) infers once per
+        # distinct key. Only results that passed every check below are kept; ops
+        # that run user code, and unhashable args, are inferred every time.
+        try:
+            key = (op, tuple(shapes), tuple(dtypes), tuple(args.items()))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is not None and not op.needs_code:
+            cached = self._infer_cache.get(key)
+            if cached is not None and len(cached) == len(outputs):
+                return cached
+        from .ops.core import ShapeMismatch  # noqa: PLC0415
 
         try:
             results = op.infer_outputs(shapes, dtypes, args)
@@ -744,7 +774,10 @@ class _Loader:
                 self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
                           f"memory budget of {budget} bytes (--max-tensor-bytes) "
                           f"(inputs: {inputs()})", path, label)
-        return [_Defined(shape, dtype, False) for shape, dtype in results]
+        metas = [_Defined(shape, dtype, False) for shape, dtype in results]
+        if key is not None and not op.needs_code:
+            self._infer_cache[key] = metas   # shared, never mutated
+        return metas
 
     def checkpoint(self, i, entry, defined, path, where, op_id, label) -> OpSpec:
         """``{op: checkpoint, inputs, outputs, body}``: the body is a scope of its own.
@@ -904,6 +937,8 @@ class _CheckedOp:
     and its inputs' shapes, any other failure an OpBugError (a bug in gradcli). Other
     attributes are the op's."""
 
+    __slots__ = ("op", "label", "file", "line", "input_names", "max_bytes", "checked")
+
     def __init__(self, op, label, file, line, input_names, max_bytes):
         self.op = op
         self.label = label
@@ -927,8 +962,6 @@ class _CheckedOp:
                          for n, t in zip(self.input_names, inputs))
 
     def __call__(self, *inputs, **args):
-        from .ops.core import DeviceMismatch  # noqa: PLC0415
-
         self.precheck(inputs, args)
         try:
             return self.op(*inputs, **args)
@@ -936,17 +969,28 @@ class _CheckedOp:
             raise
         except MemoryError:
             self.fail(f"out of memory (inputs: {self.describe(inputs)})")
-        except DeviceMismatch as exc:
-            self.fail(_first_line(exc))
-        except _KNOWN_ERRORS as exc:
-            self.fail(f"{_first_line(exc)} (inputs: {self.describe(inputs)})")
-        except Exception as exc:  # noqa: BLE001 - not the file's fault: a bug, named as one
+        except Exception as exc:  # noqa: BLE001 - sorted below, in this order
+            from .ops.core import DeviceMismatch  # noqa: PLC0415 - only when an op failed
+
+            if isinstance(exc, DeviceMismatch):
+                self.fail(_first_line(exc))
+            if isinstance(exc, _KNOWN_ERRORS):
+                self.fail(f"{_first_line(exc)} (inputs: {self.describe(inputs)})")
+            # not the file's fault: a bug, named as one
             raise OpBugError(self.op.name, exc, self.file, self.line, self.label) from exc
 
     def precheck(self, inputs, args):
         """Refuse, before running, inputs that do not fit and results over the memory
         budget (the op's ``infer`` on the actual shapes and dtypes: a graph run again in
         another precision, as gradcheck does, is checked again)."""
+        checked = self.checked
+        if checked is not None and len(checked) == len(inputs):
+            # The common case, without building lists: the inputs the loader inferred on.
+            for t, (shape, dtype) in zip(inputs, checked):
+                if getattr(t, "shape", None) != shape or getattr(t, "dtype", None) != dtype:
+                    break
+            else:
+                return
         from .ops.core import ShapeMismatch  # noqa: PLC0415
 
         shapes = [tuple(getattr(t, "shape", ())) for t in inputs]
@@ -967,6 +1011,30 @@ class _CheckedOp:
                 self.fail(f"the result of shape {list(shape)} needs {nbytes} bytes, over the "
                           f"memory budget of {self.max_bytes} bytes (--max-tensor-bytes) "
                           f"(inputs: {self.describe(inputs)})")
+
+
+def _close_matches(word, candidates):
+    """difflib's closest match (imported only for an error message's hint)."""
+    import difflib  # noqa: PLC0415
+
+    return difflib.get_close_matches(word, candidates, n=1)
+
+
+_OPS = None
+_EntrySite = None        # ops.site.EntrySite, imported on first use
+_BASE_FOR_ENTRY = None   # Op.for_entry, set with _OPS
+
+
+def _ops():
+    """The op registry (the op library loads on first use)."""
+    global _OPS, _BASE_FOR_ENTRY
+    if _OPS is None:
+        from .ops import OPS  # noqa: PLC0415
+        from .ops.core import Op  # noqa: PLC0415
+
+        _BASE_FOR_ENTRY = Op.for_entry
+        _OPS = OPS
+    return _OPS
 
 
 def _known_errors():

@@ -20,6 +20,7 @@ LAYERS = {
     "gradcli.devices": 0,
     "gradcli.errors": 0,
     "gradcli._version": 0,
+    "gradcli.collector": 0,     # the cyclic collector paused (Note [Collector pauses])
     "gradcli.dispatch": 0,     # Note [Core dispatch]: filled in from above at import
     "gradcli.autograd": 1,
     "gradcli.ops": 2,

@@ -8,7 +8,6 @@ each accelerator device index has one long-lived worker thread and queue.
 """
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -22,12 +21,18 @@ from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, accelerator_types, device_of,
 from .graph_task import GraphTask
 from .input_buffer import DeterministicInputBuffer, InputBuffer
 from .node import GraphRoot
-from .ready_queue import SHUTDOWN, ReadyQueue, node_task, wakeup_task
+from .ready_queue import RUN, SHUTDOWN, ReadyQueue, _tiebreak, node_task, wakeup_task
+from .graph_task import NodeCounter, _graph_task_ids
+from heapq import heapify, heappop, heappush
 from . import streams
 from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
 from .. import dispatch
 
-log = logging.getLogger("gradcli.engine")
+def _log():
+    """The engine's logger (logging is imported only to warn at stop())."""
+    import logging  # noqa: PLC0415
+
+    return logging.getLogger("gradcli.engine")
 
 
 def default_max_recursion_depth() -> int:
@@ -157,6 +162,19 @@ class Engine:
         # A single root needs no GraphRoot node: its grad seeds its buffer.
         skip_dummy_node = len(root_edges) == 1
         graph_root = root_edges[0][0] if skip_dummy_node else GraphRoot(root_edges, inputs)
+        if skip_dummy_node:
+            graph_task.root_input_nr = root_edges[0][1]
+        if (FAST_PATH and skip_dummy_node and not_reentrant and not outputs
+                and _drop_failed_tasks(tls.local_ready_queue, None)):
+            schedule = _SCHEDULES.get(graph_root)
+            if (schedule is not None and schedule.input_nr == root_edges[0][1]
+                    and _fast_path_applies(graph_task, None)):
+                buffer = InputBuffer([None] * len(graph_root.input_metadata))
+                buffer.add(root_edges[0][1], inputs[0], -1)
+                self.replay_schedule(graph_task, graph_root, schedule, buffer)
+                if graph_task.error is not None:
+                    raise graph_task.error
+                return graph_task.captured_vars
         min_topo_nr = min((e[0].topological_nr for e in outputs), default=0)
         self.compute_dependencies(graph_root, graph_task, min_topo_nr)
         if outputs:
@@ -234,7 +252,10 @@ class Engine:
             graph_task.lock.release()
             prev_grad_mode = STATE.grad_enabled
             try:
-                self.thread_main(graph_task)
+                if FAST_PATH and _fast_path_applies(graph_task, queue):
+                    self.thread_main_fast(graph_task)
+                else:
+                    self.thread_main(graph_task)
             finally:
                 tls.worker_device = NO_DEVICE
                 tls.engine = None
@@ -318,6 +339,198 @@ class Engine:
                         local_task.outstanding_tasks += 1
                     self.ready_queue_by_index(local_task, owner).push(wakeup_task(local_task))
 
+    def thread_main_fast(self, graph_task):
+        """``thread_main`` + ``evaluate_function`` for the common case (Note [Engine fast path]).
+
+        Runs the nodes of ``graph_task`` in exactly the order, and with exactly the
+        arithmetic, of the general loop; hands over to ``thread_main`` at the first
+        task it does not handle itself.
+        """
+        tls = TLS
+        state = STATE
+        heap = tls.local_ready_queue._heap
+        keep_graph = graph_task.keep_graph
+        dependencies = graph_task.dependencies
+        not_ready = graph_task.not_ready
+        counter = graph_task.trace            # None or a NodeCounter
+        depth = -graph_task.reentrant_depth
+        tiebreak = _tiebreak
+        ndarray = np.ndarray
+        cpu = CPU
+        prev = tls.current_graph_task
+        tls.current_graph_task = graph_task   # set once: a reentrant call restores it
+        state.grad_enabled = False            # create_graph is False here
+        # Note [Schedules of retained graphs]: a retained graph with one root
+        # records the order its nodes ran in, for the next backward to replay.
+        roots = graph_task.graph_roots
+        ran = ([] if keep_graph and len(roots) == 1 and roots[0] not in _SCHEDULES
+               and len(heap) == 1 and type(heap[0][5]) is not GraphRoot else None)
+        try:
+            while not graph_task.future_completed:
+                if not heap:
+                    break                     # never on one thread; the general loop waits
+                task = heappop(heap)
+                fn = task[5]
+                if (task[4] is not graph_task or fn is None or graph_task.has_error
+                        or fn.stream is not None):
+                    heappush(heap, task)      # not ours to run here: the general loop takes over
+                    ran = None
+                    break
+                if ran is not None:
+                    ran.append(fn)
+                try:
+                    if counter is not None and type(fn) is not GraphRoot:
+                        counter.count += 1
+                    inputs = task[6]
+                    del task
+                    if fn.tensor_pre_hooks or fn.retains_grad_hooks or fn.pre_hooks or fn.post_hooks:
+                        outputs = call_function(graph_task, fn, inputs)
+                    else:
+                        if not keep_graph:
+                            fn.will_release_variables()
+                        outputs = fn.apply(inputs)
+                        # validate_outputs, its common case inlined (Note [Engine fast path])
+                        next_edges = fn.next_edges
+                        if len(outputs) != len(next_edges):
+                            validate_outputs(next_edges, outputs, fn.name)
+                        for i, grad in enumerate(outputs):
+                            edge = next_edges[i]
+                            if edge is None or grad is None:
+                                continue
+                            meta = edge[0].input_metadata[edge[1]]
+                            if not (type(grad) is ndarray and meta.device is cpu
+                                    and grad.shape == meta.shape and grad.dtype is meta.dtype):
+                                validate_outputs(next_edges, outputs, fn.name)
+                                break
+                except Exception as exc:  # noqa: BLE001 - travels to the caller
+                    if state.grad_enabled:
+                        state.grad_enabled = False
+                    self.thread_on_exception(graph_task, fn, exc)
+                    graph_task.outstanding_tasks -= 1
+                    if graph_task.completed():
+                        graph_task.mark_as_completed_and_run_post_processing()
+                    continue
+                if state.grad_enabled:        # a node left grad mode on: as thread_main resets it
+                    state.grad_enabled = False
+                if not keep_graph:
+                    fn.release_variables()
+                if outputs:
+                    # (outputs and next_edges have one length: validated above)
+                    for output, edge in zip(outputs, fn.next_edges):
+                        if edge is None:
+                            continue
+                        nxt = edge[0]
+                        count = dependencies.get(nxt)
+                        if count is None:
+                            raise RuntimeError(f"dependency not found for {nxt.name}")
+                        buffer = not_ready.get(nxt)
+                        if buffer is None:
+                            # A fresh buffer: InputBuffer.add's first contribution to a slot.
+                            buffer = InputBuffer([None] * len(nxt.input_metadata))
+                            if output is not None:
+                                buffer[edge[1]] = output
+                            if count != 1:
+                                not_ready[nxt] = buffer
+                        else:
+                            buffer.add(edge[1], output)
+                            if count == 1:
+                                del not_ready[nxt]
+                        if count == 1:
+                            del dependencies[nxt]
+                            graph_task.outstanding_tasks += 1
+                            heappush(heap, (RUN, depth, -nxt.sequence_nr, next(tiebreak),
+                                            graph_task, nxt, buffer))
+                        else:
+                            dependencies[nxt] = count - 1
+                graph_task.outstanding_tasks -= 1
+                if graph_task.outstanding_tasks == 0:
+                    graph_task.mark_as_completed_and_run_post_processing()
+        finally:
+            tls.current_graph_task = prev
+        if not graph_task.future_completed:
+            self.thread_main(graph_task)
+        elif (ran is not None and graph_task.error is None and not graph_task.has_error
+                and next(_graph_task_ids) == graph_task.id + 1):
+            # (no other backward started meanwhile: a node that ran a reentrant
+            # backward may interleave with this queue's tasks; such graphs replay nothing)
+            schedule = Schedule.of(ran, graph_task.root_input_nr)
+            if schedule is not None:
+                _SCHEDULES[roots[0]] = schedule
+
+    def replay_schedule(self, graph_task, root, schedule, buffer):
+        """Run a retained graph's backward again in its recorded order (Note [Schedules
+        of retained graphs]): what thread_main_fast does per node, without the heap
+        and the dependency counts."""
+        tls = TLS
+        state = STATE
+        prev_grad_mode = state.grad_enabled
+        tls.worker_device = CPU_DEVICE
+        tls.engine = self
+        graph_task.owner = CPU_DEVICE
+        prev = tls.current_graph_task
+        tls.current_graph_task = graph_task
+        state.grad_enabled = False
+        keep_graph = graph_task.keep_graph
+        counter = graph_task.trace
+        nodes, targets, slots = schedule.nodes, schedule.targets, schedule.slots
+        buffers = [None] * len(nodes)
+        buffers[0] = buffer
+        ndarray = np.ndarray
+        cpu = CPU
+        graph_task.outstanding_tasks = 1
+        try:
+            for k in range(len(nodes)):
+                fn = nodes[k] if k else root
+                inputs = buffers[k]
+                buffers[k] = None
+                try:
+                    if counter is not None:
+                        counter.count += 1
+                    if fn.tensor_pre_hooks or fn.retains_grad_hooks or fn.pre_hooks or fn.post_hooks:
+                        outputs = call_function(graph_task, fn, inputs)
+                    else:
+                        if not keep_graph:
+                            fn.will_release_variables()
+                        outputs = fn.apply(inputs)
+                        next_edges = fn.next_edges
+                        if len(outputs) != len(next_edges):
+                            validate_outputs(next_edges, outputs, fn.name)
+                        for i, grad in enumerate(outputs):
+                            edge = next_edges[i]
+                            if edge is None or grad is None:
+                                continue
+                            meta = edge[0].input_metadata[edge[1]]
+                            if not (type(grad) is ndarray and meta.device is cpu
+                                    and grad.shape == meta.shape and grad.dtype is meta.dtype):
+                                validate_outputs(next_edges, outputs, fn.name)
+                                break
+                except Exception as exc:  # noqa: BLE001 - travels to the caller
+                    self.thread_on_exception(graph_task, fn, exc)
+                    return
+                if state.grad_enabled:
+                    state.grad_enabled = False
+                if not keep_graph:
+                    fn.release_variables()
+                if outputs:
+                    for output, target in zip(outputs, targets[k]):
+                        if target is None:
+                            continue
+                        j, pos = target
+                        buf = buffers[j]
+                        if buf is None:
+                            buf = buffers[j] = InputBuffer([None] * slots[j])
+                            if output is not None:
+                                buf[pos] = output
+                        else:
+                            buf.add(pos, output)
+            graph_task.outstanding_tasks = 0
+            graph_task.mark_as_completed_and_run_post_processing()
+        finally:
+            tls.current_graph_task = prev
+            tls.worker_device = NO_DEVICE
+            tls.engine = None
+            state.grad_enabled = prev_grad_mode
+
     def thread_on_exception(self, graph_task, fn, exc):
         if getattr(exc, "gradcli_node", None) is None:
             try:
@@ -351,7 +564,12 @@ class Engine:
                 return
 
         trace = graph_task.trace
-        if trace is not None and type(fn) is not GraphRoot:   # the seed is not a graph node
+        if type(trace) is NodeCounter:        # only the number of nodes that ran
+            if type(fn) is not GraphRoot:
+                with graph_task.lock:
+                    trace.count += 1
+            outputs = call_function(graph_task, fn, inputs)
+        elif trace is not None and type(fn) is not GraphRoot:   # the seed is not a graph node
             record = [fn, threading.get_ident(), perf_counter(), None, graph_task.id,
                       graph_task.reentrant_depth]
             trace.append(record)
@@ -593,10 +811,10 @@ class Engine:
                 with cv:
                     if not cv.wait_for(lambda: self._non_reentrant_thread_count == 0,
                                        timeout=max(0.0, deadline - time.monotonic())):
-                        log.warning("gradcli engine: %d device thread(s) still busy after %.1fs; "
+                        _log().warning("gradcli engine: %d device thread(s) still busy after %.1fs; "
                                     "leaving them", self._non_reentrant_thread_count, wait_limit)
             else:
-                log.warning("gradcli engine: a backward was still using the device threads "
+                _log().warning("gradcli engine: a backward was still using the device threads "
                             "after %.1fs at stop(); leaving them", wait_limit)
         pool = self._thread_pool
         with pool.cv:
@@ -612,6 +830,121 @@ class Engine:
 
 
 # -- node evaluation (free functions, as in engine.cpp) ---------------------------
+# Note [Engine fast path]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# Most backwards are a plain ``backward()`` on the CPU: no device, no grad()
+# inputs (exec_info), no create_graph, no anomaly mode, no --trace records, no
+# deterministic buffers, started outside any other backward. For those,
+# ``thread_main_fast`` replaces ``thread_main`` + ``evaluate_function`` and
+# does per node only what they do in that case:
+# - the same heap: it pops and pushes the thread's own ReadyQueue heap, with the
+#   same NodeTask tuples (so the same order: PyTorch's CompareNodeTaskTime),
+#   without ReadyQueue.push's waiter check: only this thread waits on its own
+#   CPU queue, and it is busy here. A reentrant backward started by a node sees
+#   the outer tasks in that queue exactly as in the general loop;
+# - no graph task lock: with no device in the graph task no other thread
+#   touches its counters, buffers or dependencies (device threads only serve
+#   device nodes; a reentrant graph task nested here is a graph task of its own);
+# - thread-locals set once per backward: the current graph task (a nested
+#   backward restores it) and grad mode, which is reset after a node only when
+#   the node left it on (thread_main sets it before every node);
+# - validate_outputs' common case (an ndarray of the input's shape and dtype on
+#   the CPU) checked inline; anything else goes through validate_outputs itself,
+#   which leaves the arrays that pass unchanged;
+# - hooks: a node with any hook goes through call_function, as in the general
+#   path.
+# Any task it does not expect (another graph task's, a wake-up task, a node on a
+# stream, an error) is pushed back and the general ``thread_main`` takes over
+# from the same state. ``GRADCLI_ENGINE_FAST_PATH=0`` (or ``engine.FAST_PATH =
+# False``) turns it off; tests/test_engine_fast_path.py runs every example graph
+# both ways and compares the order and the gradients bit for bit.
+FAST_PATH = os.environ.get("GRADCLI_ENGINE_FAST_PATH", "1") != "0"
+
+
+# Note [Schedules of retained graphs]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A fast-path backward (Note [Engine fast path]) of a retained graph from one
+# root (retain_graph, ``--repeat N --retain-graph``) records the order its nodes
+# ran in and, for each node, where each of its outputs goes (the position of the
+# consumer in that order and the consumer's input slot). The graph below a root
+# never changes once recorded (edges and sequence numbers are fixed when a node
+# is made), and on the fast path the order depends on nothing else, so the next
+# fast-path backward from the same root and input slot replays it, as compiled
+# autograd replays a captured graph: the same nodes, the same order, the same
+# contributions summed in the same order into the same InputBuffers (bit-
+# identical gradients), without dependency counting or the ready queue. Hooks
+# are honoured per node as on the fast path. Schedules are kept in a
+# WeakKeyDictionary keyed by the root node and hold every node but the root
+# (which they get from the caller), so they live exactly as long as the graph.
+# A backward the fast path does not take (grad(), create_graph, anomaly, devices,
+# a trace, a reentrant call, several roots) neither records nor replays, nor
+# does one during which another backward started (a node's reentrant backward
+# shares the ready queue with the outer tasks, which a replay does not hold).
+import weakref  # noqa: E402
+
+_SCHEDULES = weakref.WeakKeyDictionary()
+
+
+class Schedule:
+    """A retained graph's recorded order (Note [Schedules of retained graphs])."""
+
+    __slots__ = ("input_nr", "nodes", "targets", "slots")
+
+    @classmethod
+    def of(cls, ran, input_nr):
+        index = {fn: k for k, fn in enumerate(ran)}
+        if len(index) != len(ran):
+            return None                      # a node ran twice: not a plain graph
+        targets = []
+        for fn in ran:
+            row = []
+            for edge in fn.next_edges:
+                if edge is None:
+                    row.append(None)
+                    continue
+                k = index.get(edge[0])
+                if k is None:
+                    return None              # a consumer that never ran
+                row.append((k, edge[1]))
+            targets.append(tuple(row))
+        self = cls()
+        self.input_nr = input_nr
+        self.nodes = [None] + ran[1:]        # not the root: the cache's key
+        self.targets = targets
+        self.slots = [len(fn.input_metadata) for fn in ran]
+        return self
+
+
+def _fast_path_applies(graph_task, queue):
+    trace = graph_task.trace
+    return (not graph_task.uses_devices and not graph_task.exec_info
+            and not graph_task.create_graph and not graph_task.anomaly[0]
+            and not graph_task.deterministic
+            and (queue is None or _drop_failed_tasks(queue, graph_task))
+            and (trace is None or type(trace) is NodeCounter))
+
+
+def _drop_failed_tasks(queue, graph_task):
+    """True when ``queue`` holds only ``graph_task``'s tasks (none for None) once the
+    tasks of failed graph tasks are dropped. A backward that failed leaves its other
+    tasks in its thread's queue; the general loop pops and skips them (counting them
+    off) whenever it meets them, which nothing can observe, so dropping them here
+    changes nothing but lets this thread's next backwards take the fast path."""
+    heap = queue._heap
+    if not heap or (len(heap) == 1 and heap[0][4] is graph_task):
+        return True
+    stale = [t for t in heap if t[4] is not graph_task]
+    if any(t[4] is None or not t[4].has_error for t in stale):
+        return False
+    for t in stale:
+        failed = t[4]
+        with failed.lock:
+            failed.outstanding_tasks -= 1
+    heap[:] = [t for t in heap if t[4] is graph_task]
+    heapify(heap)
+    return True
+
+
 def call_tensor_pre_hooks(fn, inputs):
     hooks = fn.tensor_pre_hooks
     if hooks:

@@ -10,6 +10,17 @@ from .state import graph_task_guard
 _graph_task_ids = itertools.count()
 
 
+class NodeCounter:
+    """A ``trace`` that only counts the nodes that ran (not the seed GraphRoot):
+    what ``gradcli run`` prints, without a record per node. Nested (reentrant)
+    graph tasks count into their parent's counter, as they append to its trace."""
+
+    __slots__ = ("count",)
+
+    def __init__(self):
+        self.count = 0
+
+
 class ExecInfo:
     """Note [Exec info]: whether a node must run in a ``grad()``-style backward.
 
@@ -37,7 +48,8 @@ class GraphTask:
                  "outstanding_tasks", "has_error", "future_completed", "error",
                  "lock", "dependencies", "not_ready", "exec_info",
                  "captured_vars", "owner", "final_callbacks", "final_callbacks_lock",
-                 "uses_devices", "trace", "leaf_streams", "caller_streams", "_done")
+                 "uses_devices", "trace", "leaf_streams", "caller_streams", "_done",
+                 "root_input_nr")
 
     def __init__(self, keep_graph, create_graph, reentrant_depth, cpu_ready_queue, graph_roots,
                  multithreading=True, anomaly=(False, False), deterministic=False,
@@ -68,10 +80,11 @@ class GraphTask:
         self.final_callbacks = []
         self.final_callbacks_lock = threading.Lock()
         self.uses_devices = False             # some node runs on an accelerator queue
-        self.trace = trace                    # list of run records, or None
+        self.trace = trace                    # list of run records, a NodeCounter, or None
         self.leaf_streams = set()             # streams leaves ran on (Note [Streaming backwards])
         self.caller_streams = None            # device id -> caller's current stream
         self._done = threading.Event()
+        self.root_input_nr = None             # the input slot of a single root
 
     def completed(self) -> bool:
         """Every task is done, or an error ends the graph task early (call

@@ -40,6 +40,19 @@ class InputMetadata:
         self.stream = stream          # CUDA: the stream the forward ran on
 
     @classmethod
+    def cpu(cls, array):
+        """``(InputMetadata.of(array),)`` for a host ndarray, shared between every node
+        whose output has this shape and dtype (Note [Recording on the CPU] in ops/core.py):
+        metadata is never mutated once made."""
+        key = (array.shape, array.dtype)
+        metas = _CPU_METAS.get(key)
+        if metas is None:
+            if len(_CPU_METAS) >= 4096:      # bounded: many shapes just miss the cache
+                _CPU_METAS.clear()
+            metas = _CPU_METAS[key] = (cls(array.shape, array.dtype, CPU),)
+        return metas
+
+    @classmethod
     def of(cls, array):
         device = device_of(array)
         stream = stream_of(array) if device is not CPU else None
@@ -65,6 +78,9 @@ class InputMetadata:
 
     def __repr__(self):
         return f"InputMetadata(shape={list(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+
+_CPU_METAS: dict = {}
 
 
 def sum_to(grad, shape):
@@ -126,9 +142,19 @@ class Node:
         """A dict for whoever recorded the node (PyTorch's ``Node.metadata``):
         the core never reads it. The graph loader stamps ``op_id`` and ``line``."""
         meta = self._metadata
-        if meta is None:
-            meta = self._metadata = {}
+        if type(meta) is not dict:
+            meta = self._metadata = {} if meta is None else dict(meta)
         return meta
+
+    def stamp_metadata(self, items) -> None:
+        """``metadata.update(items)`` for ``items``, a tuple of (key, value) pairs that
+        the recorder shares between the nodes of one op. Note [Metadata stamps]: a
+        node keeps the shared tuple until someone reads ``metadata``, which then
+        becomes the node's own dict: no dict per node for a million-node graph."""
+        if self._metadata is None:
+            self._metadata = items
+        else:
+            self.metadata.update(items)
 
     def release_variables(self) -> None:
         """Free saved tensors (a backward without ``retain_graph``)."""
@@ -167,7 +193,7 @@ class Node:
         return tuple((e[0], e[1]) if e is not None else (None, 0) for e in self.next_edges)
 
     def __repr__(self):
-        op_id = self._metadata.get("op_id") if self._metadata else None
+        op_id = dict(self._metadata).get("op_id") if self._metadata else None
         where = f" {op_id}" if op_id else ""
         return f"<{self.name}{where} seq={self.sequence_nr} topo={self.topological_nr}>"
 

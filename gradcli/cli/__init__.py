@@ -12,12 +12,12 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import traceback
 import warnings
 
 import click
 
 from .._version import __version__
+from ..collector import paused
 from . import core
 
 
@@ -28,9 +28,28 @@ class _State:
 _state = _State()
 
 
+# Each command's module, imported when the command is looked up (``gradcli run``
+# imports cmd_run only; ``gradcli --help`` imports them all for their help lines).
+_COMMANDS = {"run": "cmd_run", "order": "cmd_order", "validate": "cmd_validate",
+             "stress": "cmd_stress", "ops": "cmd_ops", "export": "cmd_export"}
+
+
 class GradcliGroup(click.Group):
     """A click group whose ``main`` never lets an exception or a multi-line
-    usage message out: one ``gradcli: ...`` line and an exit code instead."""
+    usage message out: one ``gradcli: ...`` line and an exit code instead.
+    Its commands load lazily (``_COMMANDS``): start-up imports only what runs."""
+
+    def list_commands(self, ctx):
+        return sorted(set(self.commands) | set(_COMMANDS))
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands and cmd_name in _COMMANDS:
+            import importlib  # noqa: PLC0415
+
+            with paused():            # start-up (Note [Collector pauses])
+                module = importlib.import_module(f".{_COMMANDS[cmd_name]}", __name__)
+            self.add_command(getattr(module, cmd_name))
+        return self.commands.get(cmd_name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              windows_expand_args=True, **extra):
@@ -57,7 +76,11 @@ def _guarded(group, args, prog_name, extra) -> int:
 
 def _invoke(group, args, prog_name, extra) -> int:
     try:
-        with group.make_context(prog_name, args, **extra) as ctx:
+        # Parsing the arguments imports the command and what its options need:
+        # start-up work, with the collector paused (Note [Collector pauses]).
+        with paused():
+            ctx = group.make_context(prog_name, args, **extra)
+        with ctx:
             group.invoke(ctx)
         return core.EXIT_OK
     except click.exceptions.Exit as exc:                # --help, --version
@@ -111,6 +134,8 @@ def _stdout_failed(exc) -> int:
 
 def _internal_error(exc) -> int:
     if _state.debug:
+        import traceback  # noqa: PLC0415 - only for --debug
+
         core._write_stderr("".join(traceback.format_exception(exc)))
     text = str(exc).strip()
     message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -133,15 +158,3 @@ def main(debug):
     _state.debug = debug
 
 
-def _register():
-    from . import cmd_export, cmd_ops, cmd_order, cmd_run, cmd_stress, cmd_validate
-
-    main.add_command(cmd_run.run)
-    main.add_command(cmd_order.order)
-    main.add_command(cmd_validate.validate)
-    main.add_command(cmd_stress.stress)
-    main.add_command(cmd_ops.ops)
-    main.add_command(cmd_export.export)
-
-
-_register()

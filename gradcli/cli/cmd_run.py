@@ -44,7 +44,10 @@ def run(graphs, fmt, out, inputs, retain_graph, repeat, no_multithreading, deter
         graph = load.load_or_exit(path)
         result = run_graph(graph, inputs=input_list, retain_graph=retain_graph, repeat=repeat,
                            multithreading=not no_multithreading, deterministic=deterministic,
-                           anomaly=(True, check_inf) if detect_anomaly else None)
+                           anomaly=(True, check_inf) if detect_anomaly else None,
+                           # records per node only for what prints or writes them
+                           order=bool(fmt == "json" or trace_file
+                                      or (out and out.lower().endswith(".json"))))
         if trace_file:
             from ..trace import chrome_trace
 
@@ -107,5 +110,5 @@ def print_grads(result, path):
     columns = ["tensor", "shape", "dtype", "device"] + [
         core.Column(c, "right") for c in ("norm", "min", "max")]
     core.print_table(f"{result.graph} ({path}): gradients", columns, rows)
-    core.echo(f"{len(result.order)} nodes ran; forward {result.forward_s * 1e3:.3f} ms, "
+    core.echo(f"{result.nodes_run} nodes ran; forward {result.forward_s * 1e3:.3f} ms, "
               f"backward {result.backward_s * 1e3:.3f} ms")

@@ -128,7 +128,7 @@ def console(err=False):
 
     file = sys.stderr if err else sys.stdout
     return Console(file=file, markup=False, highlight=False, emoji=False, soft_wrap=False,
-                   width=None if file.isatty() else 160)
+                   width=None if file.isatty() else PIPE_WIDTH)
 
 
 @dataclasses.dataclass
@@ -148,6 +148,16 @@ def print_table(title, columns, rows, *, styles=None) -> None:
     if len(rows) > RICH_TABLE_MAX_ROWS:
         click.echo(_plain_table(title, columns, rows))
         return
+    if styles is None and _plain_is_rich(sys.stdout):
+        # Not a terminal: the plain renderer draws what rich would (no colour, a
+        # fixed width of 160), without importing rich, when the table fits.
+        text = _plain_table(title, columns, rows)
+        lines = text.split("\n")
+        width = len(lines[1])
+        if width <= PIPE_WIDTH and title.isascii() and len(title) <= width:
+            lines[0] = title.ljust(width)          # rich pads the title to the table
+            click.echo("\n".join(lines))
+            return
     from rich.table import Table
     from rich.text import Text
 
@@ -160,12 +170,31 @@ def print_table(title, columns, rows, *, styles=None) -> None:
     console().print(table)
 
 
+PIPE_WIDTH = 160      # console(): the width rich draws at when not writing to a terminal
+
+
+def _plain_is_rich(file) -> bool:
+    """True when rich would draw to ``file`` without colour or terminal width (not a
+    terminal, and no environment variable that makes rich act as one)."""
+    import os
+
+    try:
+        if file.isatty():
+            return False
+    except (AttributeError, ValueError):
+        return False
+    return not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE",
+                                                "TTY_INTERACTIVE", "COLUMNS"))
+
+
 def _plain_table(title, columns, rows) -> str:
     """The table as rich draws it (heavy head rule, light box), without wrapping."""
-    from rich.cells import cell_len
 
     def width(cell):
-        return len(cell) if cell.isascii() else cell_len(cell)
+        if cell.isascii():
+            return len(cell)
+        from rich.cells import cell_len  # noqa: PLC0415 - wide characters only
+        return cell_len(cell)
 
     widths = [width(c.name) for c in columns]
     for row in rows:
@@ -363,13 +392,17 @@ class LoadOptions:
 
     def load(self, path):
         """``gradcli.loader.load`` with these options (GraphError propagates)."""
-        from .. import loader
+        from ..collector import paused
 
-        return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
-                           allow_outside_paths=self.allow_outside_paths,
-                           max_tensor_bytes=self.max_tensor_bytes,
-                           max_document_bytes=self.max_document_bytes,
-                           max_graph_bytes=self.max_graph_bytes)
+        # the imports and the load; the loaded graph lives as long as the command
+        with paused(freeze=True):     # (Note [Collector pauses])
+            from .. import loader
+
+            return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
+                               allow_outside_paths=self.allow_outside_paths,
+                               max_tensor_bytes=self.max_tensor_bytes,
+                               max_document_bytes=self.max_document_bytes,
+                               max_graph_bytes=self.max_graph_bytes)
 
     def load_or_exit(self, path):
         """Load ``path``; an invalid file is one error line and exit 2."""
@@ -384,40 +417,57 @@ class LoadOptions:
 
 
 def run_graph(graph, *, inputs, retain_graph, repeat, multithreading, deterministic=False,
-              anomaly=None):
+              anomaly=None, order=True):
     """Run ``graph`` ``repeat`` times; returns the last Result with the median
-    backward time. Invalid input exits 2, a failing backward exits 3."""
-    import statistics
-
+    backward time (its ``order`` None with ``order=False``: only ``nodes_run``).
+    Invalid input exits 2, a failing backward exits 3."""
     from ..errors import BackwardError, GraphError, OpBugError
 
     try:
         if retain_graph and repeat > 1:
             # One forward, N backwards on the retained graph: gradients add up.
             result = graph.run(inputs=inputs, retain_graph=True, multithreading=multithreading,
-                               deterministic=deterministic, anomaly=anomaly)
+                               deterministic=deterministic, anomaly=anomaly, order=order)
             times = [result.backward_s]
             for _ in range(repeat - 1):
-                grads, order, elapsed = graph.backward(
+                grads, ran, elapsed = graph.backward(
                     inputs=inputs, retain_graph=True, multithreading=multithreading,
-                    deterministic=deterministic, anomaly=anomaly)
+                    deterministic=deterministic, anomaly=anomaly, order=order)
                 times.append(elapsed)
-                result.grads, result.order = grads, order
+                result.grads = grads
+                if order:
+                    result.order, result.nodes_run = ran, len(ran)
+                else:
+                    result.nodes_run = ran
         else:
+            from ..collector import paused
+
             times, fwd = [], []
-            for _ in range(repeat):
-                result = graph.run(inputs=inputs, retain_graph=retain_graph or None,
-                                   multithreading=multithreading, deterministic=deterministic,
-                                   anomaly=anomaly)
+            for k in range(repeat):
+                # the last run's graph lives until the command ends (Note [Collector pauses])
+                with paused(freeze=k == repeat - 1):
+                    result = graph.run(inputs=inputs, retain_graph=retain_graph or None,
+                                       multithreading=multithreading,
+                                       deterministic=deterministic, anomaly=anomaly,
+                                       order=order)
                 times.append(result.backward_s)
                 fwd.append(result.forward_s)
-            result.forward_s = statistics.median(fwd)
-        result.backward_s = statistics.median(times)
+            result.forward_s = _median(fwd)
+        result.backward_s = _median(times)
         return result
     except GraphError as exc:
         fail(str(exc), EXIT_INVALID)
     except (BackwardError, OpBugError) as exc:
         fail(str(exc), EXIT_BACKWARD)
+
+
+def _median(values):
+    """statistics.median, imported only when there is more than one value."""
+    if len(values) == 1:
+        return values[0]
+    import statistics  # noqa: PLC0415
+
+    return statistics.median(values)
 
 
 def _device_map(ctx, param, value):

@@ -28,6 +28,7 @@ from .shapes import ELEMENTWISE, ShapeMismatch  # noqa: F401 - ShapeMismatch is 
 OPS: dict[str, "Op"] = {}
 
 _NO_ARG = object()
+_NO_ARGS = {}           # the args of a node recorded without any (shared, never mutated)
 
 
 class Arg:
@@ -246,9 +247,12 @@ class OpBackward(Node):
                 return [None] * len(self.next_edges)
         vjps = op.vjps
         args = self.args
-        out = []
-        for i, edge in enumerate(self.next_edges):
-            out.append(None if edge is None else vjps[i](g, ans, *inputs, **args))
+        if args:
+            out = [None if edge is None else vjps[i](g, ans, *inputs, **args)
+                   for i, edge in enumerate(self.next_edges)]
+        else:                         # most ops: no keyword dict per VJP call
+            out = [None if edge is None else vjps[i](g, ans, *inputs)
+                   for i, edge in enumerate(self.next_edges)]
         devices = self.input_devices
         if devices is not None:
             out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])
@@ -287,8 +291,49 @@ def _common_device(datas):
     return found or CPU
 
 
+# Note [Recording on the CPU]: the common case of ``record`` (a single-output op
+# whose inputs are all host arrays or plain values) takes a branch that does
+# what the general code below does for it, in one pass over the inputs and
+# without the device bookkeeping; and the backward node's input metadata for a
+# CPU output is shared between nodes (InputMetadata.cpu): it is never mutated,
+# and a million-node graph then keeps one instead of a million.
 def record(op, inputs, args):
     """Run ``op`` on Tensors; record an OpBackward node if a gradient is needed."""
+    if not op.multi_output:
+        datas = []
+        requires_grad = False
+        for x in inputs:
+            if type(x) is Tensor:
+                if x.requires_grad:
+                    requires_grad = True
+                x = x.data
+            if type(x) is not np.ndarray and hasattr(x, "shape"):
+                break                 # an accelerator array: the general code
+            datas.append(x)
+        else:
+            o = op.fn(*datas, **args)
+            if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
+                o = np.asarray(o)
+            if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
+                return Tensor(o)
+            # (a tuple of edges and of saved arrays: smaller than lists, read-only here)
+            node = OpBackward(op.node_name_for(datas, args),
+                              tuple([x.gradient_edge() if type(x) is Tensor and x.requires_grad
+                                     else None for x in inputs]),
+                              InputMetadata.cpu(o) if type(o) is np.ndarray
+                              else [InputMetadata.of(o)])
+            node.op = op
+            node.args = args or _NO_ARGS
+            if op.saves:
+                node.saved = (tuple(datas), o, inputs)
+            else:
+                node.saved = (tuple([InputMetadata.cpu(d)[0] if type(d) is np.ndarray
+                                     else InputMetadata.of(d) if hasattr(d, "shape") else d
+                                     for d in datas]), None, None)
+            node.input_devices = None
+            t = Tensor(o, requires_grad=True)
+            t.grad_fn = node
+            return t
     datas = [x.data if type(x) is Tensor else x for x in inputs]
     on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
     dev = _common_device(datas) if on_accel and not op.moves_device else CPU

@@ -7,7 +7,6 @@ PyTorch where one PyTorch op corresponds.
 from __future__ import annotations
 
 import itertools
-import random
 import threading
 
 import numpy as np
@@ -889,6 +888,8 @@ def delay(x, ms=0, jitter_ms=0, seed=None):
 def _delay_vjp(g, ans, x, ms=0, jitter_ms=0, seed=None):
     pause = ms
     if jitter_ms:
+        import random  # noqa: PLC0415 - only for a jittered delay
+
         pause += (random.Random(seed) if seed is not None else random).uniform(0, jitter_ms)
     if pause:
         from ..autograd.engine import sleep_unless_cancelled   # wakes on Ctrl-C

@@ -15,13 +15,13 @@ See Note [Lines on demand] for how line numbers are found.
 from __future__ import annotations
 
 import bisect
-import gc
 import json
 import os
 import re
 import stat
 import sys
 
+from .collector import paused
 from .errors import GraphError
 
 MAX_DEPTH = 1000            # nesting of mappings/sequences (100 nested checkpoints use ~400)
@@ -85,24 +85,6 @@ class Document:
             if line is not None:
                 return line
         return None
-
-
-class _CollectorPaused:
-    """Note [Collector paused while parsing]: a parse allocates a container per
-    mapping and list, millions for a large graph, and none of them can be garbage
-    before the parse ends (all are reachable from the parser); the cyclic
-    collector's passes over them are pure cost, and grow with the document (they
-    made reading superlinear: 200,000 ops took 9.7 s in YAML against 0.37 s for
-    20,000). So it is paused while parsing and restored after (left off if the
-    caller had it off)."""
-
-    def __enter__(self):
-        self.was_enabled = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc):
-        if self.was_enabled:
-            gc.enable()
 
 
 def estimate_bytes(text) -> int:
@@ -306,7 +288,7 @@ def parse_json(text, display="<string>", *, max_bytes=None) -> Document:
         # be within MAX_DEPTH, so the limit is raised (never lowered) for the call.
         if limit < need:
             sys.setrecursionlimit(need)
-        with _CollectorPaused():
+        with paused():   # Note [Collector pauses]
             data = json.loads(text, object_pairs_hook=_pairs_to_dict)
     except json.JSONDecodeError as exc:
         raise GraphError(f"invalid JSON: {exc.msg} (column {exc.colno})", display,
@@ -323,7 +305,7 @@ def parse_json(text, display="<string>", *, max_bytes=None) -> Document:
         if limit < need:
             sys.setrecursionlimit(limit)
     if data is _NOT_READ:
-        with _CollectorPaused():
+        with paused():   # Note [Collector pauses]
             data = _JsonLocator(text, display).parse()
     m = _LONE_SURROGATE.search(text) if _SURROGATE_ESCAPE.search(text) else None
     if m is not None:
@@ -355,7 +337,7 @@ class _JsonLines:
                 break
             members = self.members.get(pos)
             if members is None:
-                with _CollectorPaused():
+                with paused():   # Note [Collector pauses]
                     members = self.members[pos] = self._index_at(pos)
             found = members.get(part)
             if found is None:
@@ -540,7 +522,7 @@ def parse_yaml(text, display="<string>", *, max_bytes=None) -> Document:
     loader = loader_cls(text)
     try:
         composer = _YamlComposer(loader, yaml, display, budget // BYTES_PER_VALUE)
-        with _CollectorPaused():
+        with paused():   # Note [Collector pauses]
             data = composer.document()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -799,7 +781,7 @@ class _YamlLines:
         yaml = self.yaml
         loader = self.loader_cls(self.text)
         try:
-            with _CollectorPaused():
+            with paused():   # Note [Collector pauses]
                 return self._walk(loader, path)
         except (yaml.YAMLError, GraphError):
             return None

@@ -12,17 +12,15 @@ Everything about an op comes from its ``Op`` object: no op is named here.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import re
-import threading
 import zlib
 from typing import NamedTuple
 
 import numpy as np
 
 from . import devices as D
+from .collector import paused
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
 from .errors import BackwardError, GraphError, OpBugError
 from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
@@ -83,7 +81,7 @@ def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
     path = os.fspath(path)
     options = LoadOptions(device_map, allow_code, allow_outside_paths, max_tensor_bytes,
                           max_document_bytes, max_graph_bytes)
-    with _cyclic_gc_paused():
+    with paused():   # Note [Collector pauses]
         doc = read_document(path, max_bytes=max_document_bytes)
         return _Loader(doc, os.path.dirname(os.path.abspath(path)),
                        os.path.splitext(os.path.basename(path))[0], options).graph()
@@ -102,45 +100,11 @@ def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Grap
         raise GraphError("the document is empty", display)
     options = LoadOptions(**options)
     parse = parse_json if format == "json" else parse_yaml
-    with _cyclic_gc_paused():
+    with paused():   # Note [Collector pauses]
         doc = parse(text, display, max_bytes=options.max_document_bytes)
         return _Loader(doc, os.path.abspath(base_dir), name, options).graph()
 
 
-# Note [No cyclic GC while loading]: reading and checking a file allocates a few
-# objects per tensor and op (the document tree, specs, closures) and frees almost
-# none, so CPython's cyclic collector runs again and again over an ever larger
-# heap: loading 100,000 tensors from YAML took 9.1 s of CPU, most of it in
-# collections, and 5.2 s with the collector paused (JSON: 2.8 s). Loading makes no garbage cycles worth
-# collecting, so the collector is paused for its duration (a counter, so that
-# loads in several threads re-enable it only when the last one ends). A large load
-# then ends with one full collection (0.6 s for 100,000 tensors), which moves what
-# it keeps to the oldest generation at once: left to the automatic collections,
-# the first run of such a graph paid 1.3 s for the same promotion.
-_GC_LOCK = threading.Lock()
-_GC_PAUSES = [0, False]        # [loads in progress, whether the collector was enabled]
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused():
-    with _GC_LOCK:
-        if _GC_PAUSES[0] == 0:
-            _GC_PAUSES[1] = gc.isenabled()
-            gc.disable()
-        _GC_PAUSES[0] += 1
-    try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _GC_PAUSES[0] -= 1
-            resumed = _GC_PAUSES[0] == 0 and _GC_PAUSES[1]
-            if resumed:
-                gc.enable()
-        if resumed and gc.get_count()[0] > _GC_COLLECT_AFTER:
-            gc.collect()
-
-
-_GC_COLLECT_AFTER = 100_000    # objects made by a load (net) beyond which it ends with a collection
 
 
 def parse_device_map(text) -> dict:

@@ -305,7 +305,9 @@ def test_concurrent_loads_leave_the_collector_enabled():
         t.start()
     for t in threads:
         t.join()
-    assert not errors and gc.isenabled() and L._GC_PAUSES[0] == 0
+    from gradcli import collector
+
+    assert not errors and gc.isenabled() and collector._depth == 0
 
 
 # -- 4. exact patterns ---------------------------------------------------------------------------

@@ -355,8 +355,6 @@ class Engine:
         counter = graph_task.trace            # None or a NodeCounter
         depth = -graph_task.reentrant_depth
         tiebreak = _tiebreak
-        ndarray = np.ndarray
-        cpu = CPU
         prev = tls.current_graph_task
         tls.current_graph_task = graph_task   # set once: a reentrant call restores it
         state.grad_enabled = False            # create_graph is False here
@@ -383,25 +381,7 @@ class Engine:
                         counter.count += 1
                     inputs = task[6]
                     del task
-                    if fn.tensor_pre_hooks or fn.retains_grad_hooks or fn.pre_hooks or fn.post_hooks:
-                        outputs = call_function(graph_task, fn, inputs)
-                    else:
-                        if not keep_graph:
-                            fn.will_release_variables()
-                        outputs = fn.apply(inputs)
-                        # validate_outputs, its common case inlined (Note [Engine fast path])
-                        next_edges = fn.next_edges
-                        if len(outputs) != len(next_edges):
-                            validate_outputs(next_edges, outputs, fn.name)
-                        for i, grad in enumerate(outputs):
-                            edge = next_edges[i]
-                            if edge is None or grad is None:
-                                continue
-                            meta = edge[0].input_metadata[edge[1]]
-                            if not (type(grad) is ndarray and meta.device is cpu
-                                    and grad.shape == meta.shape and grad.dtype is meta.dtype):
-                                validate_outputs(next_edges, outputs, fn.name)
-                                break
+                    outputs = call_plain_function(graph_task, fn, inputs, keep_graph)
                 except Exception as exc:  # noqa: BLE001 - travels to the caller
                     if state.grad_enabled:
                         state.grad_enabled = False
@@ -475,8 +455,6 @@ class Engine:
         nodes, targets, slots = schedule.nodes, schedule.targets, schedule.slots
         buffers = [None] * len(nodes)
         buffers[0] = buffer
-        ndarray = np.ndarray
-        cpu = CPU
         graph_task.outstanding_tasks = 1
         try:
             for k in range(len(nodes)):
@@ -486,24 +464,7 @@ class Engine:
                 try:
                     if counter is not None:
                         counter.count += 1
-                    if fn.tensor_pre_hooks or fn.retains_grad_hooks or fn.pre_hooks or fn.post_hooks:
-                        outputs = call_function(graph_task, fn, inputs)
-                    else:
-                        if not keep_graph:
-                            fn.will_release_variables()
-                        outputs = fn.apply(inputs)
-                        next_edges = fn.next_edges
-                        if len(outputs) != len(next_edges):
-                            validate_outputs(next_edges, outputs, fn.name)
-                        for i, grad in enumerate(outputs):
-                            edge = next_edges[i]
-                            if edge is None or grad is None:
-                                continue
-                            meta = edge[0].input_metadata[edge[1]]
-                            if not (type(grad) is ndarray and meta.device is cpu
-                                    and grad.shape == meta.shape and grad.dtype is meta.dtype):
-                                validate_outputs(next_edges, outputs, fn.name)
-                                break
+                    outputs = call_plain_function(graph_task, fn, inputs, keep_graph)
                 except Exception as exc:  # noqa: BLE001 - travels to the caller
                     self.thread_on_exception(graph_task, fn, exc)
                     return
@@ -984,6 +945,31 @@ def call_post_hooks(fn, outputs, inputs):
         result = hook(tuple(outputs), tuple(inputs))
         if result is not None:
             outputs = list(result)
+    return outputs
+
+
+def call_plain_function(graph_task, fn, inputs, keep_graph):
+    """call_function for the fast path and replayed schedules (Note [Engine fast path]):
+    a node without hooks is applied directly and validate_outputs' common case (a CPU
+    array of the expected shape and dtype) is checked inline; anything else goes
+    through the general call_function / validate_outputs."""
+    if fn.tensor_pre_hooks or fn.retains_grad_hooks or fn.pre_hooks or fn.post_hooks:
+        return call_function(graph_task, fn, inputs)
+    if not keep_graph:
+        fn.will_release_variables()
+    outputs = fn.apply(inputs)
+    next_edges = fn.next_edges
+    if len(outputs) != len(next_edges):
+        validate_outputs(next_edges, outputs, fn.name)     # raises: the count is wrong
+    for i, grad in enumerate(outputs):
+        edge = next_edges[i]
+        if edge is None or grad is None:
+            continue
+        meta = edge[0].input_metadata[edge[1]]
+        if not (type(grad) is np.ndarray and meta.device is CPU
+                and grad.shape == meta.shape and grad.dtype is meta.dtype):
+            validate_outputs(next_edges, outputs, fn.name)
+            break
     return outputs
 
 

@@ -1,21 +1,20 @@
-"""Helpers shared by the ATen kernels: the array module of an input, window
-views, scatter-add and ``erf`` that work on NumPy and on NumPy-like modules."""
+"""Helpers shared by the ATen kernels: the array module of an input (the device
+registry decides), window views, scatter-add and ``erf`` that work on NumPy and
+on NumPy-like modules."""
 import math
 
 import numpy as np
 
+from ...devices import xp_of_array
+
 
 def array_module(*arrays):
     """The array module (``numpy``, or ``cupy`` for CuPy arrays) that owns the
-    first non-None array of ``arrays``. NumPy subclasses (gradcli's sim
-    arrays) count as NumPy."""
+    first non-None, non-NumPy array of ``arrays``: the device registry decides
+    (``devices.xp_of_array``; gradcli's sim arrays count as NumPy)."""
     for a in arrays:
-        if a is None or isinstance(a, np.ndarray):
-            continue
-        if type(a).__module__.split(".")[0] == "cupy":
-            import cupy
-
-            return cupy
+        if a is not None and not isinstance(a, np.ndarray):
+            return xp_of_array(a)
     return np
 
 

@@ -40,6 +40,11 @@ class OpBugError(GradcliError):
         return str(self.location)
 
 
+def first_line(exc) -> str:
+    """The first line of an exception's message (its type's name if it has none)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _one_line(text):
     """Messages reach users as one line, whatever a cause's text held."""
     return " ".join(str(text).splitlines()) if ("\n" in text or "\r" in text) else text

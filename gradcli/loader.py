@@ -23,6 +23,7 @@ from . import devices as D
 from .collector import paused
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
 from .errors import BackwardError, GraphError, OpBugError
+from .errors import first_line as _first_line
 from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")     # whole names only: fullmatch
@@ -1016,10 +1017,6 @@ def _nbytes(shape, itemsize):
         n *= max(int(s), 0)
     return n * itemsize
 
-
-def _first_line(exc):
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 def _kind(value):
     """'a mapping', 'a list', 'a string', 'null', 'an int', ... for messages."""

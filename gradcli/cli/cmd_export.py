@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import first_line as _first_line
 from . import core
 from ..export import CROSS_ENTROPY, LOSSES
 from .core import EXIT_INTERNAL, fail as _fail
@@ -33,10 +34,6 @@ def _allocation_failed(exc):
     text = str(exc)
     return isinstance(exc, MemoryError) or "DefaultCPUAllocator" in text or \
         "not enough memory" in text or "out of memory" in text.lower()
-
-
-def _first_line(exc):
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 @click.command("export")

@@ -35,7 +35,10 @@ interleaved, medians with their spread, ratios gradcli / PyTorch):
    (OPENBLAS/OMP/MKL_NUM_THREADS=1 in the child's environment and
    ``torch.set_num_threads(1)``), and the MLP again with the default threads: never
    PyTorch and NumPy BLAS threads busy in one process. The first backward of each
-   child (cold) is reported apart from the steady state (the later ones).
+   child (cold) is reported apart from the steady state (the later ones). The MLP
+   has a third side, the same math written by hand in NumPy (``np_mlp_backward``),
+   in its own processes too: gradcli / NumPy by hand is the engine's cost over
+   NumPy's BLAS, and gradcli / PyTorch also holds OpenBLAS against PyTorch's BLAS.
 6. e2e: ``gradcli run`` on 20,000-, 200,000- and 1,000,000-op chain JSON files
    (``y = y*c + d``, 8 x float64): the whole process less the median of the same
    process on a tiny graph, against PyTorch in a process that has imported torch
@@ -309,6 +312,46 @@ def th_count_nodes(retain):
         run_backward(state)
         return len(seen)
     return run
+
+
+# -- the MLP written by hand in NumPy ------------------------------------------------
+# Issue 12: "the MLP stays within 5% of the same math written by hand in NumPy".
+# The forward keeps what the backward formulas read (each layer's input and each
+# relu's output), as an autograd engine does; the backward is the formulas
+# PyTorch's nodes use (derivatives.yaml), written out: mean -> grad / n expanded;
+# add -> the bias gradient summed over the batch; mm -> grad @ W.T and h.T @ grad;
+# relu -> threshold_backward(grad, result, 0), i.e. where(result <= 0, 0, grad),
+# which passes a NaN on as PyTorch does. No copies: each gradient is a fresh array,
+# the way PyTorch's AccumulateGrad steals it. What it leaves out is everything that
+# makes an engine (nodes, edges, the ready queue, dependency counts, InputBuffers).
+def np_mlp():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((MLP_BATCH, MLP_WIDTH)).astype(np.float32)
+    ws = [(rng.standard_normal((MLP_WIDTH, MLP_WIDTH)) / np.sqrt(MLP_WIDTH)).astype(np.float32)
+          for _ in range(MLP_LAYERS)]
+    bs = [np.zeros(MLP_WIDTH, np.float32) for _ in range(MLP_LAYERS)]
+    inputs, relus, h = [], [], x
+    for layer in range(MLP_LAYERS):
+        inputs.append(h)
+        h = np.matmul(h, ws[layer]) + bs[layer]
+        if layer < MLP_LAYERS - 1:
+            h = np.maximum(h, np.float32(0))
+            relus.append(h)
+    return ws, inputs, relus, h
+
+
+def np_mlp_backward(state):
+    ws, inputs, relus, out = state
+    g = np.broadcast_to(np.array(1.0 / out.size, out.dtype), out.shape)     # MeanBackward0
+    grads = []
+    for layer in reversed(range(MLP_LAYERS)):
+        if layer < MLP_LAYERS - 1:                                           # ThresholdBackward0
+            g = np.where(relus[layer] <= 0, np.zeros((), g.dtype), g)
+        grads.append(g.sum(axis=0))                                          # AddBackward0 (bias)
+        grads.append(np.matmul(inputs[layer].T, g))                          # MmBackward0: W
+        if layer > 0:
+            g = np.matmul(g, ws[layer].T)                                    # MmBackward0: h
+    return grads
 
 
 # -- BLAS floor of the MLP backward ----------------------------------------------------
@@ -645,6 +688,8 @@ def child_backward(cfg):
         th.set_num_threads(cfg["threads"])
         build = {"chain": th_chain, "fanin": th_fanin, "mlp": th_mlp}[bench]
         run, count = th_backward(False), th_count_nodes(False)
+    elif side == "numpy":                   # the MLP by hand: no engine, no nodes
+        build, run, count = np_mlp, np_mlp_backward, lambda state: 0
     else:
         build = {"chain": gc_chain, "fanin": gc_fanin, "mlp": gc_mlp}[bench]
         run, count = gc_backward(False), gc_count_nodes(False)
@@ -677,6 +722,9 @@ def bench_backward(which, rounds, iters, have_torch):
             runners["torch"] = lambda b=bench, t=blas, n=threads: _child(
                 "backward", {"side": "torch", "bench": b, "iters": iters, "threads": n},
                 _child_env(t))
+        if bench == "mlp":
+            runners["numpy"] = lambda t=blas: _child(
+                "backward", {"side": "numpy", "bench": "mlp", "iters": iters}, _child_env(t))
         res = _interleaved(rounds, runners)
         row = {"bench": bench, "blas_threads": blas or "default", "rounds": rounds,
                "iters": iters}
@@ -713,6 +761,12 @@ def print_backward(rows):
         line += f"{g['first']['median'] * gs:14.3g} "
         line += f"{t['first']['median'] * ts:12.3g}" if t else f"{'-':>12s}"
         print(line)
+        n = row.get("numpy")
+        if n:       # the MLP by hand in NumPy, same BLAS threads, its own processes
+            row["ratio_numpy"] = g["steady"]["median"] / n["steady"]["median"]
+            print(f"{'':6s} {'':>7s} {'':>6s} {'':>8s} {'numpy by hand':>22s} "
+                  f"{_spread(n['steady'], 1e3):>22s} {row['ratio_numpy']:5.2f}x "
+                  f"{'(gradcli / numpy by hand)':>27s}")
 
 
 # end to end ----------------------------------------------------------------------------------

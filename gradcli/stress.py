@@ -569,6 +569,28 @@ def _spawn_child():
     return float(x.grad[0])
 
 
+# Note [Concurrent forwards and the memory budget]: the loader bounds one forward
+# of a graph by --max-graph-bytes (Note [The memory budget of a whole graph]), but
+# stressing a graph runs ``threads`` forwards at once (each run records its own,
+# Note [Concurrent runs]) and keeps a reference run alive beside them. A file
+# that fits the budget once can need ``threads + 1`` times it under stress, so the
+# whole is checked against the same budget before anything runs.
+def check_concurrent_budget(graph, threads):
+    """Raise GraphError when ``threads`` concurrent runs of ``graph`` and the
+    reference run need more than the graph's memory budget together."""
+    budget = getattr(graph, "max_graph_bytes", None)
+    forward = getattr(graph, "forward_bytes", None)
+    if budget is None or forward is None:
+        return
+    need = forward * (threads + 1)
+    if need > budget:
+        raise GraphError(f"stress runs {threads} forwards of this graph at once beside a "
+                         f"reference run: {threads + 1} x {forward} = {need} bytes, over the "
+                         f"memory budget of {budget} bytes for the whole graph "
+                         f"(--max-graph-bytes); lower --threads or raise --max-graph-bytes",
+                         graph.file, None, "stress")
+
+
 def scenario_graphs(ctx, result):
     """Stress given graph files: concurrent runs must equal a single-threaded reference."""
     from .errors import BackwardError

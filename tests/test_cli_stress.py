@@ -236,3 +236,40 @@ def test_ctrl_c_is_not_held_up_by_a_hung_worker(tmp_path, repo_root):
     assert proc.returncode == 130, (out, err)
     assert err.splitlines() == ["gradcli: interrupted"] and out == ""
     assert elapsed < 10, f"exited {elapsed:.1f}s after SIGINT (the hang is 60 s)"
+
+
+BUDGETED = """\
+version: 1
+tensors:
+  x: {shape: [1000], init: normal, requires_grad: true}
+ops:
+  - {op: exp, inputs: [x], output: e}
+  - {op: sum, inputs: [e], output: loss}
+backward:
+  roots: [loss]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_forwards_count_against_the_graph_budget(gradcli_cli, tmp_path):
+    """Note [Concurrent forwards and the memory budget]: N threads run N forwards
+    beside a reference run, so a graph that fits --max-graph-bytes once is refused
+    (exit 2, one line) when N + 1 of it do not fit, and runs when they do."""
+    import gradcli
+
+    path = tmp_path / "budgeted.yaml"
+    path.write_text(BUDGETED)
+    forward = gradcli.load(path).forward_bytes
+    assert forward == 8000 + 8000 + 8          # x, exp(x), the sum
+    budget = str(3 * forward)
+    result = gradcli_cli("stress", path, "--threads", "3", "--iterations", "1",
+                         "--max-graph-bytes", budget)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    line = one_error_line(result.stderr)
+    assert str(path) in line and "stress: stress runs 3 forwards" in line
+    assert f"4 x {forward} = {4 * forward} bytes, over the memory budget of {budget}" in line
+    assert result.stdout == ""
+    ok = gradcli_cli("stress", path, "--threads", "2", "--iterations", "1",
+                     "--max-graph-bytes", budget, "--format", "json")
+    assert ok.exit_code == 0, (ok.stdout, ok.stderr)
+    assert json.loads(ok.stdout)["ok"]

@@ -53,6 +53,7 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
     for path in graphs:
         graph = load.load_or_exit(path)     # fail fast, exit 2, on a bad file
         try:
+            S.check_concurrent_budget(graph, threads)   # ... or one too big to run N at once
             graph.forward()                 # ... or on a forward that fails
         except GraphError as exc:
             fail(str(exc), EXIT_INVALID)

@@ -20,7 +20,7 @@ modules), so the operators work whichever module a user imports first and
 Who sets what:
 - ``Tensor``: ``autograd/tensor.py``, at import (``import gradcli.autograd``
   always imports it).
-- ``ops``: ``gradcli/ops/__init__.py``, at import: ``clone``, ``unbroadcast``,
+- ``ops``: ``gradcli/ops/__init__.py``, at import: ``clone``, ``grad_copy``, ``unbroadcast``,
   ``cast`` and ``to``. Only a create_graph backward reads them, and a Tensor
   gradient can only exist once the op library has recorded one.
 - ``load_ops``: ``gradcli/__init__.py``, at import: imports ``gradcli.ops``.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import types
 
 Tensor = None           # the Tensor class (set by tensor.py)
-ops = types.SimpleNamespace(clone=None, unbroadcast=None, cast=None, to=None)
+ops = types.SimpleNamespace(clone=None, grad_copy=None, unbroadcast=None, cast=None, to=None)
 
 
 

@@ -112,15 +112,15 @@ def test_accumulate_grad():
 def test_grad_with_create_graph_is_differentiable():
     """.grad after backward(create_graph=True) carries the graph of the backward.
 
-    PyTorch's first accumulation deep-copies the gradient with a recorded copy
-    (``CopyBackwards``); gradcli records a clone: deliberately
-    ``CloneBackward0``, the same gradient. A second accumulation adds out of
-    place (``AddBackward0``), as PyTorch.
+    The first accumulation copies the gradient with a recorded copy
+    (``CopyBackwards``: no edge for the new tensor, one to the gradient's node),
+    as PyTorch's AccumulateGrad; a second adds out of place (``AddBackward0``).
     """
     x = leaf(3)
     (x * x * x).sum().backward(create_graph=True)
     assert isinstance(x.grad, Tensor)
-    assert x.grad.grad_fn is not None and x.grad.grad_fn.name == "CloneBackward0"
+    assert x.grad.grad_fn is not None and x.grad.grad_fn.name == "CopyBackwards"
+    assert [e and e[0].name for e in x.grad.grad_fn.next_edges] == [None, "AddBackward0"]
     np.testing.assert_allclose(x.grad.data, 3 * x.data ** 2)
     first = x.grad
     (x * x * x).sum().backward(create_graph=True)
@@ -525,3 +525,23 @@ def test_validate_outputs_fixes_tensor_gradients_differentiably():
         grad([Wrong.apply(y).sum()], [y], create_graph=True)
     assert str(err.value) == ("Function WrongBackward returned an invalid gradient at index 0 - "
                               "got [6] but expected shape compatible with [3]")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "every_other_column", "scalar"])
+def test_first_grad_under_create_graph_records_torchs_node(layout):
+    """PyTorch copies the first gradient into the leaf's own layout (CopyBackwards)
+    when that layout is dense, else clones it contiguously (CloneBackward0)."""
+    torch = pytest.importorskip("torch")
+    base = np.arange(1.0, 25.0).reshape(4, 6)
+    data = {"contiguous": base, "transposed": base.T, "every_other_column": base[:, ::2],
+            "scalar": np.array(2.0)}[layout]
+    x = Tensor(data, requires_grad=True)
+    (x * x * x).sum().backward(create_graph=True)
+    tx = torch.from_numpy(data).requires_grad_()     # from_numpy keeps the strides
+    (tx * tx * tx).sum().backward(create_graph=True)
+    assert x.grad.grad_fn.name == type(tx.grad.grad_fn).__name__
+    assert x.grad.data.strides == tuple(s * 8 for s in tx.grad.stride())
+    np.testing.assert_allclose(x.grad.data, tx.grad.detach().numpy())
+    (gg,) = grad([x.grad.sum()], [x])
+    (tgg,) = torch.autograd.grad([tx.grad.sum()], [tx])
+    np.testing.assert_allclose(gg, tgg.numpy())

@@ -347,6 +347,9 @@ case("slice_backward", "slice_backward", [R(2, 2)], {"shape": [4, 3], "index": "
 # the recorded masks of relu and abs (internal; their gradient w.r.t. the mask is zero)
 case("threshold_backward", "threshold_backward", [R(3, 4), R(3, 4, seed=1, away=0.05)])
 case("sgn", "sgn", [R(3, 4, away=0.05)])
+# the first .grad of a leaf under create_graph (internal; the empty destination has no
+# gradient: Note [Differentiable .grad, PyTorch's copy])
+case("grad_copy", "grad_copy", [R(3, 4), R(3, 4, seed=1)], wrt=[1])
 
 # Ops whose backward is not a derivative (fails on purpose, returns NaN): forward only.
 FORWARD_CASES = [

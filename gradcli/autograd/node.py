@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from ..devices import CPU, device_of
+from ..devices import CPU, device_of, on_device, xp_of_array
 from .. import dispatch
 from .streams import stream_of
 from .state import STATE, next_sequence_nr
@@ -241,7 +241,7 @@ class AccumulateGrad(Node):
             # recorded clone), later ones are added out of place, and .grad
             # holds a Tensor (carrying a grad_fn when the gradient has one).
             with self.lock:
-                var.grad = differentiable_accumulate(var.grad, new_grad)
+                var.grad = differentiable_accumulate(var.grad, new_grad, like=var.data)
             return []
         with self.lock:
             old = var.grad
@@ -270,15 +270,43 @@ class AccumulateGrad(Node):
         return []
 
 
-def differentiable_accumulate(old, new_grad):
-    """``old + new_grad`` (or a clone of ``new_grad``) as a Tensor, recorded under grad mode."""
+def differentiable_accumulate(old, new_grad, like=None):
+    """``old + new_grad`` (or a copy of ``new_grad``) as a Tensor, recorded under grad mode.
+
+    The first gradient is copied: laid out like ``like`` (the leaf's array) with a
+    recorded ``grad_copy`` when that layout is dense, as PyTorch's AccumulateGrad
+    (Note [Differentiable .grad, PyTorch's copy]); else (a retained gradient, or a
+    leaf that is not dense) a recorded contiguous clone, as PyTorch's."""
     Tensor = dispatch.Tensor         # Note [Core dispatch]
     if old is None:
         if type(new_grad) is Tensor:
+            if like is not None and is_non_overlapping_and_dense(like):
+                data = new_grad.data
+                dst = on_device(xp_of_array(data).empty_like(like, dtype=data.dtype),
+                                device_of(data))
+                return dispatch.ops.grad_copy(Tensor(dst), new_grad)
             return dispatch.ops.clone(new_grad)
         return Tensor(new_grad.copy())
     total = old + new_grad
     return total if type(total) is Tensor else Tensor(total)
+
+
+def is_non_overlapping_and_dense(array) -> bool:
+    """PyTorch's layout test: the elements fill one block of memory without gaps or
+    overlaps in some order of the dimensions (a transposed matrix is dense; every
+    other column of one is not). Negative strides, which PyTorch cannot have, are
+    not dense."""
+    if array.size <= 1:
+        return True
+    item = array.itemsize
+    dims = sorted((stride, size) for size, stride in zip(array.shape, array.strides)
+                  if size != 1)
+    expected = item
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 class GraphRoot(Node):

@@ -22,8 +22,8 @@ from .reentrant import reenter  # noqa: F401 - registers reenter
 from .. import dispatch as _dispatch
 
 # The ops a create_graph backward records with inside the core (Note [Core dispatch]).
-_dispatch.register_ops(clone=_library.clone, unbroadcast=_library.unbroadcast,
-                       cast=_library.cast, to=_library.to)
+_dispatch.register_ops(clone=_library.clone, grad_copy=_library.grad_copy,
+                       unbroadcast=_library.unbroadcast, cast=_library.cast, to=_library.to)
 
 
 def _binary(op, reverse=False):

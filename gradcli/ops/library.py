@@ -654,6 +654,24 @@ def clone(x):
 defvjp(clone, lambda g, ans, x: g)
 
 
+# Note [Differentiable .grad, PyTorch's copy]: under create_graph, PyTorch's
+# AccumulateGrad stores the first gradient of a leaf as a copy laid out like the
+# leaf (``new_empty_strided(leaf's sizes and strides).copy_(grad)``) when the
+# leaf's layout is dense, which records ``CopyBackwards`` with two edges: none for
+# the new empty tensor, the gradient's node for the source. A leaf that is not
+# dense gets a contiguous clone instead (``CloneBackward0``). ``grad_copy`` is
+# that copy: ``dst`` is the empty array, ``src`` the gradient.
+@primitive("grad_copy", "CopyBackwards", saves=False, arity=2, public=False,
+           infer=lambda shapes, dtypes: [(shapes[0], dtypes[0])])
+def grad_copy(dst, src):
+    """src copied into the (empty) dst: the first .grad of a leaf under create_graph"""
+    dst[...] = src
+    return dst
+
+
+defvjp(grad_copy, lambda g, ans, dst, src: None, lambda g, ans, dst, src: g)
+
+
 # -- linear algebra -----------------------------------------------------------------
 def _matmul_name(datas, args):
     a, b = datas

@@ -330,6 +330,10 @@ defvjp(where, None,
 @aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False,
       meta=ELEMENTWISE)
 def clone(self, memory_format=None):
+    # preserve_format (the default) keeps the input's stride order, as ``copy(order="K")``
+    # does; it matters to a later ``view`` (Note [view strides] in shape.py)
+    if memory_format in (None, "preserve_format"):
+        return self.copy(order="K")
     return self.copy()
 
 

@@ -57,10 +57,76 @@ def _view(self, size, name="view"):
     if -1 in size and self.size == 0 and 0 in size:
         raise ValueError(f"{name}: cannot reshape a tensor of 0 elements into shape {list(size)} because "
                          "the unspecified dimension size -1 can be any value and is ambiguous")
-    try:
-        return np.reshape(self, size)
-    except ValueError:
-        raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}") from None
+    if -1 in size:
+        known = 1
+        for n in size:
+            known *= n if n != -1 else 1
+        if known == 0 or self.size % known:
+            raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
+        size = tuple(self.size // known if n == -1 else n for n in size)
+    elif int(np.prod(size, dtype=object)) != self.size:
+        raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
+    if self.flags.c_contiguous:         # the common case: NumPy's strides are PyTorch's
+        return self.reshape(size)
+    strides = view_strides(tuple(self.shape), self.strides, size, self.itemsize)
+    if strides is None:
+        raise ValueError(f"{name}: view size is not compatible with input tensor's size and stride (at least one "
+                         "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+    return _as_strided(self, size, strides)
+
+
+def _as_strided(x, shape, strides):
+    """A view of ``x``'s memory with this shape and these (byte) strides."""
+    if isinstance(x, np.ndarray):       # NumPy and its subclasses (the simulated devices)
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, subok=True)
+    from ..aten_kernels._common import array_module  # noqa: PLC0415 - accelerator arrays only
+
+    return array_module(x).lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+
+
+# Note [view strides]: gradcli's tensors are arrays with strides, as PyTorch's are, and
+# each ATen op makes its output with PyTorch's stride order (ufuncs, ``copy(order="K")`` and
+# ``empty_like`` keep the input's, as TensorIterator and ``empty_like`` do). So whether
+# ``view`` may alias its input is decided as PyTorch's ``computeStride`` decides it: the
+# input's dims are cut into chunks that are each contiguous in memory, and every dim of
+# the new shape must lie inside one chunk. Where that fails PyTorch refuses (reshape
+# would copy); where it succeeds the result is a view with the strides PyTorch computes
+# (in bytes here), so later views see PyTorch's strides too.
+def view_strides(old_shape, old_strides, new_shape, itemsize):
+    """The byte strides of an array (``old_shape``, byte ``old_strides``) viewed as
+    ``new_shape`` (same element count), or None where no view can have that shape
+    (PyTorch's ``computeStride``)."""
+    numel = 1
+    for s in old_shape:
+        numel *= s
+    if not old_shape or numel == 0:
+        if old_shape and tuple(old_shape) == tuple(new_shape):
+            return tuple(old_strides)
+        out, step = [0] * len(new_shape), itemsize      # contiguous (a 0 size counts as 1)
+        for d in range(len(new_shape) - 1, -1, -1):
+            out[d] = step
+            step *= max(new_shape[d], 1)
+        return tuple(out)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base = old_strides[-1]            # the stride of the innermost dim of the chunk
+    tensor_numel = view_numel = 1
+    for d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[d]
+        # a chunk ends at dim d when the dim before it does not continue it in memory
+        if d == 0 or (old_shape[d - 1] != 1 and old_strides[d - 1] != tensor_numel * chunk_base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_base = old_strides[d - 1]
+                tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_strides)
 
 
 @aten("view(Tensor(a) self, SymInt[] size) -> Tensor(a)", "ViewBackward0", saves=False)

@@ -1025,6 +1025,9 @@ refused("aten.embedding.default", [R(3, 2, 2), I(0, 1)], {}, "'weight' must be 2
 refused("aten.embedding.default", [R(3), I(0, 1)], {}, "'weight' must be 2-D")
 refused("aten.embedding.default", [R(3, 2), np.zeros(2, np.uint8)], {}, "int64 or int32")
 refused(ADAPTIVE, [np.ones((1, 1, 3, 3), np.int64)], {"output_size": [2, 2]}, "not implemented for int64")
+for _dt in (np.int32, np.int8, np.uint8, bool):   # avg_pool2d takes int64 (its case above), not these
+    refused(AVGPOOL, [np.ones((1, 1, 4, 4), _dt)], {"kernel_size": [2, 2]}, f"not implemented for {np.dtype(_dt)}",
+            id=f"{AVGPOOL}-{np.dtype(_dt)}")
 refused(SDPA, [np.ones((1, 1, 2, 2), np.int64)] * 3 + [None], {}, "not implemented for int64")
 refused(BN, [np.ones((2, 3), np.int64), None, None, None, None], dict(_bn, training=True), "not implemented for int64")
 refused(BN, [R(0, 3), None, None, None, None], dict(_bn, training=True), "at least one element")
@@ -1146,3 +1149,14 @@ def test_adaptive_pooling_to_an_empty_size_runs_forward_and_refuses_backward_lik
         torch.autograd.grad(touts[0].sum(), tflat[0])
     with pytest.raises(ValueError, match="grad_output"):
         grad(outs[0], flat[:1], grad_outputs=[np.ones((1, 2, 0, 2))])
+
+
+@needs_torch
+def test_int64_avg_pool2d_gives_torchs_int64_result_and_its_shape_rule_says_so():
+    # PyTorch's CPU avg_pool2d takes int64 (quotient truncated toward zero), no other integer type
+    x, args = np.arange(-12, 13).reshape(1, 5, 5), {"kernel_size": [2, 2], "stride": [1, 1]}
+    ours = OPS[AVGPOOL](x, **args)
+    theirs = _torch_call(AVGPOOL, torch.tensor(x), **args).numpy()
+    assert ours.dtype == theirs.dtype == np.int64
+    np.testing.assert_array_equal(ours, theirs)
+    assert _inferred(AVGPOOL, [x], args) == [(ours.shape, np.dtype(np.int64))]

@@ -372,8 +372,6 @@ def test_second_derivatives_stay_on_a_simulated_device():
 # checked above): the backward is written with several ops where PyTorch has one
 # double-backward node. What gradcli records instead, per gradient:
 NODE_NAME_DIFFERENCES = {
-    "aten.mse_loss_backward.default": "mse_loss_double_backward(_grad_output) is written with other ops than "
-                                      "PyTorch's composite (Mul/View where it has Sum/Div/Neg)",
     "aten.native_batch_norm.default": "written with ops (Note [normalisation backward with ops]), no "
                                       "NativeBatchNormBackwardBackward0",
     "aten.native_layer_norm.default": "written with ops (Note [normalisation backward with ops]), no "
@@ -404,6 +402,51 @@ def test_create_graph_gradients_have_torchs_node_names(op_name):
                               [torch.tensor(vs[k], requires_grad=True) for k in used], create_graph=True)
     theirs = [g.grad_fn.name() if g.grad_fn is not None else None for g in tgs]
     assert (ours == theirs) != (op_name in NODE_NAME_DIFFERENCES), (ours, theirs)
+
+
+def _graph(fn, name, next_of):
+    """The node names of the graph below ``fn``, depth first along the next edges in order."""
+    if fn is None:
+        return None
+    return [name(fn).replace("torch::autograd::", "")] + [_graph(n, name, next_of) for n in next_of(fn)]
+
+
+def _our_graph(fn):
+    return _graph(fn, lambda f: f.name, lambda f: [e[0] if e is not None else None for e in f.next_edges])
+
+
+def _torch_graph(fn):
+    return _graph(fn, lambda f: f.name(), lambda f: [n for n, _ in f.next_functions])
+
+
+# the backwards written with PyTorch's own ops and nodes: a create_graph backward records the
+# same graph, node by node (not just the same name at its root)
+WHOLE_GRAPH = [
+    ("aten.mse_loss_backward.default", [R(), R(2, 3), R(2, 3, seed=1)], {"reduction": 1}),
+    ("aten.mse_loss_backward.default", [R(), R(2, 3), R(2, 3, seed=1)], {"reduction": 2}),
+    ("aten.mse_loss_backward.default", [R(2, 3, seed=2), R(2, 3), R(2, 3, seed=1)], {"reduction": 0}),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("op_name, arrays, args", WHOLE_GRAPH)
+def test_create_graph_backward_records_torchs_graph_node_by_node(op_name, arrays, args):
+    wrt = _wrt(arrays, None)
+    op = OPS[op_name]
+    outs = _outputs(op, op(*_rebuild(arrays, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
+                                     if isinstance(x, np.ndarray) else x), **args))
+    vs = _upstream(op_name, outs)
+    _, _, gs = _first_order(op_name, arrays, args, wrt, vs, create_graph=True)
+    tensors = _rebuild(arrays, lambda i, x: torch.tensor(x, requires_grad=i in wrt)
+                       if isinstance(x, np.ndarray) else x)
+    names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
+    touts = _torch_op(op_name)(**dict(zip(names, tensors)), **args)
+    touts = list(touts) if isinstance(touts, (tuple, list)) else [touts]
+    used = [k for k, v in enumerate(vs) if v is not None]
+    flat = _flat(tensors)
+    tgs = torch.autograd.grad([touts[k] for k in used], [flat[i] for i in wrt],
+                              [torch.tensor(vs[k], requires_grad=True) for k in used], create_graph=True)
+    assert [_our_graph(g.grad_fn) for g in gs] == [_torch_graph(g.grad_fn) for g in tgs]
 
 
 @needs_torch

@@ -7,7 +7,7 @@ from .. import aten_kernels as K
 from ..aten_kernels._common import check_dtype
 from .. import library as L
 from ..library import _numel, _value
-from .pointwise import as_dtype, div_scalar, masked_fill, mul_scalar, scalar, zeros
+from .pointwise import as_dtype, div_scalar, masked_fill, mul, mul_scalar, neg, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
 from .shape import _dim, _dims_once, t, transpose, view
@@ -353,18 +353,27 @@ defvjp(mse_loss,
 
 
 def _mse_double(sign):
-    # self / target: mse_loss_double_backward(grad * grad_output, self, reduction) = +-norm * grad * grad_output
+    # self: mse_loss_double_backward(grad * grad_output, self, reduction);
+    # target: -mse_loss_double_backward(grad * grad_output, target, reduction);
+    # mse_loss_double_backward(g, input, reduction) = 2 * g, then / input.numel() for mean:
+    # the ops PyTorch runs, so a create_graph backward records its nodes (Mul, Mul.Scalar, Div.Scalar, Neg)
     def vjp(gg, ans, go, self, target, reduction):
         x = self if sign > 0 else target
-        out = L.mul(L.mul(gg, go), scalar(sign * _mse_norm(self, target, reduction), _value(gg)))
-        return L.unbroadcast(out, tuple(x.shape))
+        out = mul_scalar(mul(gg, go), other=2)
+        if reduction == 1:
+            out = div_scalar(out, other=_numel(x.shape))
+        return L.unbroadcast(out if sign > 0 else neg(out), tuple(x.shape))
     return vjp
 
 
-# grad_output: mse_loss_double_backward_grad_output(grad, grad_output, self, target, reduction):
-#   norm * (self - target) * grad, summed to grad_output's shape
-defvjp(mse_loss_backward,
-       lambda gg, ans, go, self, target, reduction: L.unbroadcast(
-           L.mul(L.mul(L.sub(self, target), scalar(_mse_norm(self, target, reduction), _value(gg))), gg),
-           tuple(go.shape)),
-       _mse_double(1), _mse_double(-1))
+def _mse_double_grad_output(gg, ans, go, self, target, reduction):
+    # grad_output: mse_loss_double_backward_grad_output(grad, grad_output, self, target, reduction):
+    # mse_loss_backward(grad, self, target, reduction), summed (sum()) to a 0-d grad_output (a
+    # reduced loss's); a grad_output of the input's shape (one order up) takes it as it is
+    out = mse_loss_backward(gg, self, target, reduction=reduction)
+    if len(go.shape) == 0 and len(out.shape) != 0:
+        return sum_all(out)
+    return L.unbroadcast(out, tuple(go.shape))
+
+
+defvjp(mse_loss_backward, _mse_double_grad_output, _mse_double(1), _mse_double(-1))

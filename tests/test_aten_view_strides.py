@@ -100,3 +100,40 @@ def test_a_refused_view_on_a_recorded_tensor_names_reshape_and_a_viewed_one_has_
     assert y.grad_fn.name == "ViewBackward0" and np.shares_memory(y.data, x.data)
     (gx,) = grad([y], [x], grad_outputs=[np.arange(6.0).reshape(3, 1, 2)])
     np.testing.assert_array_equal(gx, np.arange(6.0).reshape(3, 2).T)
+
+
+def _table():
+    from test_aten_ops import CASES
+
+    return CASES
+
+
+def _fortran(x):
+    return np.asfortranarray(x) if isinstance(x, np.ndarray) and x.ndim >= 2 else x
+
+
+@pytest.mark.parametrize("layout", ["c", "fortran"])
+@pytest.mark.parametrize("op_name, inputs, args, wrt, fd", _table())
+def test_outputs_have_torchs_strides(op_name, inputs, args, wrt, fd, layout):
+    # what a later view sees (Note [view strides]): every op of the table, on row-major inputs
+    # and on column-major ones (torch.from_numpy keeps the strides), lays out its outputs as
+    # PyTorch does (size-1 dims and empty outputs aside: no view depends on their strides)
+    from test_aten_ops import _rebuild, _torch_call
+
+    if layout == "fortran":
+        inputs = _rebuild(inputs, lambda i, x: _fortran(x))
+    try:
+        theirs = _torch_call(op_name, *_rebuild(inputs, lambda i, x: torch.from_numpy(x)
+                                                if isinstance(x, np.ndarray) else x), **args)
+    except RuntimeError as e:                # a view of a column-major input: refused by both
+        assert MESSAGE in str(e)
+        with pytest.raises(ValueError, match=MESSAGE):
+            OPS[op_name](*inputs, **args)
+        return
+    ours = OPS[op_name](*inputs, **args)
+    ours = list(ours) if isinstance(ours, (list, tuple)) else [ours]
+    theirs = list(theirs) if isinstance(theirs, (list, tuple)) else [theirs]
+    for a, b in zip(ours, theirs):
+        if a.size > 1:
+            assert [s // a.itemsize for s, n in zip(a.strides, a.shape) if n != 1] == \
+                [s for s, n in zip(b.stride(), b.shape) if n != 1], (a.shape, a.strides, b.stride())

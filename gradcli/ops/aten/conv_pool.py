@@ -18,7 +18,7 @@ from ..core import defvjp as core_defvjp
 from ..library import _value
 from .nn import embedding
 from .registry import aten, defvjp
-from .shape import view
+from .shape import contiguous, view
 
 
 # -- convolution ----------------------------------------------------------------------
@@ -229,7 +229,7 @@ defvjp(avg_pool2d_backward,
 @aten("_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor", "AdaptiveAvgPool2DBackward0",
       saves=False)
 def adaptive_avg_pool2d(self, output_size):
-    return K._adaptive_avg_pool2d(self, output_size)
+    return contiguous(K._adaptive_avg_pool2d(self, output_size))
 
 
 @aten("_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor",

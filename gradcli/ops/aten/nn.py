@@ -10,7 +10,7 @@ from ..library import _numel, _value
 from .pointwise import as_dtype, div_scalar, masked_fill, mul, mul_scalar, neg, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
-from .shape import _dim, _dims_once, t, transpose, view
+from .shape import _dim, _dims_once, contiguous, t, transpose, view
 
 
 # -- reductions -----------------------------------------------------------------------
@@ -28,7 +28,7 @@ def sum_dim(self, dim, keepdim=False, dtype=None):
         out_dt = np.dtype(dtype)
     else:
         out_dt = np.dtype(np.int64) if self.dtype.kind in "biu" else self.dtype
-    return as_dtype(np.sum(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt)
+    return contiguous(as_dtype(np.sum(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt))
 
 
 # self: sum_backward(grad, self.sym_sizes(), dim, keepdim)
@@ -43,7 +43,7 @@ def mean_dim(self, dim, keepdim=False, dtype=None):
     if out_dt.kind not in "fc":
         raise ValueError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
                          f"point or complex dtype. Got: {out_dt}")
-    return as_dtype(np.mean(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt)
+    return contiguous(as_dtype(np.mean(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt))
 
 
 def _mean_vjp(g, ans, self, dim, keepdim=False, dtype=None):
@@ -154,7 +154,7 @@ def softmax(self, dim, half_to_float):
     check_dtype("_softmax", self, "f")
     x = cast(self, _softmax_dtype(self, half_to_float))
     d = _dim(dim, x.ndim)
-    return K._softmax(x, d) if x.ndim else np.ones_like(x)
+    return contiguous(K._softmax(x, d)) if x.ndim else np.ones_like(x)
 
 
 def _input_dtype(input_dtype):
@@ -165,7 +165,8 @@ def _input_dtype(input_dtype):
       "SoftmaxBackwardDataBackward0")
 def softmax_backward_data(grad_output, output, dim, input_dtype):
     check_dtype("_softmax_backward_data", grad_output, "f")
-    return K._softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
+    return contiguous(K._softmax_backward_data(grad_output, output, _dim(dim, output.ndim),
+                                               _input_dtype(input_dtype)))
 
 
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
@@ -191,7 +192,7 @@ def safe_softmax(self, dim, dtype=None):
     x = cast(self, np.dtype(dtype)) if dtype is not None else self
     check_dtype("_safe_softmax", x, "f")
     d = _dim(dim, x.ndim)
-    return K._safe_softmax(x, d) if x.ndim else np.ones_like(x)
+    return contiguous(K._safe_softmax(x, d)) if x.ndim else np.ones_like(x)
 
 
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
@@ -204,14 +205,15 @@ def log_softmax(self, dim, half_to_float):
     check_dtype("_log_softmax", self, "f")
     x = cast(self, _softmax_dtype(self, half_to_float))
     d = _dim(dim, x.ndim)
-    return K._log_softmax(x, d) if x.ndim else np.zeros_like(x)
+    return contiguous(K._log_softmax(x, d)) if x.ndim else np.zeros_like(x)
 
 
 @aten("_log_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor",
       "LogSoftmaxBackwardDataBackward0")
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
     check_dtype("_log_softmax_backward_data", grad_output, "f")
-    return K._log_softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
+    return contiguous(K._log_softmax_backward_data(grad_output, output, _dim(dim, output.ndim),
+                                                   _input_dtype(input_dtype)))
 
 
 # self: _log_softmax_backward_data(grad, result, dim, self.scalar_type())
@@ -341,7 +343,7 @@ def mse_loss_backward(grad_output, self, target, reduction):
     # reduction other than mean as sum (only mse_loss itself checks it)
     dt = result_type(self, target)
     diff = np.subtract(cast(self, dt), cast(target, dt))
-    return as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt)
+    return contiguous(as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt))
 
 
 # self: mse_loss_backward(grad, self, target, reduction); target: mse_loss_backward(grad, target, self, reduction)

@@ -12,6 +12,7 @@ from ..core import Op, defvjp_all
 from ..library import _value
 from .pointwise import scalar
 from .registry import aten, defvjp_joint
+from .shape import contiguous
 
 
 # -- batch norm ------------------------------------------------------------------------
@@ -19,7 +20,8 @@ from .registry import aten, defvjp_joint
       "bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)", "NativeBatchNormBackward0",
       differentiable_outputs=(True, False, False))
 def native_batch_norm_op(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return K.native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return [contiguous(o) for o in K.native_batch_norm(input, weight, bias, running_mean, running_var, training,
+                                                         momentum, eps)]
 
 
 # Note [normalisation double backward]: as in PyTorch, the batch- and layer-norm backwards
@@ -200,7 +202,7 @@ defvjp_joint(native_batch_norm_op, native_batch_norm_backward, (True, True, True
 @aten("native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) "
       "-> (Tensor, Tensor, Tensor)", "NativeLayerNormBackward0", differentiable_outputs=(True, False, False))
 def native_layer_norm_op(input, weight, bias, normalized_shape, eps):
-    return K.native_layer_norm(input, normalized_shape, weight, bias, eps)
+    return [contiguous(o) for o in K.native_layer_norm(input, normalized_shape, weight, bias, eps)]
 
 
 # native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean,

@@ -460,7 +460,9 @@ def masked_fill(self, mask, value):
     mdt = np.asarray(mask).dtype if not hasattr(mask, "dtype") else np.dtype(mask.dtype)
     if mdt.kind != "b":
         raise TypeError(f"masked_fill: only boolean masks are supported, but got a mask with dtype {mdt}")
-    return np.where(mask, np.asarray(value).astype(self.dtype), self)
+    # PyTorch clones self contiguous, then fills in place (a view then sees its strides)
+    out = np.where(mask, np.asarray(value).astype(self.dtype), self)
+    return out if out.flags.c_contiguous else out.copy(order="C")
 
 
 def _masked_fill_vjp(g, ans, self, mask, value):

@@ -75,6 +75,13 @@ def _view(self, size, name="view"):
     return _as_strided(self, size, strides)
 
 
+def contiguous(x):
+    """``x`` laid out row-major (a copy only if it is not): the layout of the ops whose
+    PyTorch kernels write a fresh contiguous result whatever the input's strides
+    (reductions, cat, softmax, the norms, ...; Note [view strides])."""
+    return x if x.flags.c_contiguous else x.copy(order="C")
+
+
 def _as_strided(x, shape, strides):
     """A view of ``x``'s memory with this shape and these (byte) strides."""
     if isinstance(x, np.ndarray):       # NumPy and its subclasses (the simulated devices)
@@ -315,7 +322,7 @@ def cat(tensors, dim=0):
     kept = [cast(x, dt) for x in tensors if not _skipped_in_cat(x)]
     if not kept:
         return np.zeros((0,), dt)
-    return np.concatenate(kept, axis=_dim(dim, kept[0].ndim))
+    return contiguous(np.concatenate(kept, axis=_dim(dim, kept[0].ndim)))
 
 
 def _cat_vjp(g, ans, tensors, dim=0):
@@ -340,7 +347,7 @@ def stack(tensors, dim=0):
     if not tensors:
         raise ValueError("stack: expected a non-empty list of tensors")
     dt = result_type(*tensors)
-    return np.stack([cast(x, dt) for x in tensors], axis=_dim(dim, tensors[0].ndim + 1))
+    return contiguous(np.stack([cast(x, dt) for x in tensors], axis=_dim(dim, tensors[0].ndim + 1)))
 
 
 # tensors: stack_tensors_backward(grad, dim, to_args_scalartypes(tensors)): grad.unbind(dim)
@@ -371,7 +378,9 @@ def split(self, split_size, dim=0):
 @aten("unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]", "UnsafeSplitBackward0",
       saves=False)
 def unsafe_split(self, split_size, dim=0):
-    return [x.copy() for x in _split(self, split_size, dim)]
+    # pieces of one copy: PyTorch's are views of self, so their strides are self's (a later
+    # view sees them: Note [view strides]); gradcli's do not alias the input
+    return _split(self.copy(order="K"), split_size, dim)
 
 
 # self: split_backward(grads, split_size, dim, self.sym_sizes(), self.options()):

@@ -83,7 +83,7 @@ def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0
         laid[...] = out
         out = laid
     if lse.ndim >= 2:
-        laid = xp.empty_like(lse, shape=lse.shape[:-2] + lse.shape[:-3:-1]).swapaxes(-1, -2)
+        laid = xp.empty_like(lse, shape=lse.shape[:-2] + lse.shape[:-3:-1], order="C").swapaxes(-1, -2)
         laid[...] = lse
         lse = laid
     return out, lse

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gradcli.ops import aten_kernels as K
-# the norm backwards are written with ops (one formula for every order), checked here on arrays
+# the norm backwards (ops of their own, Note [normalisation double backward]), checked here on arrays
 from gradcli.ops.aten.norm_attention import native_batch_norm_backward, native_layer_norm_backward
 
 torch = pytest.importorskip("torch", reason="the kernels are checked against PyTorch")

@@ -53,11 +53,11 @@ def test_offsets_are_computed_once_per_node(offset_calls):
         assert np.array_equal(x.grad, e)
 
 
-def test_the_cache_never_serves_another_node(offset_calls):
+def test_each_concat_node_gets_its_own_offsets(offset_calls):
     """Two concat nodes, run one after the other on one thread, fed the same
     gradient, sharing their first input, with the same total size but other
-    offsets, and the first one's last input needing no gradient (so its last
-    VJP never runs and its cache entry is still there): each gets its own."""
+    offsets, and the first one's last input needing no gradient: each computes
+    its own offsets once (one call of its VJP for all inputs)."""
     a, b, c, d = (Tensor(np.ones((1, k)), requires_grad=True) for k in (1, 1, 2, 3))
     const = Tensor(np.ones((1, 2)))
     y2 = O.concat(a, b, d, axis=1)           # offsets 0, 1, 2
@@ -87,7 +87,7 @@ def test_concat_backward_records_under_create_graph():
 
 @pytest.mark.timeout(60)
 def test_concurrent_concat_backwards_keep_their_own_offsets():
-    """The cache is per thread: backwards of different concats at once."""
+    """Backwards of different concats at once, on several threads, each gets its own offsets."""
     errors = []
 
     def work(seed):

@@ -78,6 +78,8 @@ class Op:
       over a file (Note [Time bounds] in loader.py).
     - ``for_entry(entry, site)``: the op that runs one entry of a graph file (itself,
       or an op made for that entry: ``custom`` resolves its user code there);
+    - ``vjp_all``: None, or one function giving all its inputs' gradients in one call per
+      node (``defvjp_all``; Note [one call for all inputs' gradients]);
     - ``runs_backward``: its forward runs a backward of the graph recorded so far
       (``grad``): gradcheck replays such a graph on Tensors, and validate also
       checks its second derivatives.

@@ -371,14 +371,7 @@ def test_second_derivatives_stay_on_a_simulated_device():
 # Where the nodes a create_graph backward records differ from PyTorch's (same values,
 # checked above): the backward is written with several ops where PyTorch has one
 # double-backward node. What gradcli records instead, per gradient:
-NODE_NAME_DIFFERENCES = {
-    "aten.mse_loss_backward.default": "mse_loss_double_backward(_grad_output) is written with other ops than "
-                                      "PyTorch's composite (Mul/View where it has Sum/Div/Neg)",
-    "aten.native_batch_norm.default": "written with ops (Note [normalisation backward with ops]), no "
-                                      "NativeBatchNormBackwardBackward0",
-    "aten.native_layer_norm.default": "written with ops (Note [normalisation backward with ops]), no "
-                                      "NativeLayerNormBackwardBackward0",
-}
+NODE_NAME_DIFFERENCES: dict[str, str] = {}
 
 
 @needs_torch
@@ -406,6 +399,59 @@ def test_create_graph_gradients_have_torchs_node_names(op_name):
     assert (ours == theirs) != (op_name in NODE_NAME_DIFFERENCES), (ours, theirs)
 
 
+def _graph(fn, name, next_of):
+    """The node names of the graph below ``fn``, depth first along the next edges in order."""
+    if fn is None:
+        return None
+    return [name(fn).replace("torch::autograd::", "")] + [_graph(n, name, next_of) for n in next_of(fn)]
+
+
+def _our_graph(fn):
+    return _graph(fn, lambda f: f.name, lambda f: [e[0] if e is not None else None for e in f.next_edges])
+
+
+def _torch_graph(fn):
+    return _graph(fn, lambda f: f.name(), lambda f: [n for n, _ in f.next_functions])
+
+
+# the backwards written with PyTorch's own ops and nodes: a create_graph backward records the
+# same graph, node by node (not just the same name at its root)
+WHOLE_GRAPH = [
+    ("aten.mse_loss_backward.default", [R(), R(2, 3), R(2, 3, seed=1)], {"reduction": 1}, None),
+    ("aten.mse_loss_backward.default", [R(), R(2, 3), R(2, 3, seed=1)], {"reduction": 2}, None),
+    ("aten.mse_loss_backward.default", [R(2, 3, seed=2), R(2, 3), R(2, 3, seed=1)], {"reduction": 0}, None),
+    ("aten.native_batch_norm.default", [R(3, 2, 2), R(2, seed=1), R(2, seed=2), None, None],
+     dict(_bn, training=True), None),
+    ("aten.native_batch_norm.default", [R(3, 2), None, R(2, seed=2), R(2, seed=3), R(2, seed=4, low=0.5, high=2)],
+     dict(_bn, training=False), [0, 2]),
+    ("aten.native_batch_norm.default", [R(4, 3), None, None, None, None], dict(_bn, training=True), None),
+    ("aten.native_layer_norm.default", [R(2, 3, 2), R(3, 2, seed=1), R(3, 2, seed=2)],
+     {"normalized_shape": [3, 2], "eps": 1e-5}, None),
+    ("aten.native_layer_norm.default", [R(3, 4), None, R(4, seed=2)], {"normalized_shape": [4], "eps": 0.1}, None),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("op_name, arrays, args, wrt", WHOLE_GRAPH)
+def test_create_graph_backward_records_torchs_graph_node_by_node(op_name, arrays, args, wrt):
+    wrt = _wrt(arrays, wrt)
+    op = OPS[op_name]
+    outs = _outputs(op, op(*_rebuild(arrays, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
+                                     if isinstance(x, np.ndarray) else x), **args))
+    vs = _upstream(op_name, outs)
+    _, _, gs = _first_order(op_name, arrays, args, wrt, vs, create_graph=True)
+    tensors = _rebuild(arrays, lambda i, x: torch.tensor(x, requires_grad=i in wrt)
+                       if isinstance(x, np.ndarray) else x)
+    names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
+    touts = _torch_op(op_name)(**dict(zip(names, tensors)), **args)
+    touts = list(touts) if isinstance(touts, (tuple, list)) else [touts]
+    used = [k for k, v in enumerate(vs) if v is not None]
+    flat = _flat(tensors)
+    tgs = torch.autograd.grad([touts[k] for k in used], [flat[i] for i in wrt],
+                              [torch.tensor(vs[k], requires_grad=True) for k in used], create_graph=True)
+    assert [_our_graph(g.grad_fn) for g in gs] == [_torch_graph(g.grad_fn) for g in tgs]
+
+
 @needs_torch
 @pytest.mark.parametrize("op_name, arrays, args", [
     ("aten.gelu.default", [R(2, 3) * 2], {"approximate": "tanh"}),
@@ -429,8 +475,8 @@ def test_third_derivative_matches_torch(op_name, arrays, args):
     v = rng.standard_normal(out.shape)
     g1 = grad([out], leaves, grad_outputs=[v], create_graph=True)
     t1 = torch.autograd.grad([tout], tleaves, [torch.tensor(v)], create_graph=True)
-    # a gradient that is constant (layer norm's bias gradient) does not require grad here; in
-    # PyTorch it is an output of the one double-backward node and does
+    # a gradient that is constant may not require grad here where PyTorch's, an output of a
+    # node with other outputs that are not constant, does
     first = [k for k, t in enumerate(t1) if t.requires_grad and g1[k].requires_grad]
     assert all(t1[k].requires_grad for k, g in enumerate(g1) if g.requires_grad)
     us = [rng.standard_normal(leaves[k].shape) for k in first]
@@ -453,39 +499,40 @@ _NORMS = [("aten.native_batch_norm.default", lambda x, w: [x, w, None, None, Non
           ("aten.native_layer_norm.default", lambda x, w: [x, w, None], {"normalized_shape": [2], "eps": 1e-3})]
 
 
+@needs_torch
 @pytest.mark.parametrize("op_name, layout, args", _NORMS, ids=[n for n, _, _ in _NORMS])
-def test_norm_third_derivative_is_the_true_one_where_pytorchs_is_not(op_name, layout, args):
-    # gradcli differs from PyTorch 2.13 on purpose here: the norm backwards recompute the
-    # statistics with ops (Note [normalisation backward with ops]), so every order is the
-    # derivative of the one below; PyTorch's batchnorm/layer_norm_double_backward take the saved
-    # statistics, outputs without gradient, so its third derivative misses their dependence on
-    # the input (its second derivative is exact, and equal to gradcli's).
+def test_norm_third_derivative_is_pytorchs_not_the_true_one(op_name, layout, args):
+    # as PyTorch 2.13 (Note [normalisation double backward]): the double backward takes the saved
+    # statistics as constants, so the third derivative misses their dependence on the input (the
+    # second derivative is exact). gradcli gives PyTorch's, not the true one (checked below by
+    # finite differences of the second derivative).
     op = OPS[op_name]
     x0, w0 = R(3, 2), R(2, seed=1)
     v, u, w3 = R(3, 2, seed=2), R(3, 2, seed=3), R(3, 2, seed=4)
+    uw, w3w = R(2, seed=5), R(2, seed=6)
 
     def second(xa):
         x, w = Tensor(xa.copy(), requires_grad=True), Tensor(w0.copy(), requires_grad=True)
         out = op(*layout(x, w), **args)[0]
-        (g1,) = grad([out], [x], grad_outputs=[v], create_graph=True)
-        (g2,) = grad([g1], [x], grad_outputs=[u], create_graph=True)
-        return x, g2
+        g1 = grad([out], [x, w], grad_outputs=[v], create_graph=True)
+        return x, w, grad(list(g1), [x, w], grad_outputs=[u, uw], create_graph=True)
 
-    x, g2 = second(x0)
-    (g3,) = grad([g2], [x], grad_outputs=[w3])
+    x, w, g2 = second(x0)
+    g3 = grad(list(g2), [x, w], grad_outputs=[w3, w3w])
+    tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
+    tout = _torch_op(op_name)(**dict(zip(names, layout(tx, tw))), **args)[0]
+    t1 = torch.autograd.grad(tout, [tx, tw], torch.tensor(v), create_graph=True)
+    t2 = torch.autograd.grad(t1, [tx, tw], [torch.tensor(u), torch.tensor(uw)], create_graph=True)
+    t3 = torch.autograd.grad(t2, [tx, tw], [torch.tensor(w3), torch.tensor(w3w)])
+    for ours, theirs in zip(list(g2) + list(g3), list(t2) + list(t3)):
+        np.testing.assert_allclose(np.asarray(ours.data if isinstance(ours, Tensor) else ours),
+                                   theirs.detach().numpy(), rtol=1e-8, atol=1e-10)
     num = np.zeros(x0.shape)
     for i in np.ndindex(x0.shape):
         plus, minus = x0.copy(), x0.copy()
         plus[i] += 1e-6
         minus[i] -= 1e-6
-        num[i] = (np.sum(w3 * second(plus)[1].data) - np.sum(w3 * second(minus)[1].data)) / 2e-6
-    np.testing.assert_allclose(np.asarray(g3), num, rtol=1e-5, atol=1e-6)
-    if torch is not None:
-        tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
-        names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
-        tout = _torch_op(op_name)(**dict(zip(names, layout(tx, tw))), **args)[0]
-        (t1,) = torch.autograd.grad(tout, tx, torch.tensor(v), create_graph=True)
-        (t2,) = torch.autograd.grad(t1, tx, torch.tensor(u), create_graph=True)
-        np.testing.assert_allclose(t2.detach().numpy(), g2.data, rtol=1e-9)     # second order: equal
-        (t3,) = torch.autograd.grad(t2, tx, torch.tensor(w3))
-        assert not np.allclose(t3.numpy(), num, rtol=1e-3)                       # third: PyTorch's is not
+        num[i] = (np.sum(w3 * second(plus)[2][0].data) + np.sum(w3w * second(plus)[2][1].data)
+                  - np.sum(w3 * second(minus)[2][0].data) - np.sum(w3w * second(minus)[2][1].data)) / 2e-6
+    assert not np.allclose(np.asarray(g3[0]), num, rtol=1e-3)      # PyTorch's third derivative, not the true one

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gradcli.ops import aten_kernels as K
-# the norm backwards are written with ops (one formula for every order), checked here on arrays
+# the norm backwards (ops of their own, Note [normalisation double backward]), checked here on arrays
 from gradcli.ops.aten.norm_attention import native_batch_norm_backward, native_layer_norm_backward
 
 torch = pytest.importorskip("torch", reason="the kernels are checked against PyTorch")
@@ -228,6 +228,21 @@ def test_avg_pool2d_and_backward_match_torch(case, dtype):
     go = rand(rng, o.shape, dtype)
     gi = K.avg_pool2d_backward(go, x, k, s, p, ceil, cip, dov)
     close(gi, grads([to], [tx], [go])[0], dtype)
+
+
+@pytest.mark.parametrize("case", AVGPOOL_CASES)
+def test_int64_avg_pool2d_and_backward_match_torch(case):
+    # PyTorch's CPU kernel takes int64: int64 result, the quotient truncated toward zero
+    xs, k, s, p, ceil, cip, dov = case
+    rng = np.random.default_rng(sum(xs) + 8)
+    x = rng.integers(-50, 50, size=xs)
+    o = K.avg_pool2d(x, k, s, p, ceil, cip, dov)
+    assert o.dtype == np.int64
+    np.testing.assert_array_equal(o, A.avg_pool2d(T(x), k, s, p, ceil, cip, dov).numpy())
+    go = rng.integers(-50, 50, size=o.shape)
+    gi = K.avg_pool2d_backward(go, x, k, s, p, ceil, cip, dov)
+    assert gi.dtype == np.int64
+    np.testing.assert_array_equal(gi, A.avg_pool2d_backward(T(go), T(x), k, s or k, p, ceil, cip, dov).numpy())
 
 
 # x shape, output_size

@@ -1025,6 +1025,9 @@ refused("aten.embedding.default", [R(3, 2, 2), I(0, 1)], {}, "'weight' must be 2
 refused("aten.embedding.default", [R(3), I(0, 1)], {}, "'weight' must be 2-D")
 refused("aten.embedding.default", [R(3, 2), np.zeros(2, np.uint8)], {}, "int64 or int32")
 refused(ADAPTIVE, [np.ones((1, 1, 3, 3), np.int64)], {"output_size": [2, 2]}, "not implemented for int64")
+for _dt in (np.int32, np.int8, np.uint8, bool):   # avg_pool2d takes int64 (its case above), not these
+    refused(AVGPOOL, [np.ones((1, 1, 4, 4), _dt)], {"kernel_size": [2, 2]}, f"not implemented for {np.dtype(_dt)}",
+            id=f"{AVGPOOL}-{np.dtype(_dt)}")
 refused(SDPA, [np.ones((1, 1, 2, 2), np.int64)] * 3 + [None], {}, "not implemented for int64")
 refused(BN, [np.ones((2, 3), np.int64), None, None, None, None], dict(_bn, training=True), "not implemented for int64")
 refused(BN, [R(0, 3), None, None, None, None], dict(_bn, training=True), "at least one element")
@@ -1045,6 +1048,7 @@ refused("aten.addmm.default", [R(2), R(2, 3, seed=1).astype(np.float32), R(3, 2,
         "self and mat2 must have the same dtype")
 refused(CONV, [R(1, 2, 5, 5), R(3, 2, 3, 3, seed=1).astype(np.float32), None], _conv,
         "input and weight must have one dtype")
+refused(CONV, [R(1, 2, 5, 5), R(0, 2, 3, 3, seed=1), None], _conv, "weight to be at least 1 at dimension 0")
 refused(SDPA, [R(1, 1, 2, 2), R(1, 1, 2, 2, seed=1).astype(np.float32), R(1, 1, 2, 2, seed=2), None], {},
         "must have one dtype")
 refused(LN, [R(2, 3), R(2, seed=1), None], {"normalized_shape": [3], "eps": 1e-5}, "same shape as normalized_shape")
@@ -1146,3 +1150,44 @@ def test_adaptive_pooling_to_an_empty_size_runs_forward_and_refuses_backward_lik
         torch.autograd.grad(touts[0].sum(), tflat[0])
     with pytest.raises(ValueError, match="grad_output"):
         grad(outs[0], flat[:1], grad_outputs=[np.ones((1, 2, 0, 2))])
+
+
+@needs_torch
+def test_int64_avg_pool2d_gives_torchs_int64_result_and_its_shape_rule_says_so():
+    # PyTorch's CPU avg_pool2d takes int64 (quotient truncated toward zero), no other integer type
+    x, args = np.arange(-12, 13).reshape(1, 5, 5), {"kernel_size": [2, 2], "stride": [1, 1]}
+    ours = OPS[AVGPOOL](x, **args)
+    theirs = _torch_call(AVGPOOL, torch.tensor(x), **args).numpy()
+    assert ours.dtype == theirs.dtype == np.int64
+    np.testing.assert_array_equal(ours, theirs)
+    assert _inferred(AVGPOOL, [x], args) == [(ours.shape, np.dtype(np.int64))]
+
+
+_no_channels = {"stride": [1], "padding": [0], "dilation": [1], "transposed": False, "output_padding": [0]}
+
+
+@needs_torch
+@pytest.mark.parametrize("x_shape, w_shape, bias, args", [
+    ((2, 0, 5, 5), (3, 0, 3, 3), True, dict(_conv)),
+    ((2, 0, 5, 5), (3, 0, 3, 3), False, dict(_conv)),
+    ((2, 0, 5, 5), (4, 0, 3, 3), True, dict(_conv, stride=[2, 2], padding=[1, 1], groups=2)),
+    ((2, 0, 7), (3, 0, 3), True, dict(_no_channels, groups=1)),
+    ((1, 0, 4, 4, 4), (2, 0, 3, 1, 2), True, dict(_no_channels, groups=1)),
+    ((0, 0, 4, 4), (3, 0, 3, 3), True, dict(_conv)),
+])
+def test_convolution_without_input_channels_matches_torch(x_shape, w_shape, bias, args):
+    # PyTorch gives (N, 0, *out), whatever C_out (Note [no input channels] in aten_kernels/conv.py):
+    # zero gradients for the weight and the bias (C_out of them), and so at second order
+    inputs = [R(*x_shape), R(*w_shape, seed=1), R(w_shape[0], seed=2) if bias else None]
+    flat, outs = _ours(CONV, inputs, args, wrt=[0, 1, 2])
+    tflat, touts = _theirs(CONV, inputs, args, wrt=[0, 1, 2])
+    assert outs[0].shape == tuple(touts[0].shape) and outs[0].grad_fn.name == touts[0].grad_fn.name()
+    assert _inferred(CONV, inputs, args) == [(outs[0].shape, np.dtype(np.float64))]
+    leaves = [t for t in flat if t is not None]
+    gs = grad([outs[0]], leaves, grad_outputs=[np.ones(outs[0].shape)], create_graph=True)
+    tgs = torch.autograd.grad(touts[0], [t for t in tflat if t is not None], torch.ones(touts[0].shape))
+    for g, tg in zip(gs, tgs):
+        assert g.shape == tuple(tg.shape)
+        np.testing.assert_array_equal(g.data, tg.numpy())
+    grad([g for g in gs if g.requires_grad], leaves, grad_outputs=[np.ones(g.shape) for g in gs if g.requires_grad],
+         allow_unused=True)

@@ -78,12 +78,14 @@ class Op:
       over a file (Note [Time bounds] in loader.py).
     - ``for_entry(entry, site)``: the op that runs one entry of a graph file (itself,
       or an op made for that entry: ``custom`` resolves its user code there);
+    - ``vjp_all``: None, or one function giving all its inputs' gradients in one call per
+      node (``defvjp_all``; Note [one call for all inputs' gradients]);
     - ``runs_backward``: its forward runs a backward of the graph recorded so far
       (``grad``): gradcheck replays such a graph on Tensors, and validate also
       checks its second derivatives.
     """
 
-    __slots__ = ("name", "fn", "vjps", "node_name", "saves", "arity", "args", "multi_output",
+    __slots__ = ("name", "fn", "vjps", "vjp_all", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
                  "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms",
                  "entry_binder")
@@ -96,6 +98,7 @@ class Op:
         self.name = name
         self.fn = fn
         self.vjps = None
+        self.vjp_all = None               # see defvjp_all
         self.node_name = node_name or (name.title().replace("_", "") + "Backward0")
         self.saves = saves                # does the backward need input/output values?
         self.arity = arity                # number of inputs, or (min, max)
@@ -222,6 +225,37 @@ def defvjp(op, *vjps):
     op.vjps = vjps
 
 
+# Note [one call for all inputs' gradients]: a node calls one VJP per input that needs a
+# gradient, each given all the inputs; for an op with many inputs (a concat of N tensors)
+# that is N calls each handed N inputs, quadratic in N, and a formula that computes every
+# input's gradient together (batch norm's backward, one node in PyTorch) would run once
+# per input. ``defvjp_all`` gives such an op one function called once per node, as
+# PyTorch's CatBackward0 and NativeBatchNormBackward0 compute all their gradients at once.
+def defvjp_all(op, fn):
+    """Give ``op`` one function for all its gradients: ``fn(g, ans, inputs, needed, args)``
+    -> one gradient per edge of the node (None where ``needed[i]`` is false), ``inputs``
+    the node's inputs as a sequence, ``args`` its args dict. ``op.vjps[i]`` still gives
+    input ``i``'s alone (one call of ``fn``)."""
+    op.vjp_all = fn
+    op.vjps = _OneOfAll(fn)
+
+
+class _OneOfAll:
+    """``op.vjps`` of an op with ``vjp_all``: input ``i``'s gradient alone."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getitem__(self, i):
+        def vjp(g, ans, *inputs, **args):
+            needed = [False] * len(inputs)
+            needed[i] = True
+            return self.fn(g, ans, inputs, needed, args)[i]
+        return vjp
+
+
 class OpBackward(Node):
     """The backward node of one recorded op."""
 
@@ -247,7 +281,9 @@ class OpBackward(Node):
                 return [None] * len(self.next_edges)
         vjps = op.vjps
         args = self.args
-        if args:
+        if op.vjp_all is not None:    # Note [one call for all inputs' gradients]
+            out = list(op.vjp_all(g, ans, inputs, [edge is not None for edge in self.next_edges], args))
+        elif args:
             out = [None if edge is None else vjps[i](g, ans, *inputs, **args)
                    for i, edge in enumerate(self.next_edges)]
         else:                         # most ops: no keyword dict per VJP call

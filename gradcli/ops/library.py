@@ -7,15 +7,13 @@ PyTorch where one PyTorch op corresponds.
 from __future__ import annotations
 
 import itertools
-import threading
 
 import numpy as np
 
-from ..autograd.node import InputMetadata
 from ..autograd.tensor import Tensor
 from . import args as A
 from . import shapes as S
-from .core import Arg, declare, defvjp, primitive
+from .core import Arg, declare, defvjp, defvjp_all, primitive
 
 AXIS = {"axis": Arg(None, A.axis_or_none), "keepdims": Arg(False, A.boolean)}
 
@@ -499,47 +497,29 @@ def concat(*xs, axis=0):
     return np.concatenate(xs, axis=axis)
 
 
-# Note [Concat offsets once per node]
-# A CatBackward0 node calls one VJP per input, each given every input's
-# metadata; the VJP for input i needs the offset of i along the axis, the sum
-# of the sizes before it. Summing that afresh in each VJP made the backward
-# quadratic (20,000 inputs: 8 s; 30,000: 22 s). The offsets of all inputs are
-# computed once (_concat_offsets) and kept per thread for the node being run:
-# a node's VJPs run one after another on one thread. The cache holds the
-# inputs it was computed for (strong references: nothing in it can be freed
-# and its identity reused) and is used only when the inputs are the very same
-# objects, element by element (a C-speed tuple comparison), and the same axis.
-_concat_cache = threading.local()
-
-
+# Note [Concat offsets once per node]: each input's gradient is the slice of the output
+# gradient it filled, which starts at the sum of the sizes before it along the axis.
+# The offsets of all inputs are computed once per node (_concat_offsets) and every
+# slice taken in the same call: CatBackward0 computes all its input gradients at once
+# (Note [one call for all inputs' gradients] in core.py). One VJP per input, each
+# handed all N inputs, was quadratic in N (30,000 inputs: 8 s).
 def _concat_offsets(xs, axis):
     """Where each input starts along ``axis``, and where the last one ends."""
     return list(itertools.accumulate((x.shape[axis] for x in xs), initial=0))
 
 
-def _concat_start(xs, axis):
-    """The offsets for the node whose inputs are ``xs``: computed once per node."""
-    if type(xs[-1]) is not InputMetadata:     # not a saves=False node's inputs
-        return _concat_offsets(xs, axis)
-    cache = _concat_cache
-    key = getattr(cache, "key", None)
-    # InputMetadata has no __eq__: tuple == compares element by element by
-    # identity, at C speed (the cached tuple keeps its elements alive).
-    if key is None or key[1] != axis or len(key[0]) != len(xs) or key[0] != xs:
-        cache.key = (xs, axis)
-        cache.offsets = _concat_offsets(xs, axis)
-    return cache.offsets
-
-
-def _concat_vjp(i):
-    def vjp(g, ans, *xs, axis=0):
-        offsets = _concat_start(xs, axis)
-        if i == len(xs) - 1:            # the node's last VJP: drop the references
-            _concat_cache.key = None
-        index = [slice(None)] * g.ndim
-        index[axis] = slice(offsets[i], offsets[i + 1])
-        return slice_(g, index=tuple(index))
-    return vjp
+def _concat_vjp_all(g, ans, xs, needed, args):
+    axis = args.get("axis", 0)
+    offsets = _concat_offsets(xs, axis)
+    index = [slice(None)] * g.ndim
+    out = []
+    for i, need in enumerate(needed):
+        if need:
+            index[axis] = slice(offsets[i], offsets[i + 1])
+            out.append(slice_(g, index=tuple(index)))
+        else:
+            out.append(None)
+    return out
 
 
 @primitive("stack", "StackBackward0", saves=False, arity=(1, None), args={"axis": Arg(0, A.int_axis)},
@@ -549,29 +529,21 @@ def stack(*xs, axis=0):
     return np.stack(xs, axis=axis)
 
 
-def _stack_vjp(i):
-    def vjp(g, ans, *xs, axis=0):
-        index = [slice(None)] * g.ndim
-        index[axis] = i
-        return slice_(g, index=tuple(index))
-    return vjp
+def _stack_vjp_all(g, ans, xs, needed, args):
+    axis = args.get("axis", 0)
+    index = [slice(None)] * g.ndim
+    out = []
+    for i, need in enumerate(needed):
+        if need:
+            index[axis] = i
+            out.append(slice_(g, index=tuple(index)))
+        else:
+            out.append(None)
+    return out
 
 
-class _VariadicVJPs:
-    """VJPs for ops with any number of inputs: one made on demand per index."""
-
-    def __init__(self, make):
-        self.make, self.cache = make, {}
-
-    def __getitem__(self, i):
-        vjp = self.cache.get(i)
-        if vjp is None:
-            vjp = self.cache[i] = self.make(i)
-        return vjp
-
-
-concat.vjps = _VariadicVJPs(_concat_vjp)
-stack.vjps = _VariadicVJPs(_stack_vjp)
+defvjp_all(concat, _concat_vjp_all)      # one call per node (Note [Concat offsets once per node])
+defvjp_all(stack, _stack_vjp_all)
 
 
 def _split_points(n, sections=None, indices=None):

@@ -18,7 +18,7 @@ from ..core import defvjp as core_defvjp
 from ..library import _value
 from .nn import embedding
 from .registry import aten, defvjp
-from .shape import view
+from .shape import contiguous, view
 
 
 # -- convolution ----------------------------------------------------------------------
@@ -38,7 +38,8 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
             raise ValueError(f"convolution: bias of shape {list(bias.shape)} does not match "
                              f"{weight.shape[0]} output channels")
         dtypes.append(bias.dtype)
-    return [((input.shape[0], weight.shape[0]) + tuple(out), np.result_type(*dtypes))]
+    channels = 0 if input.shape[1] == 0 else weight.shape[0]      # Note [no input channels] (conv.py)
+    return [((input.shape[0], channels) + tuple(out), np.result_type(*dtypes))]
 
 
 @aten("convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, "
@@ -116,7 +117,16 @@ def _convolution_vjp_weight(g, ans, input, weight, bias, stride, padding, dilati
 
 
 def _grad_bias_fn(grad_output, input, weight):
+    if input.shape[1] == 0:          # zeros, one per output channel (Note [no input channels], conv.py)
+        return K.array_module(grad_output).zeros_like(grad_output, shape=weight.shape[:1])
     return grad_output.sum(axis=(0,) + tuple(range(2, grad_output.ndim)))
+
+
+def _grad_bias_vjp(gg, ans, go, x, w):
+    # grad_output: ggb broadcast over the batch and spatial dims (none without input channels)
+    if x.shape[1] == 0:
+        return _zeros_for(go, gg)
+    return L.expand(L.reshape(gg, shape=(1, go.shape[1]) + (1,) * (len(go.shape) - 2)), shape=tuple(go.shape))
 
 
 # Its node has edges to input and weight too (no gradient flows there), as PyTorch's one
@@ -125,8 +135,7 @@ conv_grad_bias = Op("convolution_backward.grad_bias", _grad_bias_fn, "Convolutio
                     saves=False, arity=3, public=False, doc="the bias part of convolution_backward")
 # grad_output: ggb broadcast over the batch and spatial dims; input, weight: none
 core_defvjp(conv_grad_bias,
-            lambda gg, ans, go, x, w: L.expand(L.reshape(gg, shape=(1, go.shape[1]) + (1,) * (len(go.shape) - 2)),
-                                               shape=tuple(go.shape)),
+            _grad_bias_vjp,
             lambda gg, ans, go, x, w: None,
             lambda gg, ans, go, x, w: None)
 
@@ -220,7 +229,7 @@ defvjp(avg_pool2d_backward,
 @aten("_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor", "AdaptiveAvgPool2DBackward0",
       saves=False)
 def adaptive_avg_pool2d(self, output_size):
-    return K._adaptive_avg_pool2d(self, output_size)
+    return contiguous(K._adaptive_avg_pool2d(self, output_size))
 
 
 @aten("_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor",

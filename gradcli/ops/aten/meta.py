@@ -18,7 +18,7 @@ import numpy as np
 from ..aten_kernels._common import check_dtype
 from ..aten_kernels.attention import _check as _attention_check
 from ..aten_kernels.norm import _ln_axes, check_bn_params
-from ..aten_kernels.pool import _pool_params, adaptive_output_size
+from ..aten_kernels.pool import _pool_params, adaptive_output_size, check_avg_pool_dtype
 from . import conv_pool, nn, norm_attention  # noqa: F401 - the entries the rules attach to
 from . import shape as shape_mod
 from .promotion import result_type
@@ -269,6 +269,7 @@ def _max_pool2d(self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), c
 @_rule("aten.avg_pool2d.default")
 def _avg_pool2d(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
+    check_avg_pool_dtype("avg_pool2d", self)
     out = _pool_params("avg_pool2d", self, kernel_size, stride, padding, 1, ceil_mode)[4]
     if divisor_override is not None and divisor_override == 0:
         raise ValueError("avg_pool2d: divisor must be not zero")

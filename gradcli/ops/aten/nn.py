@@ -7,10 +7,10 @@ from .. import aten_kernels as K
 from ..aten_kernels._common import check_dtype
 from .. import library as L
 from ..library import _numel, _value
-from .pointwise import as_dtype, div_scalar, masked_fill, mul_scalar, scalar, zeros
+from .pointwise import as_dtype, div_scalar, masked_fill, mul, mul_scalar, neg, scalar, zeros
 from .promotion import cast, result_type
 from .registry import aten, defvjp
-from .shape import _dim, _dims_once, t, transpose, view
+from .shape import _dim, _dims_once, contiguous, t, transpose, view
 
 
 # -- reductions -----------------------------------------------------------------------
@@ -28,7 +28,7 @@ def sum_dim(self, dim, keepdim=False, dtype=None):
         out_dt = np.dtype(dtype)
     else:
         out_dt = np.dtype(np.int64) if self.dtype.kind in "biu" else self.dtype
-    return as_dtype(np.sum(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt)
+    return contiguous(as_dtype(np.sum(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt))
 
 
 # self: sum_backward(grad, self.sym_sizes(), dim, keepdim)
@@ -43,7 +43,7 @@ def mean_dim(self, dim, keepdim=False, dtype=None):
     if out_dt.kind not in "fc":
         raise ValueError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
                          f"point or complex dtype. Got: {out_dt}")
-    return as_dtype(np.mean(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt)
+    return contiguous(as_dtype(np.mean(cast(self, out_dt), axis=_axes(dim, self.ndim), keepdims=keepdim), out_dt))
 
 
 def _mean_vjp(g, ans, self, dim, keepdim=False, dtype=None):
@@ -154,7 +154,7 @@ def softmax(self, dim, half_to_float):
     check_dtype("_softmax", self, "f")
     x = cast(self, _softmax_dtype(self, half_to_float))
     d = _dim(dim, x.ndim)
-    return K._softmax(x, d) if x.ndim else np.ones_like(x)
+    return contiguous(K._softmax(x, d)) if x.ndim else np.ones_like(x)
 
 
 def _input_dtype(input_dtype):
@@ -165,7 +165,8 @@ def _input_dtype(input_dtype):
       "SoftmaxBackwardDataBackward0")
 def softmax_backward_data(grad_output, output, dim, input_dtype):
     check_dtype("_softmax_backward_data", grad_output, "f")
-    return K._softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
+    return contiguous(K._softmax_backward_data(grad_output, output, _dim(dim, output.ndim),
+                                               _input_dtype(input_dtype)))
 
 
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
@@ -191,7 +192,7 @@ def safe_softmax(self, dim, dtype=None):
     x = cast(self, np.dtype(dtype)) if dtype is not None else self
     check_dtype("_safe_softmax", x, "f")
     d = _dim(dim, x.ndim)
-    return K._safe_softmax(x, d) if x.ndim else np.ones_like(x)
+    return contiguous(K._safe_softmax(x, d)) if x.ndim else np.ones_like(x)
 
 
 # self: _softmax_backward_data(grad, result, dim, self.scalar_type())
@@ -204,14 +205,15 @@ def log_softmax(self, dim, half_to_float):
     check_dtype("_log_softmax", self, "f")
     x = cast(self, _softmax_dtype(self, half_to_float))
     d = _dim(dim, x.ndim)
-    return K._log_softmax(x, d) if x.ndim else np.zeros_like(x)
+    return contiguous(K._log_softmax(x, d)) if x.ndim else np.zeros_like(x)
 
 
 @aten("_log_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) -> Tensor",
       "LogSoftmaxBackwardDataBackward0")
 def log_softmax_backward_data(grad_output, output, dim, input_dtype):
     check_dtype("_log_softmax_backward_data", grad_output, "f")
-    return K._log_softmax_backward_data(grad_output, output, _dim(dim, output.ndim), _input_dtype(input_dtype))
+    return contiguous(K._log_softmax_backward_data(grad_output, output, _dim(dim, output.ndim),
+                                                   _input_dtype(input_dtype)))
 
 
 # self: _log_softmax_backward_data(grad, result, dim, self.scalar_type())
@@ -341,7 +343,7 @@ def mse_loss_backward(grad_output, self, target, reduction):
     # reduction other than mean as sum (only mse_loss itself checks it)
     dt = result_type(self, target)
     diff = np.subtract(cast(self, dt), cast(target, dt))
-    return as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt)
+    return contiguous(as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt))
 
 
 # self: mse_loss_backward(grad, self, target, reduction); target: mse_loss_backward(grad, target, self, reduction)
@@ -353,18 +355,27 @@ defvjp(mse_loss,
 
 
 def _mse_double(sign):
-    # self / target: mse_loss_double_backward(grad * grad_output, self, reduction) = +-norm * grad * grad_output
+    # self: mse_loss_double_backward(grad * grad_output, self, reduction);
+    # target: -mse_loss_double_backward(grad * grad_output, target, reduction);
+    # mse_loss_double_backward(g, input, reduction) = 2 * g, then / input.numel() for mean:
+    # the ops PyTorch runs, so a create_graph backward records its nodes (Mul, Mul.Scalar, Div.Scalar, Neg)
     def vjp(gg, ans, go, self, target, reduction):
         x = self if sign > 0 else target
-        out = L.mul(L.mul(gg, go), scalar(sign * _mse_norm(self, target, reduction), _value(gg)))
-        return L.unbroadcast(out, tuple(x.shape))
+        out = mul_scalar(mul(gg, go), other=2)
+        if reduction == 1:
+            out = div_scalar(out, other=_numel(x.shape))
+        return L.unbroadcast(out if sign > 0 else neg(out), tuple(x.shape))
     return vjp
 
 
-# grad_output: mse_loss_double_backward_grad_output(grad, grad_output, self, target, reduction):
-#   norm * (self - target) * grad, summed to grad_output's shape
-defvjp(mse_loss_backward,
-       lambda gg, ans, go, self, target, reduction: L.unbroadcast(
-           L.mul(L.mul(L.sub(self, target), scalar(_mse_norm(self, target, reduction), _value(gg))), gg),
-           tuple(go.shape)),
-       _mse_double(1), _mse_double(-1))
+def _mse_double_grad_output(gg, ans, go, self, target, reduction):
+    # grad_output: mse_loss_double_backward_grad_output(grad, grad_output, self, target, reduction):
+    # mse_loss_backward(grad, self, target, reduction), summed (sum()) to a 0-d grad_output (a
+    # reduced loss's); a grad_output of the input's shape (one order up) takes it as it is
+    out = mse_loss_backward(gg, self, target, reduction=reduction)
+    if len(go.shape) == 0 and len(out.shape) != 0:
+        return sum_all(out)
+    return L.unbroadcast(out, tuple(go.shape))
+
+
+defvjp(mse_loss_backward, _mse_double_grad_output, _mse_double(1), _mse_double(-1))

@@ -1,6 +1,6 @@
 """ATen batch norm, layer norm and CPU flash attention entries. The forwards are
 ``gradcli.ops.aten_kernels`` (tested against ``torch.ops.aten`` on their own); the
-norm backwards are written with ops (Note [normalisation backward with ops]).
+norm backwards are ops of their own, as PyTorch's (Note [normalisation double backward]).
 """
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import numpy as np
 
 from .. import aten_kernels as K
 from .. import library as L
-from ...autograd.tensor import Tensor
+from ..core import Op, defvjp_all
 from ..library import _value
 from .pointwise import scalar
 from .registry import aten, defvjp_joint
+from .shape import contiguous
 
 
 # -- batch norm ------------------------------------------------------------------------
@@ -19,61 +20,179 @@ from .registry import aten, defvjp_joint
       "bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)", "NativeBatchNormBackward0",
       differentiable_outputs=(True, False, False))
 def native_batch_norm_op(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return K.native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return [contiguous(o) for o in K.native_batch_norm(input, weight, bias, running_mean, running_var, training,
+                                                         momentum, eps)]
 
 
-# Note [normalisation backward with ops]: the batch- and layer-norm backwards are
-# written with ops, so that under create_graph they record themselves; one formula
-# serves every order. The statistics (mean, invstd) are functions of the input: when
-# the input is a Tensor that requires grad (create_graph) they are recomputed from it
-# with ops, so the second derivative sees them vary (PyTorch's batchnorm_double_backward
-# / layer_norm_double_backward); otherwise they are constants of this backward and the
-# forward's saved ones are used (save_mean/save_invstd, mean/rstd: the same values).
-def _normalised(x, axes, eps, saved_mean, saved_invstd, keep_shape):
-    """(xhat, invstd) of ``x`` over ``axes`` (biased variance), in ``keep_shape``."""
-    if not (type(x) is Tensor and x.requires_grad):
-        mu = np.reshape(_value(saved_mean), keep_shape)
-        invstd = np.reshape(_value(saved_invstd), keep_shape)
-        return L.mul(L.sub(x, mu), invstd), invstd
-    mu = L.mean(x, axis=axes, keepdims=True)
-    xc = L.sub(x, mu)
-    var = L.mean(L.mul(xc, xc), axis=axes, keepdims=True)
-    invstd = L.div(scalar(1, _value(x)), L.sqrt(L.add(var, scalar(eps, _value(x)))))
-    return L.mul(xc, invstd), invstd
-
-
+# Note [normalisation double backward]: as in PyTorch, the batch- and layer-norm backwards
+# are ops of their own (``native_batch_norm_backward``, ``native_layer_norm_backward``):
+# NativeBatchNormBackward0 / NativeLayerNormBackward0 call them, so under create_graph
+# they record one node each (NativeBatchNormBackwardBackward0, ...) with edges to
+# grad_out, input and weight (and bias for layer norm), and outputs the wanted gradients.
+# The statistics (mean and invstd/rstd) are the forward's saved ones, constants of
+# these ops as in PyTorch (its save_mean/save_invstd are outputs without gradient).
+# Their VJP (``_norm_double_backward``) is PyTorch's batchnorm_double_backward /
+# layer_norm_double_backward, the exact second derivative, written with ops: a
+# third-order backward differentiates it with the statistics held constant, as
+# PyTorch does (so its third derivative is PyTorch's, which is not the true one).
 def _centred_grad(gx, xhat, invstd, axes):
-    # invstd * (gx - mean(gx) - xhat * mean(gx * xhat)): the gradient through the batch statistics
+    # invstd * (gx - mean(gx) - xhat * mean(gx * xhat)): the gradient through the statistics
     return L.mul(invstd, L.sub(L.sub(gx, L.mean(gx, axis=axes, keepdims=True)),
                                L.mul(xhat, L.mean(L.mul(gx, xhat), axis=axes, keepdims=True))))
+
+
+class _Norm:
+    """How one normalisation lays out its statistics and parameters: the reduced ``axes``
+    (of ``count`` elements), the statistics' shape ``stat_shape`` (broadcasting against the
+    input), ``param`` (a weight-shaped tensor to its input-broadcasting shape) and
+    ``to_param`` (an input-shaped tensor summed to the weight's shape)."""
+
+    def __init__(self, shape, axes, stat_shape, param_shape, param_axes):
+        self.axes, self.stat_shape = axes, stat_shape
+        self.count = 1
+        for a in axes:
+            self.count *= shape[a]
+        self.param_shape, self.param_axes = param_shape, param_axes
+
+    def param(self, p):
+        return L.reshape(p, shape=self.param_shape)
+
+    def to_param(self, t):
+        return L.sum_(t, axis=self.param_axes) if self.param_axes else t
+
+
+def _batch_norm_layout(shape):
+    axes = (0,) + tuple(range(2, len(shape)))
+    channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+    return _Norm(shape, axes, channel, channel, axes)
+
+
+def _layer_norm_layout(shape, normalized_shape):
+    start = len(shape) - len(normalized_shape)
+    axes = tuple(range(start, len(shape)))
+    return _Norm(shape, axes, tuple(shape[:start]) + (1,) * len(axes), tuple(shape[start:]), tuple(range(start)))
+
+
+def _norm_grads(g, input, weight, mean, invstd, training, layout, mask):
+    """(grad_input, grad_weight, grad_bias) of a normalisation (None where ``mask`` is false);
+    ``mean``/``invstd`` constants shaped ``layout.stat_shape``; arrays or recording Tensors."""
+    axes = layout.axes
+    xhat = L.mul(L.sub(input, mean), invstd)
+    gi = gw = gb = None
+    if mask[0]:
+        gx = g if weight is None else L.mul(g, layout.param(weight))
+        gi = _centred_grad(gx, xhat, invstd, axes) if training else L.mul(gx, invstd)
+    if mask[1] and weight is not None:
+        gw = layout.to_param(L.mul(g, xhat))
+    if mask[2]:
+        gb = layout.to_param(g)
+    return gi, gw, gb
+
+
+def _sum_keep(t, axes):
+    return L.sum_(t, axis=axes, keepdims=True)
+
+
+def _norm_double_backward(ggi, ggw, ggb, g, input, weight, mean, invstd, training, layout):
+    """(d/d grad_out, d/d input, d/d weight) of <ggi, grad_input> + <ggw, grad_weight> +
+    <ggb, grad_bias> (any of the three None: absent), the statistics functions of the input
+    in the value and constants for what records (Note [normalisation double backward])."""
+    axes, m = layout.axes, layout.count
+    xhat = L.mul(L.sub(input, mean), invstd)
+    w = None if weight is None else layout.param(weight)
+
+    def project(v):        # grad_input's map gx -> grad_input, self-adjoint over each group
+        return _centred_grad(v, xhat, invstd, axes) if training else L.mul(v, invstd)
+
+    def add(a, b):
+        return b if a is None else a if b is None else L.add(a, b)
+
+    d_g = d_x = d_w = None
+    if ggi is not None:
+        pg = project(ggi)
+        d_g = pg if w is None else L.mul(pg, w)
+        if w is not None:
+            d_w = layout.to_param(L.mul(g, pg))
+        if training:
+            # grad_input = invstd * T-shaped terms of xhat: through invstd (d invstd/dx =
+            # -invstd^2 xhat / m) and through xhat (project(d/dxhat)), both with the
+            # group sums of ggi and gx = g * weight
+            u = g if w is None else L.mul(g, w)
+            s_a, s_u = _sum_keep(ggi, axes), _sum_keep(u, axes)
+            s_axh, s_uxh = _sum_keep(L.mul(ggi, xhat), axes), _sum_keep(L.mul(u, xhat), axes)
+            t = L.sub(L.sub(_sum_keep(L.mul(ggi, u), axes), L.div(L.mul(s_u, s_a), scalar(m, _value(g)))),
+                      L.div(L.mul(s_uxh, s_axh), scalar(m, _value(g))))
+            through_invstd = L.neg(L.div(L.mul(L.mul(L.mul(invstd, invstd), t), xhat), scalar(m, _value(g))))
+            v = L.neg(L.div(L.add(L.mul(u, s_axh), L.mul(ggi, s_uxh)), scalar(m, _value(g))))
+            d_x = L.add(through_invstd, L.mul(invstd, project(v)))
+    if ggw is not None and weight is not None:
+        gw_b = layout.param(ggw)
+        d_g = add(d_g, L.mul(gw_b, xhat))
+        d_x = add(d_x, project(L.mul(gw_b, g)))
+    if ggb is not None:
+        gb_b = layout.param(ggb)
+        d_g = L.add(d_g, gb_b) if d_g is not None else L.expand(gb_b, shape=tuple(g.shape))
+    return d_g, d_x, d_w
+
+
+def _masked(outs, mask):
+    return [o for o, m in zip(outs, mask) if m]
+
+
+def _unmasked(gs, mask):
+    it = iter(gs)
+    return [next(it) if m else None for m in mask]
+
+
+# native_batch_norm_backward(Tensor grad_out, Tensor input, Tensor? weight, Tensor? running_mean,
+#   Tensor? running_var, Tensor? save_mean, Tensor? save_invstd, bool train, float eps, bool[3] output_mask):
+# its inputs are grad_out, input, weight, running_mean and running_var (PyTorch's node's edges, the
+# last two never differentiable); save_mean and save_invstd (constants) come as args, already shaped
+def _bn_backward_fn(grad_out, input, weight, running_mean, running_var, mean, invstd, training, output_mask):
+    layout = _batch_norm_layout(tuple(input.shape))
+    return _masked(_norm_grads(grad_out, input, weight, mean, invstd, training, layout, output_mask), output_mask)
+
+
+def _bn_double_backward(gs, ans, inputs, needed, args):
+    # input, weight, grad_out: batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out,
+    #   running_mean, running_var, train, eps, save_mean, save_invstd, grad_input_mask)
+    g, input, weight = inputs[:3]
+    ggi, ggw, ggb = _unmasked(gs, args["output_mask"])
+    d_g, d_x, d_w = _norm_double_backward(ggi, ggw, ggb, g, input, weight, args["mean"], args["invstd"],
+                                          args["training"], _batch_norm_layout(tuple(input.shape)))
+    return [d if need else None for d, need in zip((d_g, d_x, d_w, None, None), needed)]
+
+
+batch_norm_backward = Op("native_batch_norm_backward", _bn_backward_fn, "NativeBatchNormBackwardBackward0",
+                         arity=5, multi_output=True, public=False,
+                         doc="the backward of native_batch_norm (one node, as PyTorch's)")
+defvjp_all(batch_norm_backward, _bn_double_backward)
 
 
 def native_batch_norm_backward(gs, ans, input, weight, bias, running_mean, running_var, training, momentum, eps,
                                output_mask):
     """The VJP of ``native_batch_norm``: (grad_input, grad_weight, grad_bias, None, None), None
-    where ``output_mask`` is false or the parameter is absent; arrays or recording Tensors."""
+    where ``output_mask`` is false or the parameter is absent; arrays, or recording Tensors
+    (one ``native_batch_norm_backward`` node)."""
     # input, weight, bias: "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean,
     #   running_var, result1, result2, training, eps, grad_input_mask) : ..."
-    g = gs[0]
     if len(input.shape) < 2:
         raise ValueError(f"native_batch_norm: expected an input with at least 2 dims, got {list(input.shape)}")
-    axes = (0,) + tuple(range(2, len(input.shape)))
-    channel = (1, input.shape[1]) + (1,) * (len(input.shape) - 2)
+    dtype = _value(input).dtype
+    channel = _batch_norm_layout(tuple(input.shape)).stat_shape
     if training:
-        xhat, invstd = _normalised(input, axes, eps, ans[1], ans[2], channel)
-    else:           # the running statistics are constants
-        raw = _value(input)
-        invstd = np.reshape(1.0 / np.sqrt(running_var + eps), channel).astype(raw.dtype, copy=False)
-        xhat = L.mul(L.sub(input, np.reshape(running_mean, channel).astype(raw.dtype, copy=False)), invstd)
-    gi = gw = gb = None
-    if output_mask[0]:
-        gx = g if weight is None else L.mul(g, L.reshape(weight, shape=channel))
-        gi = _centred_grad(gx, xhat, invstd, axes) if training else L.mul(gx, invstd)
-    if output_mask[1] and weight is not None:
-        gw = L.sum_(L.mul(g, xhat), axis=axes)
-    if output_mask[2] and bias is not None:
-        gb = L.sum_(g, axis=axes)
-    return gi, gw, gb, None, None
+        mean, invstd = _value(ans[1]), _value(ans[2])
+    else:               # the running statistics
+        mean, invstd = running_mean, 1.0 / np.sqrt(running_var + eps)
+    mean = np.reshape(mean, channel).astype(dtype, copy=False)
+    invstd = np.reshape(invstd, channel).astype(dtype, copy=False)
+    mask = (bool(output_mask[0]), bool(output_mask[1]) and weight is not None,
+            bool(output_mask[2]) and bias is not None)
+    if not any(mask):
+        return None, None, None, None, None
+    outs = batch_norm_backward(gs[0], input, weight, running_mean, running_var, mean=mean, invstd=invstd,
+                               training=bool(training), output_mask=mask)
+    return tuple(_unmasked(outs, mask)) + (None, None)
 
 
 defvjp_joint(native_batch_norm_op, native_batch_norm_backward, (True, True, True, False, False))
@@ -83,27 +202,51 @@ defvjp_joint(native_batch_norm_op, native_batch_norm_backward, (True, True, True
 @aten("native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) "
       "-> (Tensor, Tensor, Tensor)", "NativeLayerNormBackward0", differentiable_outputs=(True, False, False))
 def native_layer_norm_op(input, weight, bias, normalized_shape, eps):
-    return K.native_layer_norm(input, normalized_shape, weight, bias, eps)
+    return [contiguous(o) for o in K.native_layer_norm(input, normalized_shape, weight, bias, eps)]
+
+
+# native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean,
+#   Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask): its inputs are PyTorch's node's
+# edges, in order: grad_out, input, mean and rstd (constants, already shaped: no edge), weight and
+# bias (an edge and no gradient: "bias: Tensor()")
+def _ln_backward_fn(grad_out, input, mean, rstd, weight, bias, normalized_shape, output_mask):
+    layout = _layer_norm_layout(tuple(input.shape), normalized_shape)
+    return _masked(_norm_grads(grad_out, input, weight, mean, rstd, True, layout, output_mask), output_mask)
+
+
+def _ln_double_backward(gs, ans, inputs, needed, args):
+    # input, weight, grad_out: layer_norm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out,
+    #   mean, rstd, normalized_shape, grad_input_mask); bias: Tensor()
+    g, input, mean, rstd, weight, _ = inputs
+    ggi, ggw, ggb = _unmasked(gs, args["output_mask"])
+    d_g, d_x, d_w = _norm_double_backward(ggi, ggw, ggb, g, input, weight, _value(mean), _value(rstd), True,
+                                          _layer_norm_layout(tuple(input.shape), args["normalized_shape"]))
+    return [d if need else None for d, need in zip((d_g, d_x, None, None, d_w, None), needed)]
+
+
+layer_norm_backward = Op("native_layer_norm_backward", _ln_backward_fn, "NativeLayerNormBackwardBackward0",
+                         arity=6, multi_output=True, public=False,
+                         doc="the backward of native_layer_norm (one node, as PyTorch's)")
+defvjp_all(layer_norm_backward, _ln_double_backward)
 
 
 def native_layer_norm_backward(gs, ans, input, weight, bias, normalized_shape, eps, output_mask):
     """The VJP of ``native_layer_norm``: (grad_input, grad_weight, grad_bias), None where
-    ``output_mask`` is false or the parameter is absent; arrays or recording Tensors."""
+    ``output_mask`` is false or the parameter is absent; arrays, or recording Tensors (one
+    ``native_layer_norm_backward`` node)."""
     # input, weight, bias: "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape,
     #   result1, result2, weight, bias, grad_input_mask) : ..."
-    g = gs[0]
-    start = len(input.shape) - len(normalized_shape)
-    axes = tuple(range(start, len(input.shape)))
-    batch = tuple(range(start))
-    xhat, rstd = _normalised(input, axes, eps, ans[1], ans[2], tuple(input.shape[:start]) + (1,) * len(axes))
-    gi = gw = gb = None
-    if output_mask[0]:
-        gi = _centred_grad(g if weight is None else L.mul(g, weight), xhat, rstd, axes)
-    if output_mask[1] and weight is not None:
-        gw = L.sum_(L.mul(g, xhat), axis=batch) if batch else L.mul(g, xhat)
-    if output_mask[2] and bias is not None:
-        gb = L.sum_(g, axis=batch) if batch else g
-    return gi, gw, gb
+    dtype = _value(input).dtype
+    stat_shape = _layer_norm_layout(tuple(input.shape), normalized_shape).stat_shape
+    mean = np.reshape(_value(ans[1]), stat_shape).astype(dtype, copy=False)
+    rstd = np.reshape(_value(ans[2]), stat_shape).astype(dtype, copy=False)
+    mask = (bool(output_mask[0]), bool(output_mask[1]) and weight is not None,
+            bool(output_mask[2]) and bias is not None)
+    if not any(mask):
+        return None, None, None
+    outs = layer_norm_backward(gs[0], input, mean, rstd, weight, bias, normalized_shape=tuple(normalized_shape),
+                               output_mask=mask)
+    return tuple(_unmasked(outs, mask))
 
 
 defvjp_joint(native_layer_norm_op, native_layer_norm_backward, (True, True, True))

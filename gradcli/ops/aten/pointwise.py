@@ -330,6 +330,10 @@ defvjp(where, None,
 @aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False,
       meta=ELEMENTWISE)
 def clone(self, memory_format=None):
+    # preserve_format (the default) keeps the input's stride order, as ``copy(order="K")``
+    # does; it matters to a later ``view`` (Note [view strides] in shape.py)
+    if memory_format in (None, "preserve_format"):
+        return self.copy(order="K")
     return self.copy()
 
 
@@ -456,7 +460,9 @@ def masked_fill(self, mask, value):
     mdt = np.asarray(mask).dtype if not hasattr(mask, "dtype") else np.dtype(mask.dtype)
     if mdt.kind != "b":
         raise TypeError(f"masked_fill: only boolean masks are supported, but got a mask with dtype {mdt}")
-    return np.where(mask, np.asarray(value).astype(self.dtype), self)
+    # PyTorch clones self contiguous, then fills in place (a view then sees its strides)
+    out = np.where(mask, np.asarray(value).astype(self.dtype), self)
+    return out if out.flags.c_contiguous else out.copy(order="C")
 
 
 def _masked_fill_vjp(g, ans, self, mask, value):

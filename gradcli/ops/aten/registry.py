@@ -178,6 +178,35 @@ class _FlatVJPs:
         return vjp
 
 
+def _all_vjps(op):
+    """``op.vjp_all`` of an AtenOp with a ``Tensor[]`` input or a joint VJP (Note [one call for
+    all inputs' gradients] in core.py): each schema input's VJP (or the joint one, told every
+    wanted input) runs once per node, and a list's gradients are handed out to its edges."""
+    def vjp_all(g, ans, flat, needed, args):
+        n = len(flat)
+        to_flat = range(n) if all(op.differentiable_inputs) else [
+            f for f, d in enumerate(op.differentiable_flat(n)) if d]       # edge -> flat input
+        wanted = {}                                                        # schema input -> [(edge, k)]
+        for e, need in enumerate(needed):
+            if need:
+                p, k = op.locate(to_flat[e], n)
+                wanted.setdefault(p, []).append((e, k))
+        inputs = op.structure(list(flat))
+        if op.joint_vjp is not None:
+            mask = [q in wanted for q in range(len(op.schema.tensors))]
+            grads = op.joint_vjp(g, ans, *inputs, output_mask=mask, **args)
+        else:
+            grads = {p: None if op.schema_vjps[p] is None else op.schema_vjps[p](g, ans, *inputs, **args)
+                     for p in wanted}
+        out = [None] * len(needed)
+        for p, edges in wanted.items():
+            grad = grads[p]
+            for e, k in edges:
+                out[e] = grad if k is None or grad is None else grad[k]
+        return out
+    return vjp_all
+
+
 def _value(x):
     return x.data if type(x) is Tensor else x
 
@@ -254,6 +283,8 @@ def defvjp(op, *vjps, first_order_only=False):
     op.first_order_only = first_order_only
     op.differentiable_inputs = [v is not None for v in vjps]
     op.vjps = _FlatVJPs(op)
+    if op._list_pos is not None and not first_order_only:
+        op.vjp_all = _all_vjps(op)      # a Tensor[]'s VJP once per node, not once per element
 
 
 def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
@@ -264,6 +295,8 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
     op.vjps = _FlatVJPs(op)
+    if not first_order_only:
+        op.vjp_all = _all_vjps(op)      # one call for every wanted input, as PyTorch's one formula
 
 
 # -- one graph entry's call --------------------------------------------------------------

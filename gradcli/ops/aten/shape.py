@@ -57,10 +57,83 @@ def _view(self, size, name="view"):
     if -1 in size and self.size == 0 and 0 in size:
         raise ValueError(f"{name}: cannot reshape a tensor of 0 elements into shape {list(size)} because "
                          "the unspecified dimension size -1 can be any value and is ambiguous")
-    try:
-        return np.reshape(self, size)
-    except ValueError:
-        raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}") from None
+    if -1 in size:
+        known = 1
+        for n in size:
+            known *= n if n != -1 else 1
+        if known == 0 or self.size % known:
+            raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
+        size = tuple(self.size // known if n == -1 else n for n in size)
+    elif int(np.prod(size, dtype=object)) != self.size:
+        raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
+    if self.flags.c_contiguous:         # the common case: NumPy's strides are PyTorch's
+        return self.reshape(size)
+    strides = view_strides(tuple(self.shape), self.strides, size, self.itemsize)
+    if strides is None:
+        raise ValueError(f"{name}: view size is not compatible with input tensor's size and stride (at least one "
+                         "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+    return _as_strided(self, size, strides)
+
+
+def contiguous(x):
+    """``x`` laid out row-major (a copy only if it is not): the layout of the ops whose
+    PyTorch kernels write a fresh contiguous result whatever the input's strides
+    (reductions, cat, softmax, the norms, ...; Note [view strides])."""
+    return x if x.flags.c_contiguous else x.copy(order="C")
+
+
+def _as_strided(x, shape, strides):
+    """A view of ``x``'s memory with this shape and these (byte) strides."""
+    if isinstance(x, np.ndarray):       # NumPy and its subclasses (the simulated devices)
+        return np.lib.stride_tricks.as_strided(x, shape=shape, strides=strides, subok=True)
+    from ..aten_kernels._common import array_module  # noqa: PLC0415 - accelerator arrays only
+
+    return array_module(x).lib.stride_tricks.as_strided(x, shape=shape, strides=strides)
+
+
+# Note [view strides]: gradcli's tensors are arrays with strides, as PyTorch's are, and
+# each ATen op makes its output with PyTorch's stride order (ufuncs, ``copy(order="K")`` and
+# ``empty_like`` keep the input's, as TensorIterator and ``empty_like`` do). So whether
+# ``view`` may alias its input is decided as PyTorch's ``computeStride`` decides it: the
+# input's dims are cut into chunks that are each contiguous in memory, and every dim of
+# the new shape must lie inside one chunk. Where that fails PyTorch refuses (reshape
+# would copy); where it succeeds the result is a view with the strides PyTorch computes
+# (in bytes here), so later views see PyTorch's strides too.
+def view_strides(old_shape, old_strides, new_shape, itemsize):
+    """The byte strides of an array (``old_shape``, byte ``old_strides``) viewed as
+    ``new_shape`` (same element count), or None where no view can have that shape
+    (PyTorch's ``computeStride``)."""
+    numel = 1
+    for s in old_shape:
+        numel *= s
+    if not old_shape or numel == 0:
+        if old_shape and tuple(old_shape) == tuple(new_shape):
+            return tuple(old_strides)
+        out, step = [0] * len(new_shape), itemsize      # contiguous (a 0 size counts as 1)
+        for d in range(len(new_shape) - 1, -1, -1):
+            out[d] = step
+            step *= max(new_shape[d], 1)
+        return tuple(out)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base = old_strides[-1]            # the stride of the innermost dim of the chunk
+    tensor_numel = view_numel = 1
+    for d in range(len(old_shape) - 1, -1, -1):
+        tensor_numel *= old_shape[d]
+        # a chunk ends at dim d when the dim before it does not continue it in memory
+        if d == 0 or (old_shape[d - 1] != 1 and old_strides[d - 1] != tensor_numel * chunk_base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_base = old_strides[d - 1]
+                tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_strides)
 
 
 @aten("view(Tensor(a) self, SymInt[] size) -> Tensor(a)", "ViewBackward0", saves=False)
@@ -249,7 +322,7 @@ def cat(tensors, dim=0):
     kept = [cast(x, dt) for x in tensors if not _skipped_in_cat(x)]
     if not kept:
         return np.zeros((0,), dt)
-    return np.concatenate(kept, axis=_dim(dim, kept[0].ndim))
+    return contiguous(np.concatenate(kept, axis=_dim(dim, kept[0].ndim)))
 
 
 def _cat_vjp(g, ans, tensors, dim=0):
@@ -274,7 +347,7 @@ def stack(tensors, dim=0):
     if not tensors:
         raise ValueError("stack: expected a non-empty list of tensors")
     dt = result_type(*tensors)
-    return np.stack([cast(x, dt) for x in tensors], axis=_dim(dim, tensors[0].ndim + 1))
+    return contiguous(np.stack([cast(x, dt) for x in tensors], axis=_dim(dim, tensors[0].ndim + 1)))
 
 
 # tensors: stack_tensors_backward(grad, dim, to_args_scalartypes(tensors)): grad.unbind(dim)
@@ -305,7 +378,9 @@ def split(self, split_size, dim=0):
 @aten("unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]", "UnsafeSplitBackward0",
       saves=False)
 def unsafe_split(self, split_size, dim=0):
-    return [x.copy() for x in _split(self, split_size, dim)]
+    # pieces of one copy: PyTorch's are views of self, so their strides are self's (a later
+    # view sees them: Note [view strides]); gradcli's do not alias the input
+    return _split(self.copy(order="K"), split_size, dim)
 
 
 # self: split_backward(grads, split_size, dim, self.sym_sizes(), self.options()):

@@ -76,6 +76,16 @@ def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0
     z = xp.where(dead, 1, z).astype(s.dtype, copy=False)
     out = xp.matmul(e / z, value)
     lse = xp.where(dead, 0, xp.log(z) + m).astype(s.dtype, copy=False)[..., 0]
+    # PyTorch's layouts (what a later view sees, Note [view strides]): the output is
+    # empty_like(query), the logsumexp (B, L, H) transposed to (B, H, L)
+    if out.shape == query.shape:
+        laid = xp.empty_like(query, dtype=out.dtype)
+        laid[...] = out
+        out = laid
+    if lse.ndim >= 2:
+        laid = xp.empty_like(lse, shape=lse.shape[:-2] + lse.shape[:-3:-1], order="C").swapaxes(-1, -2)
+        laid[...] = lse
+        lse = laid
     return out, lse
 
 

@@ -134,6 +134,9 @@ def _check_input(op, input, weight, d, transposed, groups):
     if input.ndim != d + 2:
         raise ValueError(f"{op}: expected {d + 2}-dimensional input for {d + 2}-dimensional "
                          f"weight {list(weight.shape)}, got input of shape {list(input.shape)}")
+    if weight.shape[0] < 1:
+        raise ValueError(f"{op}: expected weight to be at least 1 at dimension 0, but got weight of size "
+                         f"{list(weight.shape)} instead")
     if groups < 1 or weight.shape[0] % groups:
         raise ValueError(f"{op}: groups={groups} must be positive and divide weight's first "
                          f"dim {weight.shape[0]}")
@@ -162,6 +165,16 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed,
     groups = int(groups)
     _check_input("convolution", input, weight, d, transposed, groups)
     x = input
+    if not transposed and x.shape[1] == 0:
+        # Note [no input channels]: PyTorch's convolution of an input without channels
+        # gives an output without channels, (N, 0, *out), whatever the weight's C_out
+        # (no bias added); its gradients are zeros (the bias's too, C_out of them)
+        out = _out_size(x.shape[2:], weight.shape[2:], stride, padding, dilation)
+        if any(v <= 0 for v in out):
+            raise ValueError(f"convolution: output size {list(out)} is empty for input "
+                             f"{list(x.shape)} and weight {list(weight.shape)}")
+        dt = xp.result_type(x, weight) if bias is None else xp.result_type(x, weight, bias)
+        return xp.zeros_like(x, dtype=dt, shape=(x.shape[0], 0) + tuple(out))
     if transposed:
         out = [(i - 1) * s - 2 * p + dd * (kk - 1) + op + 1 for i, s, p, dd, kk, op in zip(
             x.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding)]
@@ -195,6 +208,9 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     x, go = input, grad_output
     k = tuple(weight.shape[2:])
     gi = gw = gb = None
+    if not transposed and x.shape[1] == 0:          # Note [no input channels]
+        return tuple(xp.zeros_like(go, shape=shape) if m else None for m, shape in zip(
+            output_mask, (x.shape, weight.shape, weight.shape[:1])))
     if output_mask[0]:
         if transposed:
             gi = _forward(xp, go, weight, stride, padding, dilation, groups,

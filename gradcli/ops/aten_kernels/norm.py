@@ -1,7 +1,7 @@
 """``native_batch_norm`` and ``native_layer_norm`` as array functions (PyTorch's
-formulas; biased variance in the normalisation). Their backwards are written with
-ops in ``gradcli.ops.aten.norm_attention`` (one formula for every order of
-derivative: Note [normalisation backward with ops])."""
+formulas; biased variance in the normalisation). Their backwards are ops of their
+own in ``gradcli.ops.aten.norm_attention``, written with ops (Note [normalisation
+double backward])."""
 from ._common import array_module, check_dtype
 
 

@@ -134,9 +134,23 @@ def _avg_divisors(xp, size, k, s, p, out, count_include_pad, dtype):
     return xp.asarray(div.astype(dtype))
 
 
+def check_avg_pool_dtype(op, x):
+    """PyTorch's CPU avg pooling takes floating point and int64 (not the other integers, nor bool)."""
+    check_dtype(op, x, "f" if np.dtype(x.dtype) != np.int64 else "i", "a floating point or int64")
+
+
+def _divide(xp, a, b):
+    """``a / b`` as PyTorch's avg pooling divides: an integer quotient truncates toward
+    zero (C++ ``/`` on int64), where NumPy's ``//`` floors."""
+    if a.dtype.kind != "i":
+        return a / b
+    return (a - xp.fmod(a, b)) // b        # exact: a - fmod(a, b) is a multiple of b
+
+
 def _avg_setup(op, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                divisor_override):
     xp = array_module(self)
+    check_avg_pool_dtype(op, self)
     k, s, p, d, out, ext = _pool_params(op, self, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None:
         if divisor_override == 0:
@@ -158,7 +172,8 @@ def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False,
 
     Window sums divided by ``divisor_override`` or, as PyTorch, by the
     window's area clipped to the padded input (``count_include_pad``) or to
-    the input itself."""
+    the input itself. Floating point or int64 input; int64 sums wrap and
+    their quotient truncates toward zero, as PyTorch's CPU kernel."""
     xp, k, s, p, out, ext, div = _avg_setup("avg_pool2d", self, kernel_size, stride, padding,
                                             ceil_mode, count_include_pad, divisor_override)
     h, w = self.shape[-2:]
@@ -167,7 +182,7 @@ def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False,
     sums = xp.zeros((x3.shape[0],) + out, dtype=self.dtype)
     for i, j in itertools.product(range(k[0]), range(k[1])):   # kernel offsets
         sums += xpad[:, window_slice(i, out[0], s[0]), window_slice(j, out[1], s[1])]
-    return (sums / div).reshape(tuple(self.shape[:-2]) + out)
+    return _divide(xp, sums, div).reshape(tuple(self.shape[:-2]) + out)
 
 
 def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
@@ -182,7 +197,7 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
                                             padding, ceil_mode, count_include_pad,
                                             divisor_override)
     h, w = self.shape[-2:]
-    g = (grad_output / div).reshape(-1, out[0], out[1])
+    g = _divide(xp, grad_output, div).reshape(-1, out[0], out[1])
     gpad = xp.zeros((g.shape[0],) + ext, dtype=g.dtype)
     for i, j in itertools.product(range(k[0]), range(k[1])):
         gpad[:, window_slice(i, out[0], s[0]), window_slice(j, out[1], s[1])] += g

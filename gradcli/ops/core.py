@@ -25,7 +25,107 @@ from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
 from .shapes import ELEMENTWISE, ShapeMismatch  # noqa: F401 - ShapeMismatch is re-exported
 
-OPS: dict[str, "Op"] = {}
+
+class OpRegistry(dict):
+    """``name -> Op``: every op of the library, a ``dict`` whose deferred namespaces
+    load on first need.
+
+    Note [Deferred op namespaces]: the ATen ops (``aten.NAME.OVERLOAD``, about 80
+    schema-declared entries, their kernels and shape rules) are most of the op
+    library's import time, and a graph of version-1 ops never names one. Their
+    package is registered here with its name prefix (``defer``) and imported the
+    first time a question needs it: a lookup of a name under the prefix (``[]``,
+    ``get``, ``in``, ``pop``), or anything that sees every op (iteration, ``len``,
+    ``keys``/``values``/``items``, ``copy``; the unknown-op hint, ``gradcli ops``,
+    the catalog). So the registry answers every question as if everything were
+    loaded; lookups of loaded names stay plain dict lookups (``get`` costs one
+    Python call). A deferred prefix contains a dot, so no deferred op is an
+    identifier (``gradcli.ops``' functions come from the loaded ops only).
+    Lookups from several threads wait for the one import (a re-entrant lock: the
+    importing thread may look up ops while its import runs).
+    """
+
+    __slots__ = ("_deferred", "_lock")
+
+    def __init__(self):
+        super().__init__()
+        self._deferred = {}          # name prefix -> module that registers its ops
+        import _thread  # noqa: PLC0415 - a lock without importing threading
+
+        self._lock = _thread.RLock()
+
+    def defer(self, prefix, module):
+        """Import ``module`` (which registers the ops named ``prefix...``) on first need."""
+        if "." not in prefix:
+            raise ValueError(f"a deferred op namespace is dotted (not an identifier): {prefix!r}")
+        self._deferred[prefix] = module
+
+    def _load(self, name=None) -> bool:
+        """Import the deferred namespaces that may hold ``name`` (all for None);
+        True when one was imported."""
+        if not self._deferred:
+            return False
+        loaded = False
+        with self._lock:
+            for prefix, module in list(self._deferred.items()):
+                if name is None or name.startswith(prefix):
+                    import importlib  # noqa: PLC0415
+
+                    importlib.import_module(module)     # raises: stays deferred
+                    self._deferred.pop(prefix, None)
+                    loaded = True
+        return loaded
+
+    def __missing__(self, name):
+        if type(name) is str and self._load(name):
+            return dict.__getitem__(self, name)
+        raise KeyError(name)
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name):
+        return dict.__contains__(self, name) or (
+            type(name) is str and self._load(name) and dict.__contains__(self, name))
+
+    def pop(self, name, *default):
+        if type(name) is str and not dict.__contains__(self, name):
+            self._load(name)
+        return dict.pop(self, name, *default)
+
+    def __iter__(self):
+        self._load()
+        return dict.__iter__(self)
+
+    def __len__(self):
+        self._load()
+        return dict.__len__(self)
+
+    def keys(self):
+        self._load()
+        return dict.keys(self)
+
+    def values(self):
+        self._load()
+        return dict.values(self)
+
+    def items(self):
+        self._load()
+        return dict.items(self)
+
+    def copy(self):
+        self._load()
+        return dict(dict.items(self))
+
+    def __repr__(self):
+        self._load()
+        return dict.__repr__(self)
+
+
+OPS: OpRegistry = OpRegistry()
 
 _NO_ARG = object()
 _NO_ARGS = {}           # the args of a node recorded without any (shared, never mutated)

@@ -161,8 +161,8 @@ def print_table(title, columns, rows, *, styles=None) -> None:
         text = _plain_table(title, columns, rows)
         lines = text.split("\n")
         width = len(lines[1])
-        if width <= PIPE_WIDTH and title.isascii() and len(title) <= width:
-            lines[0] = title.ljust(width)          # rich pads the title to the table
+        if width <= PIPE_WIDTH and title.isascii():
+            lines[0:1] = _title_lines(title, width)
             click.echo("\n".join(lines))
             return
     from rich.table import Table
@@ -192,6 +192,36 @@ def _plain_is_rich(file) -> bool:
         return False
     return not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE",
                                                 "TTY_INTERACTIVE", "COLUMNS"))
+
+
+def _title_lines(title, width) -> list:
+    """A table's title (printable ASCII) as rich draws it left-justified over a table
+    ``width`` cells wide: rich's words (spaces, a run of non-spaces, the spaces after
+    it) fill each line; a word longer than the width is cut into pieces of the width
+    (rich's "fold"); every line is cut or padded to the width; no title, no line."""
+    if not title:
+        return []
+    breaks = []
+    used = 0                         # cells taken on the current line
+    for word in re.finditer(r" *[^ ]+ *", title):
+        start, text = word.start(), word.group()
+        length = len(text.rstrip())
+        if width - used >= length:
+            used += len(text)
+        elif length > width:
+            pieces = [text[k:k + width] for k in range(0, len(text), width)]
+            for k, piece in enumerate(pieces):
+                if start:
+                    breaks.append(start)
+                if k == len(pieces) - 1:
+                    used = len(piece)
+                else:
+                    start += len(piece)
+        elif used and start:
+            breaks.append(start)
+            used = len(text)
+    bounds = [0, *breaks, len(title)]
+    return [title[a:b][:width].ljust(width) for a, b in zip(bounds, bounds[1:])]
 
 
 def _plain_table(title, columns, rows) -> str:

@@ -62,6 +62,7 @@ def _run_modules(*args):
 # YAML file only), error-message and other commands' helpers, dataclasses (Note
 # [Record classes]), the zip writer (--out FILE.npz only), torch.
 NOT_FOR_A_TINY_RUN = ("gradcli.ops.aten", "gradcli.ops.aten_kernels", "gradcli.ops.catalog",
+                      "gradcli.ops.custom", "gradcli.ops.higher", "gradcli.autograd.function",
                       "rich", "yaml", "difflib", "statistics", "dataclasses", "zipfile",
                       "traceback", "gradcli.validate", "gradcli.stress", "gradcli.gradcheck",
                       "gradcli.trace", "gradcli.cli.cmd_validate", "gradcli.cli.cmd_ops",
@@ -136,7 +137,7 @@ def _registry_with_fake_namespace(monkeypatch, tmp_path, body):
     registry["plain"] = "P"
     monkeypatch.setitem(sys.modules, "fake_registry_holder", type(sys)("fake_registry_holder"))
     sys.modules["fake_registry_holder"].REGISTRY = registry
-    registry.defer("fake.", module)
+    registry.defer(module, prefix="fake.", names=("fake_named",))
     return registry, module
 
 
@@ -153,6 +154,33 @@ def test_a_deferred_namespace_loads_once_and_only_when_asked(monkeypatch, tmp_pa
     assert module in sys.modules
     assert reg.get("fake.three") is None and "fake.three" not in reg
     assert sorted(reg) == ["fake.one", "fake.two", "plain"]
+
+
+def test_a_deferred_name_loads_its_module(monkeypatch, tmp_path):
+    reg, module = _registry_with_fake_namespace(
+        monkeypatch, tmp_path, "import fake_registry_holder as h\nh.REGISTRY['fake_named'] = 7\n")
+    assert reg.get("fake_name") is None and module not in sys.modules    # only that name
+    assert "fake_named" in reg and reg["fake_named"] == 7 and module in sys.modules
+
+
+@pytest.mark.parametrize("name, module", [("grad", "gradcli.ops.higher"),
+                                          ("custom", "gradcli.ops.custom")])
+def test_grad_and_custom_load_on_first_lookup(name, module):
+    code = ("import sys\nfrom gradcli.ops import OPS\n"
+            f"assert {module!r} not in sys.modules\n"
+            f"op = OPS.get({name!r})\n"
+            f"print(op.name, {module!r} in sys.modules, 'gradcli.ops.aten' in sys.modules)\n")
+    assert _python(code).stdout.split() == [name, "True", "False"]
+
+
+def test_the_function_api_loads_on_first_use():
+    code = ("import sys\nimport gradcli.autograd as A\n"
+            "assert 'gradcli.autograd.function' not in sys.modules\n"
+            "from gradcli.autograd import Function, as_function, BackwardCFunction\n"
+            "from gradcli.autograd.function import Function as F\n"
+            "print(Function is F, callable(as_function), A.BackwardCFunction is BackwardCFunction)\n"
+            "try:\n    A.no_such_name\nexcept AttributeError as e:\n    print('AttributeError')\n")
+    assert _python(code).stdout.split() == ["True", "True", "True", "AttributeError"]
 
 
 def test_iterating_loads_every_deferred_namespace(monkeypatch, tmp_path):
@@ -174,10 +202,13 @@ def test_a_namespace_that_fails_to_import_stays_deferred(monkeypatch, tmp_path):
 def test_a_deferred_namespace_is_dotted():
     """Deferred names are never identifiers: gradcli.ops' functions come from loaded ops."""
     with pytest.raises(ValueError, match="dotted"):
-        OpRegistry().defer("aten", "gradcli.ops.aten")
+        OpRegistry().defer("gradcli.ops.aten", prefix="aten")
     import gradcli.ops as O
 
-    assert all(n.isidentifier() for n in O.OP_FUNCTIONS) and "mul" in O.OP_FUNCTIONS
+    every = sorted(n for n, op in O.OPS.items()           # (loads every deferred module)
+                   if op.public and op.fn is not None and n.isidentifier())
+    assert every == O.OP_FUNCTIONS and "mul" in every and "reenter" in every
+    assert all(hasattr(O, n) for n in every)
 
 
 # -- records (Note [Record classes]) -----------------------------------------------------------

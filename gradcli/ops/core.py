@@ -27,52 +27,57 @@ from .shapes import ELEMENTWISE, ShapeMismatch  # noqa: F401 - ShapeMismatch is 
 
 
 class OpRegistry(dict):
-    """``name -> Op``: every op of the library, a ``dict`` whose deferred namespaces
+    """``name -> Op``: every op of the library, a ``dict`` whose deferred modules
     load on first need.
 
     Note [Deferred op namespaces]: the ATen ops (``aten.NAME.OVERLOAD``, about 80
     schema-declared entries, their kernels and shape rules) are most of the op
-    library's import time, and a graph of version-1 ops never names one. Their
-    package is registered here with its name prefix (``defer``) and imported the
-    first time a question needs it: a lookup of a name under the prefix (``[]``,
-    ``get``, ``in``, ``pop``), or anything that sees every op (iteration, ``len``,
-    ``keys``/``values``/``items``, ``copy``; the unknown-op hint, ``gradcli ops``,
-    the catalog). So the registry answers every question as if everything were
-    loaded; lookups of loaded names stay plain dict lookups (``get`` costs one
-    Python call). A deferred prefix contains a dot, so no deferred op is an
-    identifier (``gradcli.ops``' functions come from the loaded ops only).
-    Lookups from several threads wait for the one import (a re-entrant lock: the
-    importing thread may look up ops while its import runs).
+    library's import time, and a graph of version-1 ops never names one; nor do
+    most graphs name ``custom`` (user code) or ``grad``. The modules that register
+    them are recorded here with the names they register (``defer``: a name prefix,
+    or the names themselves) and imported the first time a question needs them: a
+    lookup of such a name (``[]``, ``get``, ``in``, ``pop``), or anything that sees
+    every op (iteration, ``len``, ``keys``/``values``/``items``, ``copy``; the
+    unknown-op hint, ``gradcli ops``, the catalog). So the registry answers every
+    question as if everything were loaded; lookups of loaded names stay plain dict
+    lookups (``get`` costs one Python call). No deferred op is a function of
+    ``gradcli.ops`` (a prefix is dotted, so its names are not identifiers; the
+    deferred names are ops without a forward of their own), so that module's
+    functions come from the loaded ops only. Lookups from several threads wait for
+    the one import (a re-entrant lock: the importing thread may look up ops while
+    its import runs); a failed import raises again at the next question.
     """
 
     __slots__ = ("_deferred", "_lock")
 
     def __init__(self):
         super().__init__()
-        self._deferred = {}          # name prefix -> module that registers its ops
+        self._deferred = {}          # module -> (name prefix or None, frozenset of names)
         import _thread  # noqa: PLC0415 - a lock without importing threading
 
         self._lock = _thread.RLock()
 
-    def defer(self, prefix, module):
-        """Import ``module`` (which registers the ops named ``prefix...``) on first need."""
-        if "." not in prefix:
+    def defer(self, module, *, prefix=None, names=()):
+        """Import ``module`` on first need: it registers the ops named ``prefix...``
+        (a dotted prefix) and those in ``names`` (ops without a forward function)."""
+        if prefix is not None and "." not in prefix:
             raise ValueError(f"a deferred op namespace is dotted (not an identifier): {prefix!r}")
-        self._deferred[prefix] = module
+        self._deferred[module] = (prefix, frozenset(names))
 
     def _load(self, name=None) -> bool:
-        """Import the deferred namespaces that may hold ``name`` (all for None);
+        """Import the deferred modules that may register ``name`` (all for None);
         True when one was imported."""
         if not self._deferred:
             return False
         loaded = False
         with self._lock:
-            for prefix, module in list(self._deferred.items()):
-                if name is None or name.startswith(prefix):
+            for module, (prefix, names) in list(self._deferred.items()):
+                if name is None or name in names or (prefix is not None
+                                                     and name.startswith(prefix)):
                     import importlib  # noqa: PLC0415
 
                     importlib.import_module(module)     # raises: stays deferred
-                    self._deferred.pop(prefix, None)
+                    self._deferred.pop(module, None)
                     loaded = True
         return loaded
 

@@ -121,7 +121,8 @@ def test_the_op_registry_answers_for_the_aten_ops_before_they_are_loaded():
     # each kind of question, in its own process, loads them
     for question in ("OPS['aten.mul.Tensor']", "OPS.get('aten.mul.Tensor')", "len(OPS)",
                      "list(OPS)", "OPS.items()", "OPS.keys()", "OPS.values()", "dict(OPS)",
-                     "OPS.copy()", "sorted(OPS)", "OPS.pop('aten.mul.Tensor')"):
+                     "OPS.copy()", "sorted(OPS)", "OPS.pop('aten.mul.Tensor')", "OPS == {}",
+                     "reversed(OPS)", "OPS | {}", "repr(OPS)"):
         code = ("import sys\nfrom gradcli.ops import OPS\n"
                 f"r = {question}\n"
                 "print('gradcli.ops.aten' in sys.modules, dict.__contains__(OPS, 'aten.add.Tensor'))\n")

@@ -101,33 +101,21 @@ class OpRegistry(dict):
             self._load(name)
         return dict.pop(self, name, *default)
 
-    def __iter__(self):
-        self._load()
-        return dict.__iter__(self)
 
-    def __len__(self):
+def _after_loading(method):
+    def whole(self, *args):
         self._load()
-        return dict.__len__(self)
+        return method(self, *args)
 
-    def keys(self):
-        self._load()
-        return dict.keys(self)
+    whole.__name__, whole.__doc__ = method.__name__, method.__doc__
+    return whole
 
-    def values(self):
-        self._load()
-        return dict.values(self)
 
-    def items(self):
-        self._load()
-        return dict.items(self)
-
-    def copy(self):
-        self._load()
-        return dict(dict.items(self))
-
-    def __repr__(self):
-        self._load()
-        return dict.__repr__(self)
+# What sees every op loads every deferred module first (Note [Deferred op namespaces]).
+for _name in ("__iter__", "__len__", "__reversed__", "__eq__", "__ne__", "__or__", "__ror__",
+              "__repr__", "keys", "values", "items", "copy", "popitem"):
+    setattr(OpRegistry, _name, _after_loading(getattr(dict, _name)))
+del _name
 
 
 OPS: OpRegistry = OpRegistry()

@@ -17,7 +17,7 @@ _LAZY = {"BackwardCFunction": "function", "Function": "function", "as_function":
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib  # noqa: PLC0415
+        import importlib  # noqa: PLC0415 - only when a deferred module loads
 
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value

@@ -74,7 +74,7 @@ class OpRegistry(dict):
             for module, (prefix, names) in list(self._deferred.items()):
                 if name is None or name in names or (prefix is not None
                                                      and name.startswith(prefix)):
-                    import importlib  # noqa: PLC0415
+                    import importlib  # noqa: PLC0415 - only when a deferred module loads
 
                     importlib.import_module(module)     # raises: stays deferred
                     self._deferred.pop(module, None)

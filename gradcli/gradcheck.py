@@ -82,14 +82,14 @@ def _promote_leaf(leaf):
     if leaf.dtype.kind != "f" or leaf.dtype == np.float64:
         return leaf
     make = leaf.make
-    return dataclasses.replace(leaf, dtype=np.dtype(np.float64),
-                               make=lambda shape=None: np.asarray(make(shape), dtype=np.float64))
+    return leaf.replace(dtype=np.dtype(np.float64),
+                        make=lambda shape=None: np.asarray(make(shape), dtype=np.float64))
 
 
 def _promote_op(spec):
     dtype_arg = getattr(spec.op, "dtype_arg", None)     # the arg naming the result's dtype
     if dtype_arg and spec.args.get(dtype_arg) in LOWER_FLOATS:
-        return dataclasses.replace(spec, args=dict(spec.args, **{dtype_arg: "float64"}))
+        return spec.replace(args=dict(spec.args, **{dtype_arg: "float64"}))
     return spec
 
 

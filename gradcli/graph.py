@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 
 import numpy as np
@@ -10,36 +9,45 @@ import numpy as np
 from .collector import paused
 from .devices import to_device, to_host
 from .errors import BackwardError, GraphError
+from .records import Record      # not dataclasses (Note [Record classes])
 
 
-@dataclasses.dataclass
-class LeafSpec:
-    name: str
-    shape: tuple | None
-    dtype: np.dtype
-    device: object
-    requires_grad: bool
-    make: object            # make(shape) -> np.ndarray on the CPU
-    line: int | None = None
+class LeafSpec(Record):
+    _fields = ("name", "shape", "dtype", "device", "requires_grad", "make", "line")
+
+    def __init__(self, name: str, shape: tuple | None, dtype, device, requires_grad: bool,
+                 make, line: int | None = None):
+        self.name = name
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.requires_grad = requires_grad
+        self.make = make                # make(shape) -> np.ndarray on the CPU
+        self.line = line
 
     def array(self, shape=None):
         data = self.make(self.shape if self.shape is not None else shape)
         return to_device(data, self.device)
 
 
-@dataclasses.dataclass(slots=True)     # one per op of the file: no __dict__ each
-class OpSpec:
-    index: int
-    id: str
-    label: str              # "ops[3] 'id' (mul)" for messages
-    op: object
-    inputs: list
-    outputs: list
-    args: dict
-    retain_grad: bool = False
-    line: int | None = None
-    _stamp: tuple | None = dataclasses.field(default=None, init=False, repr=False,
-                                             compare=False)
+class OpSpec(Record):
+    # one per op of the file: no __dict__ each
+    __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
+                 "line", "_stamp")
+    _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad", "line")
+
+    def __init__(self, index: int, id: str, label: str, op, inputs: list, outputs: list,
+                 args: dict, retain_grad: bool = False, line: int | None = None):
+        self.index = index
+        self.id = id
+        self.label = label              # "ops[3] 'id' (mul)" for messages
+        self.op = op
+        self.inputs = inputs
+        self.outputs = outputs
+        self.args = args
+        self.retain_grad = retain_grad
+        self.line = line
+        self._stamp = None
 
     @property
     def stamp(self):
@@ -50,54 +58,73 @@ class OpSpec:
         return stamp
 
 
-@dataclasses.dataclass
-class BackwardSpec:
-    roots: list
-    grad_roots: dict
-    inputs: list | None
-    retain_graph: bool = False
-    create_graph: bool = False
-    allow_unused: bool = False
-    line: int | None = None
+class BackwardSpec(Record):
+    _fields = ("roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused",
+               "line")
+
+    def __init__(self, roots: list, grad_roots: dict, inputs: list | None,
+                 retain_graph: bool = False, create_graph: bool = False,
+                 allow_unused: bool = False, line: int | None = None):
+        self.roots = roots
+        self.grad_roots = grad_roots
+        self.inputs = inputs
+        self.retain_graph = retain_graph
+        self.create_graph = create_graph
+        self.allow_unused = allow_unused
+        self.line = line
 
 
-@dataclasses.dataclass
-class ExpectSpec:
-    grads: dict
-    numeric: bool = False
-    rtol: float = 1e-7
-    atol: float = 0.0
-    order: list | None = None
-    error: str | None = None
+class ExpectSpec(Record):
+    _fields = ("grads", "numeric", "rtol", "atol", "order", "error")
+
+    def __init__(self, grads: dict, numeric: bool = False, rtol: float = 1e-7,
+                 atol: float = 0.0, order: list | None = None, error: str | None = None):
+        self.grads = grads
+        self.numeric = numeric
+        self.rtol = rtol
+        self.atol = atol
+        self.order = order
+        self.error = error
 
 
-@dataclasses.dataclass(slots=True)     # one per node that ran
-class NodeRun:
+class NodeRun(Record):
     """One node evaluation of a backward, in the order they started."""
-    node: str
-    op: str | None
-    sequence_nr: int
-    topological_nr: int
-    device: str
-    thread: str
-    graph_task: int
-    depth: int
-    start_s: float
-    end_s: float
+
+    # one per node that ran
+    __slots__ = ("node", "op", "sequence_nr", "topological_nr", "device", "thread",
+                 "graph_task", "depth", "start_s", "end_s")
+    _fields = __slots__
+
+    def __init__(self, node: str, op: str | None, sequence_nr: int, topological_nr: int,
+                 device: str, thread: str, graph_task: int, depth: int, start_s: float,
+                 end_s: float):
+        self.node = node
+        self.op = op
+        self.sequence_nr = sequence_nr
+        self.topological_nr = topological_nr
+        self.device = device
+        self.thread = thread
+        self.graph_task = graph_task
+        self.depth = depth
+        self.start_s = start_s
+        self.end_s = end_s
 
     def to_json(self):
         return {"node": self.node, "op": self.op, "sequence_nr": self.sequence_nr,
                 "topological_nr": self.topological_nr, "device": self.device}
 
 
-@dataclasses.dataclass
-class Result:
-    graph: str
-    grads: dict             # name -> array (on its device)
-    order: list | None      # [NodeRun], or None when the run was asked not to record it
-    forward_s: float
-    backward_s: float
-    nodes_run: int = 0      # how many nodes ran (recorded or not)
+class Result(Record):
+    _fields = ("graph", "grads", "order", "forward_s", "backward_s", "nodes_run")
+
+    def __init__(self, graph: str, grads: dict, order: list | None, forward_s: float,
+                 backward_s: float, nodes_run: int = 0):
+        self.graph = graph
+        self.grads = grads              # name -> array (on its device)
+        self.order = order              # [NodeRun], or None when the run was asked not to record it
+        self.forward_s = forward_s
+        self.backward_s = backward_s
+        self.nodes_run = nodes_run      # how many nodes ran (recorded or not)
 
     def to_json(self, with_data=True):
         grads = {}

@@ -45,7 +45,9 @@ interleaved, medians with their spread, ratios gradcli / PyTorch):
    (untimed) timing json.load + build + forward + backward of the same file. Per-op
    cost, and the scaling (per-op cost at the largest size / at 20,000).
 7. startup: ``gradcli run`` on a 2-op graph against ``python -c "import numpy"``,
-   with and without PYTHONDONTWRITEBYTECODE=1.
+   with bytecode written, and with PYTHONDONTWRITEBYTECODE=1 both after the
+   install step compiled the package and with no bytecode at all (each on a fresh
+   copy of the package: Note [Start-up with and without bytecode]).
 8. memory: resident bytes per recorded node of a long chain (gradcli's autograd API
    and PyTorch), and gradcli's GC-tracked objects per node.
 9. read: reading the chain files, gradcli's JSON and YAML readers against
@@ -813,10 +815,10 @@ def write_chain_files(folder, sizes):
     return files, tiny
 
 
-def _wall(cmd, env):
+def _wall(cmd, env, cwd=None):
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+                          text=True, cwd=cwd)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"bench_engine: {' '.join(cmd)} failed ({proc.returncode}): "
@@ -900,20 +902,71 @@ def print_e2e(rows):
 
 
 # start-up ----------------------------------------------------------------------------------
+# Note [Start-up with and without bytecode]: where bytecode is written (the default)
+# every module is compiled once and later starts read its .pyc. With
+# PYTHONDONTWRITEBYTECODE=1 Python still reads the .pyc files that are there; it
+# only compiles in memory, at every start, the modules that have none (or a stale
+# one). Timing the repository with that variable alone therefore measures
+# whatever __pycache__ earlier runs left behind. So each row runs a fresh copy of
+# the package (no __pycache__) in its own folder, as the working directory (``-m``
+# puts it first on sys.path):
+#   bytecode written       the default; one untimed run writes the bytecode first;
+#   DONTWRITE, installed   PYTHONDONTWRITEBYTECODE=1 after the install step's
+#                          ``python -m compileall`` (`make`; pip compiles what a
+#                          non-editable install copies): what an installed
+#                          environment that writes no bytecode sees;
+#   DONTWRITE, no .pyc     PYTHONDONTWRITEBYTECODE=1 and never compiled: every
+#                          gradcli module is compiled from source at every start
+#                          (a checkout run without the install step).
+# numpy (and click, yaml, ...) is read from the environment's own bytecode in
+# every row: pip compiled it when it installed them.
+def _package_copy(folder, name, compiled):
+    import shutil
+
+    target = os.path.join(folder, name)
+    shutil.copytree(os.path.join(REPO, "gradcli"), os.path.join(target, "gradcli"),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if compiled:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(target, "gradcli")],
+                       check=True)
+    return target
+
+
 def bench_startup(tiny, rounds):
+    import tempfile
+
     rows = {}
-    for label, extra in (("default", {}), ("PYTHONDONTWRITEBYTECODE=1",
-                                           {"PYTHONDONTWRITEBYTECODE": "1"})):
-        env = _child_env(extra=extra)
-        res = _interleaved(rounds, {
-            "gradcli": lambda e=env: _wall([sys.executable, "-m", "gradcli", "run", tiny], e),
-            "numpy": lambda e=env: _wall([sys.executable, "-c", "import numpy"], e)})
-        rows[label] = {side: _stats(v) for side, v in res.items()}
-        rows[label]["ratio"] = rows[label]["gradcli"]["median"] / rows[label]["numpy"]["median"]
+    with tempfile.TemporaryDirectory(prefix="gradcli-startup-") as folder:
+        written = _package_copy(folder, "written", compiled=False)
+        installed = _package_copy(folder, "installed", compiled=True)
+        source = _package_copy(folder, "source", compiled=False)
+        for label, where, dont_write in (("bytecode written", written, False),
+                                         ("DONTWRITEBYTECODE, installed", installed, True),
+                                         ("DONTWRITEBYTECODE, no .pyc", source, True)):
+            env = _child_env()
+            env["PYTHONPATH"] = where
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            if dont_write:
+                env["PYTHONDONTWRITEBYTECODE"] = "1"
+            gradcli = [sys.executable, "-m", "gradcli", "run", tiny]
+            if not dont_write:
+                _wall(gradcli, env, cwd=where)      # writes the bytecode, untimed
+            res = _interleaved(rounds, {
+                "gradcli": lambda e=env, w=where: _wall(gradcli, e, cwd=w),
+                "numpy": lambda e=env, w=where: _wall([sys.executable, "-c", "import numpy"], e,
+                                                      cwd=w)})
+            rows[label] = {side: _stats(v) for side, v in res.items()}
+            rows[label]["ratio"] = rows[label]["gradcli"]["median"] / rows[label]["numpy"]["median"]
+        # the honesty check: the last row really ran without any bytecode of gradcli's
+        pyc = glob.glob(os.path.join(source, "gradcli", "**", "*.pyc"), recursive=True)
+        if pyc:
+            raise SystemExit(f"bench_engine: {len(pyc)} .pyc files appeared in the copy "
+                             "run with PYTHONDONTWRITEBYTECODE=1")
     print("\nstartup: `gradcli run` on a 2-op graph vs `python -c \"import numpy\"`; ms, "
-          "median [min-max]")
+          "median [min-max] (a fresh copy of the package per row: Note [Start-up with and "
+          "without bytecode])")
     for label, row in rows.items():
-        print(f"  {label:26s} gradcli {_spread(row['gradcli'], 1e3):>18s}  numpy "
+        print(f"  {label:30s} gradcli {_spread(row['gradcli'], 1e3):>18s}  numpy "
               f"{_spread(row['numpy'], 1e3):>18s}  ratio {row['ratio']:.2f}x")
     return rows
 
@@ -1054,9 +1107,11 @@ def main_processes(args, which, have_torch):
                 return args.rounds
             return 2 if quick else (5 if n <= 20_000 else 3 if n <= 200_000 else 2)
         with tempfile.TemporaryDirectory(prefix="gradcli-bench-") as folder:
-            files, tiny = write_chain_files(folder, sizes if need_files else ())
+            # (start-up alone needs only the tiny graph, not the big chain files)
+            big = [w for w in ("e2e", "read") if w in which]
+            files, tiny = write_chain_files(folder, sizes if big else ())
             if "startup" in which:
-                results["startup"] = bench_startup(tiny, 5 if quick else 15)
+                results["startup"] = bench_startup(tiny, args.rounds or (5 if quick else 15))
             if "e2e" in which:
                 results["e2e"] = bench_e2e(files, tiny, rounds_for, have_torch)
                 print_e2e(results["e2e"])

@@ -22,6 +22,7 @@ LAYERS = {
     "gradcli._version": 0,
     "gradcli.collector": 0,     # the cyclic collector paused (Note [Collector pauses])
     "gradcli.dispatch": 0,     # Note [Core dispatch]: filled in from above at import
+    "gradcli.records": 0,      # record classes without dataclasses (Note [Record classes])
     "gradcli.autograd": 1,
     "gradcli.ops": 2,
     "gradcli.graph": 3,

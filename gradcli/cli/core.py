@@ -21,13 +21,13 @@ light. Command modules import it; it never imports them.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import re
 import sys
 
 import click
+
+from ..records import FrozenRecord, Record     # not dataclasses (Note [Record classes])
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -51,7 +51,9 @@ RICH_TABLE_MAX_ROWS = 1000
 # cannot be encoded) are shown as Python-style escapes (``\x1b``, ``\u202e``)
 # instead. Applied to everything printed as text; JSON output is escaped by
 # json.dumps itself (ensure_ascii).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# The pattern is compiled (and cached by ``re``) on the first text that needs it:
+# printable ASCII, the common case, has nothing to escape.
+_UNSAFE = "[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 def _escape_char(m):
@@ -61,7 +63,10 @@ def _escape_char(m):
 
 def clean(text) -> str:
     """``text`` with every control character shown as an escape (Note [Escaping what we print])."""
-    return _UNSAFE.sub(_escape_char, str(text))
+    text = str(text)
+    if text.isascii() and text.isprintable():
+        return text
+    return re.sub(_UNSAFE, _escape_char, text)
 
 
 def _clean_cell(text):
@@ -131,11 +136,13 @@ def console(err=False):
                    width=None if file.isatty() else PIPE_WIDTH)
 
 
-@dataclasses.dataclass
-class Column:
-    name: str
-    justify: str = "left"       # left or right
-    fold: bool = False          # wrap long cells (rich only)
+class Column(Record):
+    _fields = ("name", "justify", "fold")
+
+    def __init__(self, name: str, justify: str = "left", fold: bool = False):
+        self.name = name
+        self.justify = justify      # left or right
+        self.fold = fold            # wrap long cells (rich only)
 
 
 def print_table(title, columns, rows, *, styles=None) -> None:
@@ -154,8 +161,8 @@ def print_table(title, columns, rows, *, styles=None) -> None:
         text = _plain_table(title, columns, rows)
         lines = text.split("\n")
         width = len(lines[1])
-        if width <= PIPE_WIDTH and title.isascii() and len(title) <= width:
-            lines[0] = title.ljust(width)          # rich pads the title to the table
+        if width <= PIPE_WIDTH and title.isascii():
+            lines[0:1] = _title_lines(title, width)
             click.echo("\n".join(lines))
             return
     from rich.table import Table
@@ -185,6 +192,36 @@ def _plain_is_rich(file) -> bool:
         return False
     return not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE",
                                                 "TTY_INTERACTIVE", "COLUMNS"))
+
+
+def _title_lines(title, width) -> list:
+    """A table's title (printable ASCII) as rich draws it left-justified over a table
+    ``width`` cells wide: rich's words (spaces, a run of non-spaces, the spaces after
+    it) fill each line; a word longer than the width is cut into pieces of the width
+    (rich's "fold"); every line is cut or padded to the width; no title, no line."""
+    if not title:
+        return []
+    breaks = []
+    used = 0                         # cells taken on the current line
+    for word in re.finditer(r" *[^ ]+ *", title):
+        start, text = word.start(), word.group()
+        length = len(text.rstrip())
+        if width - used >= length:
+            used += len(text)
+        elif length > width:
+            pieces = [text[k:k + width] for k in range(0, len(text), width)]
+            for k, piece in enumerate(pieces):
+                if start:
+                    breaks.append(start)
+                if k == len(pieces) - 1:
+                    used = len(piece)
+                else:
+                    start += len(piece)
+        elif used and start:
+            breaks.append(start)
+            used = len(text)
+    bounds = [0, *breaks, len(title)]
+    return [title[a:b][:width].ljust(width) for a, b in zip(bounds, bounds[1:])]
 
 
 def _plain_table(title, columns, rows) -> str:
@@ -242,6 +279,8 @@ def json_safe(obj):
 def dumps(obj) -> str:
     """JSON text of ``obj`` (Note [JSON numbers]); the common all-finite case
     is written without a copy."""
+    import json  # noqa: PLC0415 - only for JSON output (a YAML graph's table run needs none)
+
     try:
         return json.dumps(obj, allow_nan=False)
     except ValueError:
@@ -274,25 +313,33 @@ def check_writable(option, path) -> None:
         fail(f"{option} {path}: Permission denied", EXIT_INVALID)
 
 
-@dataclasses.dataclass
-class JUnitCase:
+class JUnitCase(Record):
     """One testcase. At most one of failure, error or skipped is set."""
-    classname: str
-    name: str
-    time_s: float = 0.0
-    failure: str | None = None      # the failure's text (its first line is the message)
-    failure_type: str = ""
-    error: str | None = None
-    error_type: str = ""
-    skipped: str | None = None
-    system_out: str | None = None
+    _fields = ("classname", "name", "time_s", "failure", "failure_type", "error", "error_type",
+               "skipped", "system_out")
+
+    def __init__(self, classname: str, name: str, time_s: float = 0.0,
+                 failure: str | None = None, failure_type: str = "", error: str | None = None,
+                 error_type: str = "", skipped: str | None = None,
+                 system_out: str | None = None):
+        self.classname = classname
+        self.name = name
+        self.time_s = time_s
+        self.failure = failure          # the failure's text (its first line is the message)
+        self.failure_type = failure_type
+        self.error = error
+        self.error_type = error_type
+        self.skipped = skipped
+        self.system_out = system_out
 
 
-@dataclasses.dataclass
-class JUnitSuite:
-    name: str
-    cases: list
-    file: str | None = None
+class JUnitSuite(Record):
+    _fields = ("name", "cases", "file")
+
+    def __init__(self, name: str, cases: list, file: str | None = None):
+        self.name = name
+        self.cases = cases
+        self.file = file
 
 
 def junit_xml(name, suites) -> str:
@@ -380,15 +427,21 @@ class FiniteFloat(click.ParamType):
         return x
 
 
-@dataclasses.dataclass(frozen=True)
-class LoadOptions:
+class LoadOptions(FrozenRecord):
     """How graph files are read: the options every command that reads them takes."""
-    device_map: dict = dataclasses.field(default_factory=dict)
-    allow_code: bool = False
-    allow_outside_paths: bool = False
-    max_tensor_bytes: int | None = None
-    max_document_bytes: int | None = None
-    max_graph_bytes: int | None = None
+    __slots__ = _fields = ("device_map", "allow_code", "allow_outside_paths", "max_tensor_bytes",
+                           "max_document_bytes", "max_graph_bytes")
+
+    def __init__(self, device_map: dict | None = None, allow_code: bool = False,
+                 allow_outside_paths: bool = False, max_tensor_bytes: int | None = None,
+                 max_document_bytes: int | None = None, max_graph_bytes: int | None = None):
+        init = object.__setattr__
+        init(self, "device_map", {} if device_map is None else device_map)
+        init(self, "allow_code", allow_code)
+        init(self, "allow_outside_paths", allow_outside_paths)
+        init(self, "max_tensor_bytes", max_tensor_bytes)
+        init(self, "max_document_bytes", max_document_bytes)
+        init(self, "max_graph_bytes", max_graph_bytes)
 
     def load(self, path):
         """``gradcli.loader.load`` with these options (GraphError propagates)."""

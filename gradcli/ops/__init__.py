@@ -14,9 +14,11 @@ array([2., 4.])
 from ..autograd.tensor import Tensor
 from . import library as _library
 from .core import OPS, Arg, Op, OpBackward, ShapeMismatch, declare, defvjp, primitive
-from . import aten as _aten  # noqa: F401,E402 - registers the aten.* ops
-from . import custom as _custom  # noqa: F401,E402 - registers custom (user code)
-from . import higher as _higher  # noqa: F401,E402 - registers grad
+# The aten.* ops, custom (user code) and grad register on first need (Note [Deferred
+# op namespaces] in core.py).
+OPS.defer(__name__ + ".aten", prefix="aten.")
+OPS.defer(__name__ + ".custom", names=("custom",))
+OPS.defer(__name__ + ".higher", names=("grad",))
 from .library import BackwardFailure, expand_reduced, unbroadcast  # noqa: F401 - built from ops
 from .reentrant import reenter  # noqa: F401 - registers reenter
 from .. import dispatch as _dispatch
@@ -57,7 +59,9 @@ Tensor.mean = lambda self, axis=None, keepdims=False: _library.mean(self, axis=a
 # The public ops as functions (generated from the registry, so it cannot drift).
 # library.py defines a few as sum_, pow_, abs_, max_, min_, slice_ so as not to
 # shadow Python's builtins inside that module; here they have their own names.
-OP_FUNCTIONS = sorted(n for n, op in OPS.items()
+# Only the loaded ops: no deferred op is one of these functions (Note [Deferred op
+# namespaces]), so loading them here would add nothing.
+OP_FUNCTIONS = sorted(n for n, op in dict.items(OPS)
                       if op.public and op.fn is not None and n.isidentifier())
 globals().update({_name: OPS[_name] for _name in OP_FUNCTIONS})
 

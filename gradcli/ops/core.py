@@ -25,7 +25,100 @@ from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
 from .shapes import ELEMENTWISE, ShapeMismatch  # noqa: F401 - ShapeMismatch is re-exported
 
-OPS: dict[str, "Op"] = {}
+
+class OpRegistry(dict):
+    """``name -> Op``: every op of the library, a ``dict`` whose deferred modules
+    load on first need.
+
+    Note [Deferred op namespaces]: the ATen ops (``aten.NAME.OVERLOAD``, about 80
+    schema-declared entries, their kernels and shape rules) are most of the op
+    library's import time, and a graph of version-1 ops never names one; nor do
+    most graphs name ``custom`` (user code) or ``grad``. The modules that register
+    them are recorded here with the names they register (``defer``: a name prefix,
+    or the names themselves) and imported the first time a question needs them: a
+    lookup of such a name (``[]``, ``get``, ``in``, ``pop``), or anything that sees
+    every op (iteration, ``len``, ``keys``/``values``/``items``, ``copy``; the
+    unknown-op hint, ``gradcli ops``, the catalog). So the registry answers every
+    question as if everything were loaded; lookups of loaded names stay plain dict
+    lookups (``get`` costs one Python call). No deferred op is a function of
+    ``gradcli.ops`` (a prefix is dotted, so its names are not identifiers; the
+    deferred names are ops without a forward of their own), so that module's
+    functions come from the loaded ops only. Lookups from several threads wait for
+    the one import (a re-entrant lock: the importing thread may look up ops while
+    its import runs); a failed import raises again at the next question.
+    """
+
+    __slots__ = ("_deferred", "_lock")
+
+    def __init__(self):
+        super().__init__()
+        self._deferred = {}          # module -> (name prefix or None, frozenset of names)
+        import _thread  # noqa: PLC0415 - a lock without importing threading
+
+        self._lock = _thread.RLock()
+
+    def defer(self, module, *, prefix=None, names=()):
+        """Import ``module`` on first need: it registers the ops named ``prefix...``
+        (a dotted prefix) and those in ``names`` (ops without a forward function)."""
+        if prefix is not None and "." not in prefix:
+            raise ValueError(f"a deferred op namespace is dotted (not an identifier): {prefix!r}")
+        self._deferred[module] = (prefix, frozenset(names))
+
+    def _load(self, name=None) -> bool:
+        """Import the deferred modules that may register ``name`` (all for None);
+        True when one was imported."""
+        if not self._deferred:
+            return False
+        loaded = False
+        with self._lock:
+            for module, (prefix, names) in list(self._deferred.items()):
+                if name is None or name in names or (prefix is not None
+                                                     and name.startswith(prefix)):
+                    import importlib  # noqa: PLC0415 - only when a deferred module loads
+
+                    importlib.import_module(module)     # raises: stays deferred
+                    self._deferred.pop(module, None)
+                    loaded = True
+        return loaded
+
+    def __missing__(self, name):
+        if type(name) is str and self._load(name):
+            return dict.__getitem__(self, name)
+        raise KeyError(name)
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name):
+        return dict.__contains__(self, name) or (
+            type(name) is str and self._load(name) and dict.__contains__(self, name))
+
+    def pop(self, name, *default):
+        if type(name) is str and not dict.__contains__(self, name):
+            self._load(name)
+        return dict.pop(self, name, *default)
+
+
+def _after_loading(method):
+    def whole(self, *args):
+        self._load()
+        return method(self, *args)
+
+    whole.__name__, whole.__doc__ = method.__name__, method.__doc__
+    return whole
+
+
+# What sees every op loads every deferred module first (Note [Deferred op namespaces]).
+for _name in ("__iter__", "__len__", "__reversed__", "__eq__", "__ne__", "__or__", "__ror__",
+              "__repr__", "keys", "values", "items", "copy", "popitem"):
+    setattr(OpRegistry, _name, _after_loading(getattr(dict, _name)))
+del _name
+
+
+OPS: OpRegistry = OpRegistry()
 
 _NO_ARG = object()
 _NO_ARGS = {}           # the args of a node recorded without any (shared, never mutated)

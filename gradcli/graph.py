@@ -37,17 +37,54 @@ class OpSpec:
     outputs: list
     args: dict
     retain_grad: bool = False
-    line: int | None = None
-    _stamp: tuple | None = dataclasses.field(default=None, init=False, repr=False,
-                                             compare=False)
+    lineno: int | None = None     # the entry's line, once known (see ``line``)
+    find_line: object = dataclasses.field(default=None, repr=False, compare=False)
+    _stamp: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    # Note [Lines on demand for ops]: the line of an op entry is found when
+    # something asks for it (an error message, a node's metadata read), by
+    # ``find_line(index)``, a locator the loader shares between the entries of one
+    # list of ops: finding the lines of a million entries up front cost more than
+    # the rest of loading them (the document's Note [Lines on demand]).
+    @property
+    def line(self):
+        line = self.lineno
+        if line is None and self.find_line is not None:
+            line = self.lineno = self.find_line(self.index)
+            self.find_line = None
+        return line
+
+    @line.setter
+    def line(self, value):
+        self.lineno = value
+        self.find_line = None
 
     @property
     def stamp(self):
-        """What the forward stamps on the op's node (Note [Metadata stamps]), made once."""
+        """What the forward stamps on the op's node (Note [Metadata stamps]), made once:
+        the (key, value) pairs, or with the line not found yet a ``_Stamp`` that finds
+        it when the node's metadata is first read."""
         stamp = self._stamp
-        if stamp is None or stamp[0][1] != self.id or stamp[1][1] != self.line:
-            stamp = self._stamp = (("op_id", self.id), ("line", self.line))
+        if stamp is None or stamp.op_id != self.id:
+            stamp = self._stamp = _Stamp(self.id, self)
         return stamp
+
+
+class _Stamp:
+    """The shared metadata pairs of one op's nodes: ``op_id`` and ``line``, the line
+    read from the spec (found on demand) when a node's metadata is first read."""
+
+    __slots__ = ("op_id", "spec")
+
+    def __init__(self, op_id, spec):
+        self.op_id = op_id
+        self.spec = spec
+
+    def __iter__(self):
+        return iter((("op_id", self.op_id), ("line", self.spec.line)))
+
+    def __len__(self):
+        return 2
 
 
 @dataclasses.dataclass

@@ -199,6 +199,14 @@ class Graph:
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.
                 out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
+                if type(out) is Tensor and not spec.retain_grad and len(spec.outputs) == 1:
+                    # the common case of the code below, without its lists
+                    node = out.grad_fn
+                    if node is not None:
+                        node.stamp_metadata(spec.stamp)
+                    name = out.name = spec.outputs[0]
+                    values[name] = out
+                    continue
                 outs = out if isinstance(out, list) else [out]
                 if len(outs) != len(spec.outputs):
                     self.fail(f"produces {len(outs)} outputs but {len(spec.outputs)} names are given",

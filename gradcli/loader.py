@@ -1040,7 +1040,18 @@ class _CheckedOp:
                          for n, t in zip(self.input_names, inputs))
 
     def __call__(self, *inputs, **args):
-        self.precheck(inputs, args)
+        checked = self.checked
+        if checked is None or len(checked) != len(inputs):
+            self.precheck(inputs, args)
+        else:
+            # precheck's common case inline: the inputs the loader inferred on
+            for t, (shape, dtype) in zip(inputs, checked):
+                data = t.data if type(t) is _Tensor else t     # (a Tensor's shape and dtype)
+                if getattr(data, "shape", None) != shape or (
+                        getattr(data, "dtype", None) is not dtype
+                        and getattr(data, "dtype", None) != dtype):
+                    self.precheck(inputs, args)
+                    break
         try:
             return self.op(*inputs, **args)
         except (GraphError, BackwardError):   # BackwardError: user code or a grad op's backward
@@ -1101,16 +1112,19 @@ def _close_matches(word, candidates):
 _OPS = None
 _EntrySite = None        # ops.site.EntrySite, imported on first use
 _BASE_FOR_ENTRY = None   # Op.for_entry, set with _OPS
+_Tensor = None           # autograd's Tensor, set with _OPS
 
 
 def _ops():
     """The op registry (the op library loads on first use)."""
-    global _OPS, _BASE_FOR_ENTRY
+    global _OPS, _BASE_FOR_ENTRY, _Tensor
     if _OPS is None:
+        from .autograd.tensor import Tensor  # noqa: PLC0415
         from .ops import OPS  # noqa: PLC0415
         from .ops.core import Op  # noqa: PLC0415
 
         _BASE_FOR_ENTRY = Op.for_entry
+        _Tensor = Tensor
         _OPS = OPS
     return _OPS
 

@@ -86,7 +86,8 @@ def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
     with paused():   # Note [Collector pauses]
         doc = read_document(path, max_bytes=max_document_bytes)
         graph = _Loader(doc, os.path.dirname(os.path.abspath(path)),
-                        os.path.splitext(os.path.basename(path))[0], options).graph()
+                        os.path.splitext(os.path.basename(path))[0], options,
+                        lazy_lines=path.lower().endswith(".json")).graph()
         _drop_tree(doc)
         return graph
 
@@ -106,14 +107,15 @@ def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Grap
     parse = parse_json if format == "json" else parse_yaml
     with paused():   # Note [Collector pauses]
         doc = parse(text, display, max_bytes=options.max_document_bytes)
-        graph = _Loader(doc, os.path.abspath(base_dir), name, options).graph()
+        graph = _Loader(doc, os.path.abspath(base_dir), name, options,
+                        lazy_lines=format == "json").graph()
         _drop_tree(doc)
         return graph
 
 
 def _drop_tree(doc):
-    """The parsed document is not kept with the graph: its ops find their lines from
-    the document's text (Note [Lines on demand for ops] in graph.py)."""
+    """The parsed document is not kept with the graph: the ops of a JSON file find
+    their lines from its text (Note [Lines on demand for ops] in graph.py)."""
     doc.data = None
 
 
@@ -132,8 +134,13 @@ def parse_device_map(text) -> dict:
 
 
 class _Loader:
-    def __init__(self, doc: Document, base_dir, stem, options: LoadOptions):
+    def __init__(self, doc: Document, base_dir, stem, options: LoadOptions, lazy_lines=False):
         self.doc = doc
+        # Note [Lines on demand for ops] (graph.py): a JSON document finds an op's line
+        # by scanning its text, on demand; a YAML document has every op's line at hand
+        # (its reader records the top two levels), so they are taken at load and the
+        # document is not kept.
+        self.lazy_lines = lazy_lines
         self.file = doc.path
         self.base_dir = base_dir
         self.stem = stem
@@ -171,12 +178,15 @@ class _Loader:
         return _EntrySite(self.file, self.doc.line(*path) if line is None else line, label,
                           op_id, self.base_dir, self.options.allow_code, fail)
 
-    def line_finder(self, base):
-        """The shared line locator of the entries of the ops list at ``base``."""
+    def entry_line(self, base, i):
+        """``(line, None)`` of entry ``i`` of the ops list at ``base``, or with lazy lines
+        ``(None, finder)``: the shared locator that finds it on demand."""
+        if not self.lazy_lines:
+            return self.doc.line(*base, i), None
         finder = self._line_finders.get(base)
         if finder is None:
             finder = self._line_finders[base] = _OpLines(self.doc, base)
-        return finder
+        return None, finder
 
     # Note [Plain op entries]
     # ~~~~~~~~~~~~~~~~~~~~~~~
@@ -241,13 +251,14 @@ class _Loader:
         self.graph_bytes += nbytes
         self.graph_bytes64 += nbytes64
         defined[out] = meta
-        find_line = self._line_finders.get(base) or self.line_finder(base)
+        line, find_line = self.entry_line(base, i)
         inputs = list(inputs)
-        checked_op = _CheckedOp(op, label, self.file, None, inputs,
+        checked_op = _CheckedOp(op, label, self.file, line, inputs,
                                 self.options.max_tensor_bytes, find_line, i)
         checked_op.checked = checked
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
-                      outputs=[out], args={}, retain_grad=retain, find_line=find_line)
+                      outputs=[out], args={}, retain_grad=retain, lineno=line,
+                      find_line=find_line)
 
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
@@ -705,9 +716,9 @@ class _Loader:
         if not op.view:
             self.allocate([(m.shape, m.dtype) for m in metas], path, label)
         self.wait(op, checked, path, label)
-        find_line = self.line_finder(base)    # Note [Lines on demand for ops] (graph.py)
+        line, find_line = self.entry_line(base, i)   # Note [Lines on demand for ops]
         inputs = list(inputs)
-        checked_op = _CheckedOp(op, label, self.file, None, inputs,
+        checked_op = _CheckedOp(op, label, self.file, line, inputs,
                                 self.options.max_tensor_bytes, find_line, i)
         if metas[0].shape is not None:       # inferred: the same inputs need no second check
             checked_op.checked = [(m.shape, m.dtype) for m in in_metas]
@@ -721,7 +732,7 @@ class _Loader:
                     metas[0], (0, 0) if op.view else _result_sizes([(m.shape, m.dtype) for m in metas]),
                     checked_op.checked)
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
-                      outputs=list(outputs), args=checked, retain_grad=retain,
+                      outputs=list(outputs), args=checked, retain_grad=retain, lineno=line,
                       find_line=find_line)
 
     def schema_inputs(self, op, params, inputs, path, label):
@@ -901,9 +912,10 @@ class _Loader:
         for out in outputs:
             defined[out] = _Defined(scope[out].shape, scope[out].dtype, False)
         function, raw = checkpoint_body(body_specs, list(inputs), list(outputs))
+        line, find_line = self.entry_line(path[:-1], i)
         return OpSpec(index=i, id=op_id, label=label, op=CheckpointOp(function, raw),
                       inputs=list(inputs), outputs=list(outputs), args={}, retain_grad=retain,
-                      find_line=self.line_finder(path[:-1]))
+                      lineno=line, find_line=find_line)
 
     # -- backward / expect ------------------------------------------------------------------
     def backward(self, spec, defined, leaves) -> BackwardSpec:

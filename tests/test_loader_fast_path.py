@@ -114,3 +114,27 @@ def test_op_lines_are_found_on_demand_and_the_parsed_tree_is_dropped(tmp_path, m
     assert spec.line == spec.op.line == finder(5) and spec.line > 5
     spec.line = 99                              # a spec's line can still be set
     assert spec.line == 99 and graph.forward()["y3"].grad_fn.metadata["line"] == 99
+
+
+def _yaml(doc):
+    lines = ["version: 1", "seed: 3", "tensors:"]
+    lines += [f"  {k}: {json.dumps(v)}" for k, v in doc["tensors"].items()]
+    lines.append("ops:")
+    lines += [f"  - {json.dumps(op)}" for op in doc["ops"]]
+    lines.append("backward: {roots: [loss]}")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_entries_get_their_lines_at_load_and_keep_no_document(monkeypatch):
+    text = _yaml(_doc())
+    graphs = []
+    for fast in (True, False):
+        with monkeypatch.context() as m:
+            if not fast:
+                m.setattr(loader._Loader, "plain_op", lambda self, *args: None)
+            graphs.append(loader.loads(text, format="yaml", name="g"))
+    fast, slow = graphs
+    assert [_fields(s) for s in fast.ops] == [_fields(s) for s in slow.ops]
+    entries = [n for n, line in enumerate(text.splitlines(), 1) if line.startswith("  - ")]
+    assert [s.lineno for s in fast.ops] == entries          # taken at load
+    assert all(s.find_line is None and s.op.find_line is None for s in fast.ops)

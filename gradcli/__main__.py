@@ -1,3 +1,3 @@
-from .cli import main
+from .cli.process_exit import main
 
-main(prog_name="gradcli")
+main()

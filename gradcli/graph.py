@@ -33,11 +33,15 @@ class LeafSpec(Record):
 class OpSpec(Record):
     # one per op of the file: no __dict__ each
     __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
-                 "line", "_stamp")
-    _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad", "line")
+                 "lineno", "find_line", "_stamp")
+    _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
+               "lineno", "find_line")
+    _repr_fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
+                    "line")
 
     def __init__(self, index: int, id: str, label: str, op, inputs: list, outputs: list,
-                 args: dict, retain_grad: bool = False, line: int | None = None):
+                 args: dict, retain_grad: bool = False, lineno: int | None = None,
+                 find_line=None):
         self.index = index
         self.id = id
         self.label = label              # "ops[3] 'id' (mul)" for messages
@@ -46,16 +50,63 @@ class OpSpec(Record):
         self.outputs = outputs
         self.args = args
         self.retain_grad = retain_grad
-        self.line = line
+        self.lineno = lineno            # the entry's line, once known (see ``line``)
+        self.find_line = find_line
         self._stamp = None
+
+    def _values(self):
+        # equality as the dataclass had it: the locator of lines is not compared
+        return (self.index, self.id, self.label, self.op, self.inputs, self.outputs,
+                self.args, self.retain_grad, self.lineno)
+
+    # Note [Lines on demand for ops]: the line of an entry of a JSON file is found
+    # when something asks for it (an error message, a node's metadata read), by
+    # ``find_line(index)``, a locator the loader shares between the entries of one
+    # list of ops: finding the lines of a million entries up front (a scan of the
+    # whole ops list, then a lookup per entry: ~5 us per op) cost more than the rest
+    # of loading them (the document's Note [Lines on demand]). The graph keeps the
+    # file's text for that (~90 bytes per op of a chain), not its parsed tree. A
+    # YAML file's reader has the line of every entry at hand: ``lineno`` is set at
+    # load and nothing of the document is kept.
+    @property
+    def line(self):
+        line = self.lineno
+        if line is None and self.find_line is not None:
+            line = self.lineno = self.find_line(self.index)
+            self.find_line = None
+        return line
+
+    @line.setter
+    def line(self, value):
+        self.lineno = value
+        self.find_line = None
 
     @property
     def stamp(self):
-        """What the forward stamps on the op's node (Note [Metadata stamps]), made once."""
+        """What the forward stamps on the op's node (Note [Metadata stamps]), made once:
+        the (key, value) pairs, or with the line not found yet a ``_Stamp`` that finds
+        it when the node's metadata is first read."""
         stamp = self._stamp
-        if stamp is None or stamp[0][1] != self.id or stamp[1][1] != self.line:
-            stamp = self._stamp = (("op_id", self.id), ("line", self.line))
+        if stamp is None or stamp.op_id != self.id:
+            stamp = self._stamp = _Stamp(self.id, self)
         return stamp
+
+
+class _Stamp:
+    """The shared metadata pairs of one op's nodes: ``op_id`` and ``line``, the line
+    read from the spec (found on demand) when a node's metadata is first read."""
+
+    __slots__ = ("op_id", "spec")
+
+    def __init__(self, op_id, spec):
+        self.op_id = op_id
+        self.spec = spec
+
+    def __iter__(self):
+        return iter((("op_id", self.op_id), ("line", self.spec.line)))
+
+    def __len__(self):
+        return 2
 
 
 class BackwardSpec(Record):
@@ -189,6 +240,14 @@ class Graph:
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.
                 out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
+                if type(out) is Tensor and not spec.retain_grad and len(spec.outputs) == 1:
+                    # the common case of the code below, without its lists
+                    node = out.grad_fn
+                    if node is not None:
+                        node.stamp_metadata(spec.stamp)
+                    name = out.name = spec.outputs[0]
+                    values[name] = out
+                    continue
                 outs = out if isinstance(out, list) else [out]
                 if len(outs) != len(spec.outputs):
                     self.fail(f"produces {len(outs)} outputs but {len(spec.outputs)} names are given",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import zlib
 from typing import NamedTuple
 
@@ -84,8 +85,11 @@ def load(path, *, device_map=None, allow_code=False, allow_outside_paths=False,
                           max_document_bytes, max_graph_bytes)
     with paused():   # Note [Collector pauses]
         doc = read_document(path, max_bytes=max_document_bytes)
-        return _Loader(doc, os.path.dirname(os.path.abspath(path)),
-                       os.path.splitext(os.path.basename(path))[0], options).graph()
+        graph = _Loader(doc, os.path.dirname(os.path.abspath(path)),
+                        os.path.splitext(os.path.basename(path))[0], options,
+                        lazy_lines=path.lower().endswith(".json")).graph()
+        _drop_tree(doc)
+        return graph
 
 
 def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Graph:  # noqa: A002
@@ -103,7 +107,16 @@ def loads(text, *, format="yaml", name="graph", base_dir=".", **options) -> Grap
     parse = parse_json if format == "json" else parse_yaml
     with paused():   # Note [Collector pauses]
         doc = parse(text, display, max_bytes=options.max_document_bytes)
-        return _Loader(doc, os.path.abspath(base_dir), name, options).graph()
+        graph = _Loader(doc, os.path.abspath(base_dir), name, options,
+                        lazy_lines=format == "json").graph()
+        _drop_tree(doc)
+        return graph
+
+
+def _drop_tree(doc):
+    """The parsed document is not kept with the graph: the ops of a JSON file find
+    their lines from its text (Note [Lines on demand for ops] in graph.py)."""
+    doc.data = None
 
 
 
@@ -121,8 +134,13 @@ def parse_device_map(text) -> dict:
 
 
 class _Loader:
-    def __init__(self, doc: Document, base_dir, stem, options: LoadOptions):
+    def __init__(self, doc: Document, base_dir, stem, options: LoadOptions, lazy_lines=False):
         self.doc = doc
+        # Note [Lines on demand for ops] (graph.py): a JSON document finds an op's line
+        # by scanning its text, on demand; a YAML document has every op's line at hand
+        # (its reader records the top two levels), so they are taken at load and the
+        # document is not kept.
+        self.lazy_lines = lazy_lines
         self.file = doc.path
         self.base_dir = base_dir
         self.stem = stem
@@ -132,6 +150,9 @@ class _Loader:
         self.graph_bytes = 0         # Note [The memory budget of a whole graph]
         self.graph_bytes64 = 0       # the same with every float tensor in float64 (gradcheck)
         self.wait_ms = 0             # Note [Time bounds]
+        self._plain = {}             # op name -> (op, min, max inputs) or False (Note [Plain op entries])
+        self._plain_results = {}     # (op, *input metas) -> (output meta, sizes, checked)
+        self._line_finders = {}      # path of a list of ops -> _OpLines
 
     # -- errors -------------------------------------------------------------------
     def fail(self, message, path=(), where=None):
@@ -156,6 +177,88 @@ class _Loader:
             self.fail(message, path + ((key,) if key is not None else ()), label)
         return _EntrySite(self.file, self.doc.line(*path) if line is None else line, label,
                           op_id, self.base_dir, self.options.allow_code, fail)
+
+    def entry_line(self, base, i):
+        """``(line, None)`` of entry ``i`` of the ops list at ``base``, or with lazy lines
+        ``(None, finder)``: the shared locator that finds it on demand."""
+        if not self.lazy_lines:
+            return self.doc.line(*base, i), None
+        finder = self._line_finders.get(base)
+        if finder is None:
+            finder = self._line_finders[base] = _OpLines(self.doc, base)
+        return None, finder
+
+    # Note [Plain op entries]
+    # ~~~~~~~~~~~~~~~~~~~~~~~
+    # Most entries of a big file are plain: ``{op, inputs, output}`` (an ``id``,
+    # ``retain_grad``, empty ``args`` at most) of an op whose contract needs nothing
+    # from the entry (public, supported, no user code, no body, no device key, bound
+    # by the plain ``Op.for_entry``, named inputs, one output, no required args and
+    # none that fail when absent, no backward wait), on inputs whose shapes and dtypes
+    # an earlier entry of the same op had. ``plain_op`` checks such an entry with the
+    # checks of ``op`` in one pass, without building paths, labels of the failures
+    # or lists, and takes the inferred result, its bytes and the inputs the forward's
+    # precheck compares with from that earlier entry (the op contract: they are a
+    # function of the op and its inputs' shapes and dtypes). Anything else, and any
+    # entry that fails a check, goes through ``op``'s general code, which raises the
+    # error it always raised: the fast path only ever accepts what that code accepts,
+    # and builds the same OpSpec.
+    def plain_op(self, i, entry, defined, base, prefix):
+        """``entry`` checked and built as ``op`` would, or None to let ``op`` do it."""
+        if type(entry) is not dict or not entry.keys() <= _PLAIN_KEYS:
+            return None
+        name = entry.get("op")
+        if type(name) is not str:
+            return None
+        plain = self._plain.get(name)
+        if plain is None:
+            plain = self._plain[name] = _plain_contract(name)
+        if plain is False:
+            return None
+        op, lo, hi = plain
+        args = entry.get("args")
+        if args is not None and (type(args) is not dict or args):
+            return None
+        inputs = entry.get("inputs")
+        if type(inputs) is not list or not lo <= len(inputs) <= hi:
+            return None
+        metas = []
+        for n in inputs:
+            if type(n) is not str:
+                return None
+            meta = defined.get(n)
+            if meta is None:
+                return None
+            metas.append(meta)
+        out = entry.get("output")
+        if (type(out) is not str or out in defined
+                or not ((out.isascii() and out.isidentifier()) or NAME_RE.fullmatch(out))):
+            return None
+        retain = entry.get("retain_grad", False)
+        if type(retain) is not bool:
+            return None
+        known = self._plain_results.get((op, *metas))
+        if known is None:
+            return None
+        meta, (nbytes, nbytes64), checked = known
+        if self.graph_bytes + nbytes > self.options.max_graph_bytes:
+            return None
+        where = f"{prefix}[{i}]"
+        op_id = entry.get("id", where)
+        if type(op_id) is not str or not op_id:
+            return None
+        label = f"{where} ({name})" if op_id == where else f"{where} {op_id!r} ({name})"
+        self.graph_bytes += nbytes
+        self.graph_bytes64 += nbytes64
+        defined[out] = meta
+        line, find_line = self.entry_line(base, i)
+        inputs = list(inputs)
+        checked_op = _CheckedOp(op, label, self.file, line, inputs,
+                                self.options.max_tensor_bytes, find_line, i)
+        checked_op.checked = checked
+        return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
+                      outputs=[out], args={}, retain_grad=retain, lineno=line,
+                      find_line=find_line)
 
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
@@ -226,11 +329,7 @@ class _Loader:
         except TypeError:             # an unhashable shape (a list): no cache
             key = sizes = None
         if sizes is None:
-            known = [(shape, np.dtype(dtype)) for shape, dtype in results
-                     if shape is not None and dtype is not None]
-            sizes = (sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known),
-                     sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
-                         for shape, dtype in known))
+            sizes = _result_sizes(results)
             if key is not None:
                 self._allocate_cache[key] = sizes
         nbytes = sizes[0]
@@ -493,6 +592,9 @@ class _Loader:
     def op(self, i, entry, defined, base=("ops",), prefix="ops") -> OpSpec:
         """One op entry. Everything about the op itself comes from its ``Op`` object
         (Note [Ops carry their contract] in ops/core.py): no op is named here."""
+        spec = self.plain_op(i, entry, defined, base, prefix)
+        if spec is not None:
+            return spec
         OPS = _ops()
         path = base + (i,)
         where = f"{prefix}[{i}]"
@@ -532,11 +634,10 @@ class _Loader:
         if "device" in entry and not op.moves_device:
             owners = " or ".join(repr(n) for n, o in sorted(OPS.items()) if o.moves_device and o.public)
             self.fail(f"key 'device' is only valid for op {owners}", path + ("device",), label)
-        line = self.doc.line(*path)          # once per op
         if type(op).for_entry is not _BASE_FOR_ENTRY or op.entry_binder is not None:
             # custom, grad ops: bound to their entry (the plain Op.for_entry returns the op
             # itself without reading its site: no site made for every op)
-            op = op.for_entry(entry, self.site(path, label, op_id, line))
+            op = op.for_entry(entry, self.site(path, label, op_id))
 
         inputs = entry.get("inputs")
         params = getattr(op, "tensor_inputs", None)
@@ -615,12 +716,24 @@ class _Loader:
         if not op.view:
             self.allocate([(m.shape, m.dtype) for m in metas], path, label)
         self.wait(op, checked, path, label)
-        checked_op = _CheckedOp(op, label, self.file, line, list(inputs),
-                                self.options.max_tensor_bytes)
+        line, find_line = self.entry_line(base, i)   # Note [Lines on demand for ops]
+        inputs = list(inputs)
+        checked_op = _CheckedOp(op, label, self.file, line, inputs,
+                                self.options.max_tensor_bytes, find_line, i)
         if metas[0].shape is not None:       # inferred: the same inputs need no second check
             checked_op.checked = [(m.shape, m.dtype) for m in in_metas]
-        return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=list(inputs),
-                      outputs=list(outputs), args=checked, retain_grad=retain, line=line)
+            plain = self._plain.get(name)
+            if plain is None:
+                plain = self._plain[name] = _plain_contract(name)
+            if plain and plain[0] is op and not checked and "outputs" not in entry:
+                # what the next entry of this op on the same inputs' shapes takes
+                # (Note [Plain op entries])
+                self._plain_results[(op, *in_metas)] = (
+                    metas[0], (0, 0) if op.view else _result_sizes([(m.shape, m.dtype) for m in metas]),
+                    checked_op.checked)
+        return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
+                      outputs=list(outputs), args=checked, retain_grad=retain, lineno=line,
+                      find_line=find_line)
 
     def schema_inputs(self, op, params, inputs, path, label):
         """An ATen entry's ``inputs``: one item per schema tensor argument (``params``), a
@@ -799,9 +912,10 @@ class _Loader:
         for out in outputs:
             defined[out] = _Defined(scope[out].shape, scope[out].dtype, False)
         function, raw = checkpoint_body(body_specs, list(inputs), list(outputs))
+        line, find_line = self.entry_line(path[:-1], i)
         return OpSpec(index=i, id=op_id, label=label, op=CheckpointOp(function, raw),
                       inputs=list(inputs), outputs=list(outputs), args={}, retain_grad=retain,
-                      line=self.doc.line(*path))
+                      lineno=line, find_line=find_line)
 
     # -- backward / expect ------------------------------------------------------------------
     def backward(self, spec, defined, leaves) -> BackwardSpec:
@@ -902,16 +1016,27 @@ class _CheckedOp:
     and its inputs' shapes, any other failure an OpBugError (a bug in gradcli). Other
     attributes are the op's."""
 
-    __slots__ = ("op", "label", "file", "line", "input_names", "max_bytes", "checked")
+    __slots__ = ("op", "label", "file", "lineno", "input_names", "max_bytes", "checked",
+                 "find_line", "index")
 
-    def __init__(self, op, label, file, line, input_names, max_bytes):
+    def __init__(self, op, label, file, line, input_names, max_bytes, find_line=None, index=None):
         self.op = op
         self.label = label
         self.file = file
-        self.line = line
+        self.lineno = line
         self.input_names = input_names
         self.max_bytes = max_bytes
         self.checked = None      # [(shape, dtype)] of inputs the loader already inferred on
+        self.find_line = find_line   # with ``index``: the line on demand (see ``OpSpec.line``)
+        self.index = index
+
+    @property
+    def line(self):
+        line = self.lineno
+        if line is None and self.find_line is not None:
+            line = self.lineno = self.find_line(self.index)
+            self.find_line = None
+        return line
 
     def __getattr__(self, name):
         return getattr(self.op, name)
@@ -927,7 +1052,18 @@ class _CheckedOp:
                          for n, t in zip(self.input_names, inputs))
 
     def __call__(self, *inputs, **args):
-        self.precheck(inputs, args)
+        checked = self.checked
+        if checked is None or len(checked) != len(inputs):
+            self.precheck(inputs, args)
+        else:
+            # precheck's common case inline: the inputs the loader inferred on
+            for t, (shape, dtype) in zip(inputs, checked):
+                data = t.data if type(t) is _Tensor else t     # (a Tensor's shape and dtype)
+                if getattr(data, "shape", None) != shape or (
+                        getattr(data, "dtype", None) is not dtype
+                        and getattr(data, "dtype", None) != dtype):
+                    self.precheck(inputs, args)
+                    break
         try:
             return self.op(*inputs, **args)
         except (GraphError, BackwardError):   # BackwardError: user code or a grad op's backward
@@ -988,16 +1124,19 @@ def _close_matches(word, candidates):
 _OPS = None
 _EntrySite = None        # ops.site.EntrySite, imported on first use
 _BASE_FOR_ENTRY = None   # Op.for_entry, set with _OPS
+_Tensor = None           # autograd's Tensor, set with _OPS
 
 
 def _ops():
     """The op registry (the op library loads on first use)."""
-    global _OPS, _BASE_FOR_ENTRY
+    global _OPS, _BASE_FOR_ENTRY, _Tensor
     if _OPS is None:
+        from .autograd.tensor import Tensor  # noqa: PLC0415
         from .ops import OPS  # noqa: PLC0415
         from .ops.core import Op  # noqa: PLC0415
 
         _BASE_FOR_ENTRY = Op.for_entry
+        _Tensor = Tensor
         _OPS = OPS
     return _OPS
 
@@ -1010,7 +1149,55 @@ def _known_errors():
 _KNOWN_ERRORS = _known_errors()
 
 
+class _OpLines:
+    """The lines of the entries of one list of ops, found on demand (one per list,
+    shared by its OpSpecs: Note [Lines on demand for ops] in graph.py)."""
+
+    __slots__ = ("doc", "base")
+
+    def __init__(self, doc, base):
+        self.doc = doc
+        self.base = base
+
+    def __call__(self, index):
+        return self.doc.line(*self.base, index)
+
+
+_PLAIN_KEYS = frozenset({"op", "inputs", "output", "id", "args", "retain_grad"})
+
+
+def _plain_contract(name):
+    """``(op, min inputs, max inputs)`` when entries of op ``name`` may take the
+    fast path (Note [Plain op entries]), else False."""
+    op = _ops().get(name)
+    if (op is None or not op.public or op.needs_code or not op.supported or op.has_body
+            or op.moves_device or op.multi_output or op.fn is None
+            or type(op).for_entry is not _BASE_FOR_ENTRY or op.entry_binder is not None
+            or getattr(op, "tensor_inputs", None) is not None):
+        return False
+    try:
+        if any(arg.required for arg in op.args.values()):
+            return False
+        op.check_args({})
+        if op.num_outputs({}) != 1 or op.worst_backward_ms({}):
+            return False
+    except Exception:  # noqa: BLE001 - the general code reports it, entry by entry
+        return False
+    lo, hi = (op.arity, op.arity) if isinstance(op.arity, int) else op.arity
+    return op, lo, sys.maxsize if hi is None else hi
+
+
 # -- helpers ------------------------------------------------------------------------------
+def _result_sizes(results):
+    """(bytes, bytes with every float in float64) of ``[(shape, dtype)]``, unknown ones
+    not counted (Note [The memory budget of a whole graph])."""
+    known = [(shape, np.dtype(dtype)) for shape, dtype in results
+             if shape is not None and dtype is not None]
+    return (sum(_nbytes(shape, dtype.itemsize) for shape, dtype in known),
+            sum(_nbytes(shape, 8 if dtype.kind == "f" else dtype.itemsize)
+                for shape, dtype in known))
+
+
 def _nbytes(shape, itemsize):
     n = 1
     for s in shape:

@@ -166,8 +166,8 @@ def test_recorded_nodes_match_the_general_recording():
     assert node.name == "DivBackward0" and node.op is O.div
     assert node.next_edges[0] == (x.grad_accumulator, 0) and node.next_edges[1] is None
     assert node.args == {} and node.input_devices is None
-    datas, ans, inputs = node.saved
-    assert datas[0] is x.data and datas[1] is b.data and ans is y.data and inputs == (x, b)
+    d0, d1, ans, *inputs = node.saved          # Note [Saved layout]: one flat tuple
+    assert d0 is x.data and d1 is b.data and ans is y.data and inputs == [x, b]
     # no grad needed: a plain Tensor
     z = O.mul(b, b)
     assert z.grad_fn is None and not z.requires_grad

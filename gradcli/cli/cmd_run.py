@@ -5,6 +5,7 @@ import click
 
 from . import core
 from .core import EXIT_INVALID, fail, run_graph
+from .process_exit import keep_until_exit
 
 
 @click.command()
@@ -58,6 +59,10 @@ def run(graphs, fmt, out, inputs, retain_graph, repeat, no_multithreading, deter
             docs.append(result.to_json())
         else:
             print_grads(result, path)
+        if not load.allow_code:
+            # freed by the process's end, not one object at a time (Note [Exit without
+            # teardown]); not with user code, whose open files only teardown flushes
+            keep_until_exit(graph, result)
     if fmt == "json":
         click.echo(core.dumps(docs[0] if len(docs) == 1 else docs))
 

@@ -569,15 +569,6 @@ class _Scalars:
         self.cache = {}
         self.words, self.special = _split_resolvers(loader, yaml)
 
-    def plain(self, text, ev):
-        """The value of the plain, untagged scalar ``text`` (of event ``ev``)."""
-        value = self.words.get(text, _NO_KEY)
-        if value is not _NO_KEY:
-            return value
-        if text[:1] in self.special:
-            return self.value(ev)
-        return text
-
     def value(self, ev):
         tag, text = ev.tag, ev.value
         if tag is None:

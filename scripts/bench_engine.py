@@ -936,7 +936,7 @@ def child_read(cfg):
     path, what = cfg["file"], cfg["what"]
     gc.collect()
     gc.disable()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if what == "gradcli":
         data = read_document(path).data
     elif what == "json.loads":
@@ -960,10 +960,10 @@ def child_read(cfg):
     else:                                   # yaml.load(CSafeLoader)
         with open(path, "rb") as f:
             data = yaml.load(f.read().decode("utf-8"), Loader=yaml.CSafeLoader)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     if data is not None:
         assert len(data["ops"]) == cfg["ops"]
-    return {"s": elapsed}
+    return {"s": elapsed, "cpu_s": cpu}
 
 
 def bench_read(files, rounds_for):
@@ -977,15 +977,18 @@ def bench_read(files, rounds_for):
         if n <= 20_000:
             jobs["yaml.load CSafeLoader"] = ("yaml.load", ym)
         runners = {k: (lambda w=w, f=f: _child("read", {"file": f, "what": w, "ops": n + 1},
-                                                _child_env(1))["s"])
+                                                _child_env(1)))
                    for k, (w, f) in jobs.items()}
         res = _interleaved(rounds_for(n), runners)
-        row = {"ops": n + 1, "rounds": rounds_for(n), **{k: _stats(v) for k, v in res.items()}}
-        med = {k: row[k]["median"] for k in res}
-        row["yaml_over_json"] = med["yaml gradcli"] / med["json gradcli"]
-        row["libyaml_over_json_loads"] = med["libyaml events"] / med["json.loads"]
-        row["json_over_json_loads"] = med["json gradcli"] / med["json.loads"]
-        row["yaml_over_libyaml"] = med["yaml gradcli"] / med["libyaml events"]
+        row = {"ops": n + 1, "rounds": rounds_for(n),
+               **{k: _stats([r["s"] for r in v]) for k, v in res.items()}}
+        row["cpu"] = {k: _stats([r["cpu_s"] for r in v]) for k, v in res.items()}
+        for unit, stats in (("", row), ("cpu_", row["cpu"])):
+            med = {k: stats[k]["median"] for k in res}
+            row[unit + "yaml_over_json"] = med["yaml gradcli"] / med["json gradcli"]
+            row[unit + "libyaml_over_json_loads"] = med["libyaml events"] / med["json.loads"]
+            row[unit + "json_over_json_loads"] = med["json gradcli"] / med["json.loads"]
+            row[unit + "yaml_over_libyaml"] = med["yaml gradcli"] / med["libyaml events"]
         rows.append(row)
         print(f"  done read {n} ops", flush=True)
     print("\nread: graph files of a chain, s, median [min-max] (each read in a fresh process, "
@@ -997,12 +1000,16 @@ def bench_read(files, rounds_for):
     print("\nread ratios (of medians): issue 12 asks yaml/json gradcli <= events/json.loads, "
           "i.e. gradcli's YAML reader over libyaml's events no more than its JSON reader "
           "over json.loads")
-    print(f"{'ops':>8s} {'yaml/json gradcli':>18s} {'events/json.loads':>18s} "
+    print("over the wall-clock medians, and over the medians of each process's CPU time "
+          "(less moved by other load on a shared machine)")
+    print(f"{'ops':>8s} {'':4s} {'yaml/json gradcli':>18s} {'events/json.loads':>18s} "
           f"{'yaml gradcli/events':>20s} {'json gradcli/loads':>19s}")
     for row in rows:
-        print(f"{row['ops']:8d} {row['yaml_over_json']:17.2f}x "
-              f"{row['libyaml_over_json_loads']:17.2f}x {row['yaml_over_libyaml']:19.2f}x "
-              f"{row['json_over_json_loads']:18.2f}x")
+        for unit, label in (("", "wall"), ("cpu_", "cpu")):
+            print(f"{row['ops']:8d} {label:4s} {row[unit + 'yaml_over_json']:17.2f}x "
+                  f"{row[unit + 'libyaml_over_json_loads']:17.2f}x "
+                  f"{row[unit + 'yaml_over_libyaml']:19.2f}x "
+                  f"{row[unit + 'json_over_json_loads']:18.2f}x")
     return rows
 
 

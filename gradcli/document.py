@@ -186,7 +186,7 @@ def decode_text(raw, display) -> str:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise GraphError(f"not UTF-8 text (invalid byte 0x{raw[exc.start]:02x} at offset "
                          f"{exc.start})", display, line) from None
-    if not text.strip():
+    if not text or text.isspace():      # (no copy of the text, as strip() makes)
         raise GraphError("the file is empty", display)
     return text
 
@@ -515,7 +515,7 @@ def parse_yaml(text, display="<string>", *, max_bytes=None) -> Document:
     """Compose a YAML document from libyaml's events, iteratively and within limits."""
     import yaml  # noqa: PLC0415 - imported only when a YAML file is read
 
-    if not text.strip():
+    if not text or text.isspace():
         raise GraphError("the file is empty", display)
     budget = _check_budget(text, display, max_bytes)
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -545,7 +545,20 @@ def _short_tag(tag):
 class _Scalars:
     """Python values of YAML scalar events, as SafeLoader makes them (without its per-node
     bookkeeping): plain scalars are resolved by the loader's implicit resolvers, values of
-    non-str tags are cached by their text, and bad content (``!!int ''``) is a GraphError."""
+    non-str tags are cached by their text, and bad content (``!!int ''``) is a GraphError.
+
+    Note [Plain scalars without a regex]: most plain scalars of a graph file are names
+    (``y0``, ``matmul``, ``out``), and running the loader's resolvers on each of them (a
+    regex per candidate tag, then the exponent regex) cost more than libyaml's event. So
+    the resolvers are split once, by the first character they apply to: a resolver whose
+    pattern is a list of words (``yes|no|...``, ``~|null|...``) becomes a dict from
+    those words to their values (``words``), and the first characters of every other
+    resolver (digits, signs, ``.``, ``<``, ``=``, ...) and of exponent floats form
+    ``special``. A plain scalar is then a word (a dict lookup), or resolved by
+    the regexes (its first character is special), or else the str it is: the
+    same values as the regexes give (tests/test_document.py compares the two on
+    generated scalars), with no regex run for a name.
+    """
 
     def __init__(self, loader, yaml, display):
         self.loader = loader
@@ -554,6 +567,7 @@ class _Scalars:
         self.resolvers = loader.yaml_implicit_resolvers
         self.constructors = loader.yaml_constructors
         self.cache = {}
+        self.words, self.special = _split_resolvers(loader, yaml)
 
     def value(self, ev):
         tag, text = ev.tag, ev.value
@@ -612,7 +626,69 @@ class _Scalars:
         return value
 
 
+_EXPONENT_FIRST = frozenset("+-.0123456789")      # what _EXPONENT_FLOAT can start with
+_SPLIT_CACHE = {}
+
+
+def _literal_words(regexp):
+    """The words a resolver's pattern matches if it is a list of words, else None."""
+    pattern = regexp.pattern
+    if regexp.flags & re.VERBOSE:
+        pattern = re.sub(r"\s+", "", pattern)
+    m = re.fullmatch(r"\^\(\?:([A-Za-z~|]*)\)\$", pattern)
+    if m is None:
+        return None
+    words = m.group(1).split("|")
+    return words if all(regexp.match(w) for w in words) else None
+
+
+def _split_resolvers(loader, yaml):
+    """(words, special) of Note [Plain scalars without a regex] for the loader's resolvers.
+
+    Cached by the resolver and constructor tables (a resolver added to them later,
+    as ``add_implicit_resolver`` does, changes the key and splits them again).
+    """
+    resolvers, constructors = loader.yaml_implicit_resolvers, loader.yaml_constructors
+    key = (id(resolvers), id(constructors), len(constructors),
+           tuple(map(len, resolvers.values())))
+    found = _SPLIT_CACHE.get(key)
+    if found is not None:
+        return found
+    words, special = {}, set(_EXPONENT_FIRST)
+    for first, candidates in resolvers.items():
+        lists = [(tag, _literal_words(regexp)) for tag, regexp in candidates]
+        if first in _EXPONENT_FIRST or any(found is None for _, found in lists):
+            special.add(first)
+            continue
+        for tag, listed in lists:                    # the first resolver to match wins
+            make = constructors.get(tag)
+            for word in listed:
+                if word[:1] != first or word in words:
+                    continue
+                if make is None:                     # no constructor: the general path fails
+                    special.add(first)
+                    break
+                words[word] = make(loader, yaml.ScalarNode(tag, word))
+    for word in [w for w in words if w[:1] in special]:
+        del words[word]
+    _SPLIT_CACHE.clear()
+    found = _SPLIT_CACHE[key] = (words, frozenset(special))
+    return found
+
+
 class _YamlComposer:
+    """Python data from libyaml's events, iteratively, within the budget and depth limits.
+
+    Note [YAML event loop]: the loop runs once per event, and libyaml's event (a
+    Python object with two marks) already costs about 0.6 us of CPU; so the loop does as
+    little as it can besides: the open container's state is kept in local
+    variables (saved on a stack only when a container opens), a scalar that is
+    no anchor is stored inline with no call (Note [Plain scalars without a regex]),
+    a value's size is counted only as a running total (what an anchor's value
+    expands to is the total's growth while it was open), and marks are read only
+    for the lines kept while parsing (EAGER_LINE_DEPTH) and for errors.
+    """
+
     def __init__(self, loader, yaml, display, max_values):
         self.loader = loader
         self.yaml = yaml
@@ -620,7 +696,6 @@ class _YamlComposer:
         self.max_values = max_values
         self.lines = {}
         self.anchors = {}        # name -> (value, size, height)
-        self.count = 0
         self.scalars = _Scalars(loader, yaml, display)
 
     def fail(self, message, mark):
@@ -644,119 +719,154 @@ class _YamlComposer:
         """Read the events of one node (the document's root) into Python data."""
         yaml = self.yaml
         get = self.loader.get_event
-        scalar_value = self.scalars.value
-        lines = self.lines
+        ev = get()
+        kind = type(ev)
+        self.lines[()] = ev.start_mark.line + 1
+        if kind is yaml.ScalarEvent:
+            value = self.scalars.value(ev)
+            if ev.anchor is not None:
+                self.anchors[ev.anchor] = (value, 1, 0)
+            return value
+        if kind is not yaml.MappingStartEvent and kind is not yaml.SequenceStartEvent:
+            if kind is yaml.AliasEvent:
+                self.fail(f"invalid YAML: unknown alias *{ev.anchor} (an alias must follow "
+                          "its anchor's complete value)", ev.start_mark)
+            self.fail(f"invalid YAML: unexpected {kind.__name__}",
+                      getattr(ev, "start_mark", None))
+        return self._containers(ev)
+
+    def _containers(self, ev):
+        """The loop of Note [YAML event loop], from the root container's start event ``ev``."""
+        yaml = self.yaml
+        get = self.loader.get_event
         Scalar, Alias = yaml.ScalarEvent, yaml.AliasEvent
         MapStart, SeqStart = yaml.MappingStartEvent, yaml.SequenceStartEvent
         MapEnd, SeqEnd = yaml.MappingEndEvent, yaml.SequenceEndEvent
-        # frame: [container, anchor, start_count, height, pending key, is_map, path or None]
+        scalars = self.scalars
+        words, special, scalar_value = scalars.words, scalars.special, scalars.value
+        lines, anchors, key_of = self.lines, self.anchors, self.key
+        NO_KEY = _NO_KEY
+        deepest = MAX_DEPTH - 1          # open containers around the one that opens last
+        # The open container: the value, a mapping?, its pending key (or NO_KEY), the path
+        # whose children's lines are kept (or None), its anchor, the count at its start,
+        # its height so far (the largest height of a child: scalars 0). The containers
+        # around it are saved on ``stack`` as tuples of the same.
+        is_map = type(ev) is MapStart
+        if ev.tag is not None and ev.tag not in (_MAP_TAGS if is_map else _SEQ_TAGS):
+            self.fail(f"YAML tag {ev.tag} is not supported", ev.start_mark)
+        container = {} if is_map else []
+        key, path, anchor, start, height = NO_KEY, (), ev.anchor, 0, 0
+        count = 1                # values read so far, aliases counted as what they expand to
         stack = []
-        frame = None
-        resolvers = self.scalars.resolvers
+        push, pop = stack.append, stack.pop
         while True:
             ev = get()
             kind = type(ev)
-            if kind is Scalar and frame is not None and ev.anchor is None:
-                # the common event, inline: a plain string needs no resolver, and a
-                # scalar (height 0) changes no frame's height
-                self.count += 1
-                if ev.tag is None and (not ev.implicit[0] or ev.value[:1] not in resolvers):
+            if kind is Scalar:
+                count += 1
+                if ev.anchor is None and ev.tag is None:
                     value = ev.value
+                    if ev.implicit[0]:                       # plain (else quoted: a str)
+                        if value in words:
+                            value = words[value]
+                        elif value[:1] in special:
+                            value = scalar_value(ev)
                 else:
                     value = scalar_value(ev)
-                if not frame[5]:
-                    if frame[6] is not None:
-                        lines[frame[6] + (len(frame[0]),)] = ev.start_mark.line + 1
-                    frame[0].append(value)
-                elif frame[4] is not _NO_KEY:
-                    frame[0][frame[4]] = value
-                    frame[4] = _NO_KEY
-                else:
-                    self.key(frame, value, ev)
-                continue
-            is_key = frame is not None and frame[5] and frame[4] is _NO_KEY
-            if kind is MapEnd or kind is SeqEnd:
-                stack.pop()
-                value, size, height = frame[0], self.count - frame[2], frame[3] + 1
-                if frame[1] is not None:
-                    self.anchors[frame[1]] = (value, size, height)
-            else:
-                if frame is None:
-                    lines[()] = ev.start_mark.line + 1
-                elif not frame[5] and frame[6] is not None:    # a sequence item, path kept
-                    lines[frame[6] + (len(frame[0]),)] = ev.start_mark.line + 1
-                if kind is Scalar:
-                    self.count += 1
-                    value = scalar_value(ev)
-                    height = 0
                     if ev.anchor is not None:
-                        self.anchors[ev.anchor] = (value, 1, 0)
-                elif kind is MapStart or kind is SeqStart:
-                    is_map = kind is MapStart
-                    if is_key:
-                        self.fail("mapping keys must be plain strings", ev.start_mark)
-                    if ev.tag not in (_MAP_TAGS if is_map else _SEQ_TAGS):
-                        self.fail(f"YAML tag {ev.tag} is not supported", ev.start_mark)
-                    self.count += 1
-                    if len(stack) >= MAX_DEPTH:
-                        self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
-                                  ev.start_mark)
-                    if frame is None:
-                        path = ()
-                    elif frame[6] is not None and len(frame[6]) + 1 < EAGER_LINE_DEPTH:
-                        path = frame[6] + ((frame[4],) if frame[5] else (len(frame[0]),))
+                        anchors[ev.anchor] = (value, 1, 0)
+                if is_map:
+                    if key is NO_KEY:
+                        if path is None and type(value) is str and value not in container:
+                            key = value
+                        else:
+                            key = key_of(container, value, ev, path)
+                        continue
+                    container[key] = value
+                    key = NO_KEY
+                else:
+                    if path is not None:
+                        lines[path + (len(container),)] = ev.start_mark.line + 1
+                    container.append(value)
+                continue
+            if kind is MapStart or kind is SeqStart:
+                if is_map and key is NO_KEY:
+                    self.fail("mapping keys must be plain strings", ev.start_mark)
+                if ev.tag is not None and ev.tag not in (_MAP_TAGS if kind is MapStart
+                                                         else _SEQ_TAGS):
+                    self.fail(f"YAML tag {ev.tag} is not supported", ev.start_mark)
+                if len(stack) >= deepest:
+                    self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
+                              ev.start_mark)
+                push((container, is_map, key, path, anchor, start, height))
+                if path is not None:
+                    if is_map:
+                        path += (key,)
                     else:
+                        path += (len(container),)
+                        lines[path] = ev.start_mark.line + 1
+                    if len(path) >= EAGER_LINE_DEPTH:
                         path = None
-                    frame = [{} if is_map else [], ev.anchor, self.count - 1, 0, _NO_KEY,
-                             is_map, path]
-                    stack.append(frame)
-                    continue
-                elif kind is Alias:
-                    found = self.anchors.get(ev.anchor)
-                    if found is None:
-                        self.fail(f"invalid YAML: unknown alias *{ev.anchor} (an alias must "
-                                  "follow its anchor's complete value)", ev.start_mark)
-                    value, size, height = found
-                    self.count += size
-                    if self.count > self.max_values:
-                        self.fail(f"document too large: more than {self.max_values} values "
-                                  "after expanding aliases (an alias bomb?); the memory budget "
-                                  "(--max-document-bytes) allows "
-                                  f"{self.max_values * BYTES_PER_VALUE} bytes", ev.start_mark)
-                    if len(stack) + height > MAX_DEPTH:
-                        self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
-                                  ev.start_mark)
-                    if is_key and height:
+                if kind is MapStart:
+                    container, is_map = {}, True
+                else:
+                    container, is_map = [], False
+                key, anchor, start, height = NO_KEY, ev.anchor, count, 0
+                count += 1
+                continue
+            if kind is MapEnd or kind is SeqEnd:
+                value, child = container, height + 1
+                if anchor is not None:
+                    anchors[anchor] = (value, count - start, child)
+                if not stack:
+                    return value
+                container, is_map, key, path, anchor, start, height = pop()
+            elif kind is Alias:
+                found = anchors.get(ev.anchor)
+                if found is None:
+                    self.fail(f"invalid YAML: unknown alias *{ev.anchor} (an alias must "
+                              "follow its anchor's complete value)", ev.start_mark)
+                value, size, child = found
+                count += size
+                if count > self.max_values:
+                    self.fail(f"document too large: more than {self.max_values} values "
+                              "after expanding aliases (an alias bomb?); the memory budget "
+                              "(--max-document-bytes) allows "
+                              f"{self.max_values * BYTES_PER_VALUE} bytes", ev.start_mark)
+                if len(stack) + 1 + child > MAX_DEPTH:
+                    self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
+                              ev.start_mark)
+                if is_map and key is NO_KEY:
+                    if child:
                         self.fail("mapping keys must be plain strings", ev.start_mark)
-                else:
-                    self.fail(f"invalid YAML: unexpected {kind.__name__}",
-                              getattr(ev, "start_mark", None))
-            # -- a complete value: store it in its parent ---------------------------------
-            if not stack:
-                return value
-            frame = stack[-1]
-            if height > frame[3]:
-                frame[3] = height
-            if frame[5]:
-                if frame[4] is _NO_KEY:
-                    self.key(frame, value, ev)
-                else:
-                    frame[0][frame[4]] = value
-                    frame[4] = _NO_KEY
+                    key = key_of(container, value, ev, path)
+                    continue
+                if not is_map and path is not None:
+                    lines[path + (len(container),)] = ev.start_mark.line + 1
             else:
-                frame[0].append(value)
+                self.fail(f"invalid YAML: unexpected {kind.__name__}",
+                          getattr(ev, "start_mark", None))
+            # -- a complete container or alias: store it in the open container ---------------
+            if child > height:
+                height = child
+            if is_map:
+                container[key] = value
+                key = NO_KEY
+            else:
+                container.append(value)
 
-    def key(self, frame, key, ev):
-        """``key`` (a scalar, as a str) becomes the pending key of mapping ``frame``."""
+    def key(self, container, key, ev, path):
+        """``key`` (a scalar) as the str key of mapping ``container``, checked; its line
+        is kept when ``path`` (the mapping's) is."""
         if type(key) is not str:
             if not isinstance(key, (str, int, float, bool)) and key is not None:
                 self.fail(f"unsupported mapping key {key!r}", ev.start_mark)
             key = key if isinstance(key, str) else str(key)
-        if key in frame[0]:
+        if key in container:
             self.fail(f"duplicate key {key!r}", ev.start_mark)
-        frame[4] = key
-        if frame[6] is not None:
-            self.lines[frame[6] + (key,)] = ev.start_mark.line + 1
+        if path is not None:
+            self.lines[path + (key,)] = ev.start_mark.line + 1
+        return key
 
 
 class _YamlLines:

@@ -51,8 +51,9 @@ interleaved, medians with their spread, ratios gradcli / PyTorch):
 8. memory: resident bytes per recorded node of a long chain (gradcli's autograd API
    and PyTorch), and gradcli's GC-tracked objects per node.
 9. read: reading the chain files, gradcli's JSON and YAML readers against
-   ``json.loads`` and libyaml itself (its event stream; ``yaml.load`` with
-   CSafeLoader up to 200,000 ops).
+   ``json.loads`` and libyaml itself (its event stream; the C composer's node tree
+   up to 200,000 ops; ``yaml.load`` with CSafeLoader up to 20,000 ops), the
+   collector off on every side; the ratios of issue 12, item 2.
 
     python scripts/bench_engine.py              # several minutes (1,000,000-op files)
     python scripts/bench_engine.py --quick      # smoke run: small sizes, few repeats
@@ -1025,19 +1026,30 @@ def bench_memory(nodes, rounds, have_torch):
 
 
 # reading -----------------------------------------------------------------------------------
+READ_COLUMNS = ("json gradcli", "json.loads", "yaml gradcli", "libyaml events", "libyaml nodes",
+                "yaml.load CSafeLoader")
+
+
 def child_read(cfg):
+    """Time one read of ``cfg['file']`` by ``cfg['what']``, the cyclic collector off.
+
+    Every side runs with the collector off (as ``gradcli run`` reads: Note [Collector
+    pauses]), so each column is the parser's work and no side pays, or is spared, a
+    collection of the data it built.
+    """
     from gradcli.document import read_document
     import yaml
 
     path, what = cfg["file"], cfg["what"]
     gc.collect()
-    t0 = time.perf_counter()
+    gc.disable()
+    t0, c0 = time.perf_counter(), time.process_time()
     if what == "gradcli":
         data = read_document(path).data
     elif what == "json.loads":
         with open(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
-    elif what == "libyaml events":
+    elif what == "libyaml events":         # the C parser's events, nothing built from them
         with open(path, "rb") as f:
             loader = yaml.CSafeLoader(f.read().decode("utf-8"))
         get, end = loader.get_event, yaml.StreamEndEvent
@@ -1045,42 +1057,66 @@ def child_read(cfg):
             pass
         loader.dispose()
         data = None
+    elif what == "libyaml nodes":          # the C composer's node tree, nothing constructed
+        with open(path, "rb") as f:
+            loader = yaml.CSafeLoader(f.read().decode("utf-8"))
+        node = loader.get_single_node()
+        loader.dispose()
+        assert len(node.value) > 0
+        data = None
     else:                                   # yaml.load(CSafeLoader)
         with open(path, "rb") as f:
             data = yaml.load(f.read().decode("utf-8"), Loader=yaml.CSafeLoader)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     if data is not None:
         assert len(data["ops"]) == cfg["ops"]
-    return {"s": elapsed}
+    return {"s": elapsed, "cpu_s": cpu}
 
 
 def bench_read(files, rounds_for):
+    """Issue 12, item 2: YAML may be slower than JSON, but not by more than libyaml is."""
     rows = []
     for n, (js, ym) in files.items():
         jobs = {"json gradcli": ("gradcli", js), "json.loads": ("json.loads", js),
                 "yaml gradcli": ("gradcli", ym), "libyaml events": ("libyaml events", ym)}
         if n <= 200_000:
+            jobs["libyaml nodes"] = ("libyaml nodes", ym)
+        if n <= 20_000:
             jobs["yaml.load CSafeLoader"] = ("yaml.load", ym)
         runners = {k: (lambda w=w, f=f: _child("read", {"file": f, "what": w, "ops": n + 1},
-                                                _child_env(1))["s"])
+                                                _child_env(1)))
                    for k, (w, f) in jobs.items()}
         res = _interleaved(rounds_for(n), runners)
-        row = {"ops": n + 1, "rounds": rounds_for(n), **{k: _stats(v) for k, v in res.items()}}
+        row = {"ops": n + 1, "rounds": rounds_for(n),
+               **{k: _stats([r["s"] for r in v]) for k, v in res.items()}}
+        row["cpu"] = {k: _stats([r["cpu_s"] for r in v]) for k, v in res.items()}
+        for unit, stats in (("", row), ("cpu_", row["cpu"])):
+            med = {k: stats[k]["median"] for k in res}
+            row[unit + "yaml_over_json"] = med["yaml gradcli"] / med["json gradcli"]
+            row[unit + "libyaml_over_json_loads"] = med["libyaml events"] / med["json.loads"]
+            row[unit + "json_over_json_loads"] = med["json gradcli"] / med["json.loads"]
+            row[unit + "yaml_over_libyaml"] = med["yaml gradcli"] / med["libyaml events"]
         rows.append(row)
         print(f"  done read {n} ops", flush=True)
-    print("\nread: graph files of a chain, s, median [min-max] (each read in a fresh process)")
-    cols = ["json gradcli", "json.loads", "yaml gradcli", "libyaml events",
-            "yaml.load CSafeLoader"]
-    print(f"{'ops':>8s} " + " ".join(f"{c:>22s}" for c in cols)
-          + f" {'yaml/json gradcli':>18s} {'events/json.loads':>18s}")
+    print("\nread: graph files of a chain, s, median [min-max] (each read in a fresh process, "
+          "the collector off on every side)")
+    print(f"{'ops':>8s} " + " ".join(f"{c:>22s}" for c in READ_COLUMNS))
     for row in rows:
-        line = f"{row['ops']:8d} " + " ".join(
-            f"{_spread(row[c]) if c in row else '-':>22s}" for c in cols)
-        row["yaml_over_json"] = row["yaml gradcli"]["median"] / row["json gradcli"]["median"]
-        row["libyaml_over_json_loads"] = (row["libyaml events"]["median"]
-                                          / row["json.loads"]["median"])
-        line += f" {row['yaml_over_json']:17.2f}x {row['libyaml_over_json_loads']:17.2f}x"
-        print(line)
+        print(f"{row['ops']:8d} " + " ".join(
+            f"{_spread(row[c]) if c in row else '-':>22s}" for c in READ_COLUMNS))
+    print("\nread ratios (of medians): issue 12 asks yaml/json gradcli <= events/json.loads, "
+          "i.e. gradcli's YAML reader over libyaml's events no more than its JSON reader "
+          "over json.loads")
+    print("over the wall-clock medians, and over the medians of each process's CPU time "
+          "(less moved by other load on a shared machine)")
+    print(f"{'ops':>8s} {'':4s} {'yaml/json gradcli':>18s} {'events/json.loads':>18s} "
+          f"{'yaml gradcli/events':>20s} {'json gradcli/loads':>19s}")
+    for row in rows:
+        for unit, label in (("", "wall"), ("cpu_", "cpu")):
+            print(f"{row['ops']:8d} {label:4s} {row[unit + 'yaml_over_json']:17.2f}x "
+                  f"{row[unit + 'libyaml_over_json_loads']:17.2f}x "
+                  f"{row[unit + 'yaml_over_libyaml']:19.2f}x "
+                  f"{row[unit + 'json_over_json_loads']:18.2f}x")
     return rows
 
 

@@ -296,3 +296,94 @@ def test_yaml_merge_keys_and_unknown_scalar_tags_are_refused():
         parse_yaml("a: !!python/none ''\n")
     with pytest.raises(GraphError, match=r"^<string>:2: YAML tag tag:yaml.org,2002:value"):
         parse_yaml("a: 1\nb: =\n")                  # PyYAML has no constructor for it
+
+
+# -- plain scalars without a regex (Note [Plain scalars without a regex]) --------------------
+def _reference_values(text):
+    """Each scalar item of the block sequence ``text``, resolved by the loader's regexes
+    (``_Scalars.value``, the path the word table stands in for); None when the items
+    are not all scalars."""
+    loader = yaml.CSafeLoader(text)
+    try:
+        scalars = document._Scalars(loader, yaml, "<string>")
+        events = list(iter(loader.get_event, None))
+    finally:
+        loader.dispose()
+    items = events[3:-3]                 # StreamStart DocumentStart SequenceStart ... Ends
+    if type(events[2]) is not yaml.SequenceStartEvent or not all(
+            type(ev) is yaml.ScalarEvent for ev in items):
+        return None
+    out = []
+    for ev in items:
+        try:
+            out.append(scalars.value(ev))
+        except GraphError as exc:
+            out.append(exc)
+    return out
+
+
+PLAIN = st.text(alphabet="yYnNoOtTfFeEsSuUlLaA~0123456789+-._:xXbB<= \n", max_size=7)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(PLAIN, min_size=1, max_size=6))
+def test_plain_scalars_read_as_the_resolvers_read_them(texts):
+    """The event loop's word table and first-character test give what running the
+    loader's resolvers on each scalar gives; and that is PyYAML's value except for the
+    two documented differences (Note [YAML numbers])."""
+    text = "".join(f"- {t}\n" for t in texts)
+    try:
+        want = _reference_values(text)
+    except yaml.YAMLError:
+        return                                          # not YAML: nothing to compare
+    if want is None:
+        return                                          # an item is not a scalar
+    errors = [w for w in want if isinstance(w, GraphError)]
+    if errors:
+        with pytest.raises(GraphError) as info:
+            parse_yaml(text)
+        assert str(info.value) == str(errors[0])
+        return
+    got = parse_yaml(text).data
+    assert repr(got) == repr(want)
+    pyyaml = yaml.safe_load(text)
+    for g, p in zip(got, pyyaml):
+        if isinstance(p, str) and document._EXPONENT_FLOAT.match(p) and type(g) is float:
+            assert g == float(p)                        # 1e3: a float, as in YAML 1.2/JSON
+        else:
+            assert repr(g) == repr(p)
+
+
+def test_names_are_read_without_running_a_resolver(monkeypatch):
+    calls = []
+    value = document._Scalars.value
+
+    def spy(self, ev):
+        calls.append(ev.value)
+        return value(self, ev)
+    monkeypatch.setattr(document._Scalars, "value", spy)
+    doc = parse_yaml("ops:\n  - {op: matmul, inputs: [y0, on1], output: nope, id: t}\n"
+                     "flags: [yes, No, ~, null, '', off, y, n]\nx: [1.5, -2, y1]\n")
+    assert doc.data == {"ops": [{"op": "matmul", "inputs": ["y0", "on1"], "output": "nope",
+                                 "id": "t"}],
+                        "flags": [True, False, None, None, "", False, "y", "n"],
+                        "x": [1.5, -2, "y1"]}
+    assert calls == ["1.5", "-2"]          # numbers only: every word and name by the table
+
+
+def test_the_word_table_follows_the_loaders_resolvers():
+    import re
+
+    words, special = document._split_resolvers(yaml.CSafeLoader(""), yaml)
+    assert words["yes"] is True and words["OFF"] is False
+    assert words["~"] is None and words["null"] is None and words[""] is None
+    assert "y" not in words and "n" not in words          # YAML 1.1 bools, not PyYAML's
+    assert set("0123456789+-.<=") <= special and not set("yYnNoOtTfF~") & special
+
+    class Loader(yaml.CSafeLoader):
+        pass
+    Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^y[0-9]+$"), ["y"])
+    words, special = document._split_resolvers(Loader(""), yaml)
+    assert "y" in special and "yes" not in words and "no" in words
+    # (the reader itself reads with CSafeLoader: its table is unchanged)
+    assert parse_yaml("a: [y0, yes]\n").data == {"a": ["y0", True]}

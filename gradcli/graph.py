@@ -30,7 +30,36 @@ class LeafSpec(Record):
         return to_device(data, self.device)
 
 
-class OpSpec(Record):
+# Note [Lines on demand for ops]: the line of an entry of a JSON file is found
+# when something asks for it (an error message, a node's metadata read), by
+# ``find_line(index)``, a locator the loader shares between the entries of one
+# list of ops: finding the lines of a million entries up front (a scan of the
+# whole ops list, then a lookup per entry: ~5 us per op) cost more than the rest
+# of loading them (the document's Note [Lines on demand]). The graph keeps the
+# file's text for that (~90 bytes per op of a chain), not its parsed tree. A
+# YAML file's reader has the line of every entry at hand: ``lineno`` is set at
+# load and nothing of the document is kept.
+class LineOnDemand:
+    """``line``: ``lineno``, or the first time it is asked ``find_line(index)``
+    (Note [Lines on demand for ops]). The subclass has the three slots."""
+
+    __slots__ = ()
+
+    @property
+    def line(self):
+        line = self.lineno
+        if line is None and self.find_line is not None:
+            line = self.lineno = self.find_line(self.index)
+            self.find_line = None
+        return line
+
+    @line.setter
+    def line(self, value):
+        self.lineno = value
+        self.find_line = None
+
+
+class OpSpec(Record, LineOnDemand):
     # one per op of the file: no __dict__ each
     __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
                  "lineno", "find_line", "_stamp")
@@ -59,27 +88,6 @@ class OpSpec(Record):
         return (self.index, self.id, self.label, self.op, self.inputs, self.outputs,
                 self.args, self.retain_grad, self.lineno)
 
-    # Note [Lines on demand for ops]: the line of an entry of a JSON file is found
-    # when something asks for it (an error message, a node's metadata read), by
-    # ``find_line(index)``, a locator the loader shares between the entries of one
-    # list of ops: finding the lines of a million entries up front (a scan of the
-    # whole ops list, then a lookup per entry: ~5 us per op) cost more than the rest
-    # of loading them (the document's Note [Lines on demand]). The graph keeps the
-    # file's text for that (~90 bytes per op of a chain), not its parsed tree. A
-    # YAML file's reader has the line of every entry at hand: ``lineno`` is set at
-    # load and nothing of the document is kept.
-    @property
-    def line(self):
-        line = self.lineno
-        if line is None and self.find_line is not None:
-            line = self.lineno = self.find_line(self.index)
-            self.find_line = None
-        return line
-
-    @line.setter
-    def line(self, value):
-        self.lineno = value
-        self.find_line = None
 
     @property
     def stamp(self):

@@ -25,7 +25,7 @@ from .collector import paused
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
 from .errors import BackwardError, GraphError, OpBugError
 from .errors import first_line as _first_line
-from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, OpSpec
+from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, LineOnDemand, OpSpec
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")     # whole names only: fullmatch
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
@@ -1009,7 +1009,7 @@ class _Defined(NamedTuple):
     leaf: bool
 
 
-class _CheckedOp:
+class _CheckedOp(LineOnDemand):
     """An op as the loader hands it to the Graph: before running, it checks the size of
     its outputs (its ``infer`` on the inputs' actual shapes) against the memory budget;
     a failure of the op on the user's input becomes a one-line GraphError naming the op
@@ -1027,16 +1027,8 @@ class _CheckedOp:
         self.input_names = input_names
         self.max_bytes = max_bytes
         self.checked = None      # [(shape, dtype)] of inputs the loader already inferred on
-        self.find_line = find_line   # with ``index``: the line on demand (see ``OpSpec.line``)
+        self.find_line = find_line   # with ``index``: the line on demand (LineOnDemand)
         self.index = index
-
-    @property
-    def line(self):
-        line = self.lineno
-        if line is None and self.find_line is not None:
-            line = self.lineno = self.find_line(self.index)
-            self.find_line = None
-        return line
 
     def __getattr__(self, name):
         return getattr(self.op, name)

@@ -358,6 +358,152 @@ class Mutator:
         return t, suffix, " ".join(desc)
 
 
+# -- synthetic op-contract cases: one registered op, plausible inputs, edge-case args ------------
+
+def op_specs():
+    """{name: (arity, {arg: default or REQUIRED})} of the public ops (read from the registry)."""
+    from gradcli.ops import OPS
+
+    specs = {}
+    for name, op in OPS.items():
+        if not op.public or name in SLEEPY_OPS or op.needs_code or op.has_body:
+            continue
+        params = getattr(op, "tensor_inputs", None)
+        layout = [(p.optional, p.is_list) for p in params] if params is not None else None
+        nout = None
+        if op.multi_output:
+            try:
+                nout = op.num_outputs({}) if hasattr(op, "num_outputs") else None
+            except Exception:  # noqa: BLE001 - depends on args: guess
+                nout = None
+            nout = nout if isinstance(nout, int) else 0
+        specs[name] = (op.arity, {a: ("REQUIRED" if arg.required else arg.default)
+                                  for a, arg in op.args.items()}, layout, nout)
+    return specs
+
+
+INT_EDGES = [-3, -2, -1, 0, 1, 2, 3, 4, 100, 2**31, 2**63, -2**63]
+FLOAT_EDGES = [0.0, -1.0, 0.5, 1.0, 1e-5, 1e308, float("nan"), float("inf"), -0.0, 2.0, 1e-300]
+
+
+class Synth:
+    def __init__(self, rng, specs):
+        self.rng = rng
+        self.specs = specs
+
+    def shape(self):
+        r = self.rng
+        rank = r.choice([0, 1, 1, 2, 2, 2, 3, 4, 4])
+        return [r.choice([1, 2, 2, 3, 3, 4, 5, 0, 1, 2, 6, 8]) for _ in range(rank)]
+
+    def arg_value(self, name, default):
+        r = self.rng
+        if default != "REQUIRED" and r.random() < 0.4:
+            return default
+        low = name.lower()
+        if r.random() < 0.08:
+            return r.choice([None, True, "x", [], {}, 1.5, [1.5], "sum", float("nan")])
+        if any(k in low for k in ("size", "stride", "padding", "dilation", "kernel", "shape",
+                                  "sizes", "split", "indices", "sections", "output_padding")):
+            if r.random() < 0.2:
+                return r.choice(INT_EDGES)
+            n = r.choice([0, 1, 2, 2, 2, 3, 4])
+            return [r.choice([-1, 0, 1, 1, 2, 2, 3, 4, 2**31]) for _ in range(n)]
+        if low in ("dim", "axis", "dims", "axes", "start_dim", "end_dim", "dim0", "dim1"):
+            if r.random() < 0.3:
+                return [r.choice([-3, -2, -1, 0, 1, 2, 5]) for _ in range(r.choice([0, 1, 2]))]
+            return r.choice([-5, -3, -2, -1, 0, 1, 2, 3, 7, None])
+        if isinstance(default, bool):
+            return r.choice([True, False, 0, 1, "true"])
+        if isinstance(default, int):
+            return r.choice(INT_EDGES)
+        if isinstance(default, float):
+            return r.choice(FLOAT_EDGES)
+        if isinstance(default, (tuple, list)):
+            return [r.choice(INT_EDGES[:8]) for _ in range(r.choice([0, 1, 2, 3]))]
+        if low in ("dtype", "input_dtype"):
+            return r.choice(DTYPES[:12] + [None, 6, 7])
+        if low in ("device",):
+            return r.choice(DEVICES)
+        if low in ("index",):
+            return r.choice(["0", "1:", "::-1", "..., 0", "None", "0, 0, 0, 0, 0", "-1", "5",
+                             "1:0", "::0", ":, None", "[0]"])
+        if low in ("reduction",):
+            return r.choice([0, 1, 2, 3, -1, "mean"])
+        return r.choice(INT_EDGES + FLOAT_EDGES + [None, True, [1, 2], [0]])
+
+    def case(self):
+        r = self.rng
+        name = r.choice(sorted(self.specs))
+        arity, args, layout, nout_spec = self.specs[name]
+        if layout is not None:
+            arity = sum(3 if is_list else 1 for _, is_list in layout)
+        if isinstance(arity, tuple):
+            lo, hi = arity
+            n = r.randint(lo, (hi if hi is not None else lo + 3))
+        else:
+            n = arity
+        if r.random() < 0.05:
+            n += r.choice([-1, 1])
+        base = self.shape()
+        tensors, inputs = {}, []
+        for i in range(max(0, n)):
+            shp = list(base) if r.random() < 0.6 else self.shape()
+            dtype = r.choice(["float64"] * 6 + ["float32", "int64", "bool", "float16", "int32"])
+            t = {"shape": shp, "dtype": dtype}
+            if dtype.startswith("int"):
+                t["init"] = r.choice(["zeros", "ones", {"dist": "uniform", "low": -1, "high": 4}])
+                t["init"] = "zeros" if isinstance(t["init"], dict) else t["init"]
+            elif dtype == "bool":
+                t["init"] = "ones"
+            else:
+                t["init"] = r.choice(["normal", "normal", "uniform", "zeros", "ones"])
+                t["requires_grad"] = r.random() < 0.8
+            if r.random() < 0.05:
+                t["device"] = r.choice(["sim:0", "sim:1"])
+            tensors[f"t{i}"] = t
+            inputs.append(f"t{i}")
+        if layout is not None and r.random() < 0.95:
+            flat, inputs = list(inputs), []
+            for optional, is_list in layout:
+                if is_list:
+                    inputs.append(flat[:r.randint(1, 3)])
+                    flat = flat[len(inputs[-1]):]
+                elif optional and r.random() < 0.3:
+                    inputs.append(None)
+                    flat = flat[1:]
+                else:
+                    inputs.append(flat.pop(0) if flat else "t0")
+        if r.random() < 0.05 and inputs:
+            inputs[r.randrange(len(inputs))] = None
+        entry = {"op": name, "inputs": inputs, "id": "subject"}
+        a = {k: self.arg_value(k, d) for k, d in args.items()
+             if d == "REQUIRED" or r.random() < 0.7}
+        if a:
+            entry["args"] = a
+        nout = r.choice([1, 1, 1, 2, 3]) if r.random() < 0.1 or nout_spec is None else \
+            (nout_spec or r.choice([2, 2, 3]))
+        outs = [f"o{j}" for j in range(nout)]
+        if nout_spec is None and r.random() < 0.95:
+            entry["output"] = "o0"
+        else:
+            entry["outputs"] = outs
+        ops = [entry]
+        root = "o0"
+        if r.random() < 0.85:
+            ops.append({"op": "sum", "inputs": ["o0"], "output": "loss"})
+            if r.random() < 0.3:
+                ops.insert(1, {"op": "cast", "inputs": ["o0"], "output": "o0f",
+                               "args": {"dtype": "float64"}})
+                ops[-1]["inputs"] = ["o0f"]
+            root = "loss"
+        doc = {"version": 1, "name": "synth-" + name, "seed": r.randrange(100),
+               "tensors": tensors, "ops": ops, "backward": {"roots": [root]}}
+        if r.random() < 0.2:
+            doc["backward"]["create_graph"] = True
+        return doc, name
+
+
 COMMANDS = [
     (["run"], 6), (["run", "--no-multithreading"], 1), (["run", "--deterministic"], 1),
     (["run", "--detect-anomaly", "--check-inf"], 1), (["run", "--retain-graph", "--repeat", "2"], 1),
@@ -535,6 +681,8 @@ def prepare_dir(workdir, seed):
     d = workdir / key
     if not d.exists():
         d.mkdir(parents=True)
+        if not seed.parent.is_dir():
+            return d
         for f in seed.parent.iterdir():
             if f.is_file() and f.suffix in (".npy", ".npz", ".py", ".txt") and f.stat().st_size < 2**21:
                 shutil.copy(f, d / f.name)
@@ -598,6 +746,7 @@ def worker(opts):
     seeds = seed_files()
     good = [s for s in seeds if "bad_inputs" not in str(s)]
     mut = Mutator(rng, registered_ops(), seeds)
+    synth = Synth(rng, op_specs())
     outdir = Path(opts.out)
     outdir.mkdir(parents=True, exist_ok=True)
     workdir = Path(opts.workdir) / f"w{opts.seed}"
@@ -605,11 +754,25 @@ def worker(opts):
     deadline = time.time() + opts.seconds
     n = 0
     while time.time() < deadline:
-        seed = rng.choice(good if good and rng.random() < 0.7 else seeds)
-        try:
-            text, suffix, desc = mut.mutate(seed)
-        except (RecursionError, MemoryError, ValueError, TypeError):
-            continue
+        if rng.random() < opts.synth:
+            import yaml
+            doc, opname = synth.case()
+            seed, suffix, desc = ROOT / "synth" / "op.yaml", ".yaml", f"synth {opname}"
+            text = yaml.safe_dump(doc, default_flow_style=None, sort_keys=False) \
+                if rng.random() < 0.7 else json.dumps(doc)
+            suffix = ".yaml" if text.startswith("version") else ".json"
+            if rng.random() < 0.3:
+                text, suffix = text, suffix
+                try:
+                    text = mut.m_number(text) or text
+                except (ValueError, IndexError):
+                    pass
+        else:
+            seed = rng.choice(good if good and rng.random() < 0.7 else seeds)
+            try:
+                text, suffix, desc = mut.mutate(seed)
+            except (RecursionError, MemoryError, ValueError, TypeError):
+                continue
         d = prepare_dir(workdir, seed)
         path = d / f"case{suffix}"
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
@@ -665,7 +828,7 @@ def parent(opts):
         left = max(10, int(end - time.time()))
         cmd = [sys.executable, __file__, "--worker", "--seed", str(seed), "--seconds", str(left),
                "--out", opts.out, "--workdir", opts.workdir, "--timeout", str(opts.timeout),
-               "--mem-gb", str(opts.mem_gb)] + (["--verbose"] if opts.verbose else [])
+               "--mem-gb", str(opts.mem_gb), "--synth", str(opts.synth)] + (["--verbose"] if opts.verbose else [])
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1",
                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         proc = subprocess.Popen(cmd, env=env)
@@ -722,6 +885,8 @@ def main():
     ap.add_argument("--mem-gb", type=float, default=4.0, help="RLIMIT_AS of the worker")
     ap.add_argument("--replay", metavar="DIR", help="re-run the finding in DIR")
     ap.add_argument("--verbose", action="store_true", help="print every case")
+    ap.add_argument("--synth", type=float, default=0.4,
+                    help="share of synthetic op-contract cases (one op, edge-case args)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=0, help=argparse.SUPPRESS)
     opts = ap.parse_args()

@@ -649,11 +649,14 @@ class _Loader:
             if isinstance(v, str):
                 names.append(v)
                 return Slot(len(names) - 1)
-            if _is_number(v) and not in_list:
+            numbers = getattr(op, "numbers_as_tensors", True)   # Note [numbers as tensors]
+            if _is_number(v) and not in_list and numbers:
                 return v
             what = "a tensor name or null" if in_list and p.optional else "a tensor name"
-            self.fail(f"input {p.name!r} must be {what}{'' if in_list else ' or a number'}, "
-                      f"got {_short(v)}", ipath + (k,), label)
+            self.fail(f"input {p.name!r} must be {what}"
+                      f"{'' if in_list or not numbers else ' or a number'}, got {_short(v)}"
+                      f"{' (as in PyTorch, this op takes no number for a Tensor)' if _is_number(v) and not numbers else ''}",
+                      ipath + (k,), label)
 
         for k, (v, p) in enumerate(zip(inputs, params)):
             if p.is_list:

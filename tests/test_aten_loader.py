@@ -44,6 +44,27 @@ def test_int_wrapped_number_keeps_the_tensor_dtype():
     assert g.forward()["y"].dtype == np.float32
 
 
+def test_number_for_a_tensor_of_an_op_pytorch_refuses_it_for_is_a_graph_error():
+    # Found by scripts/fuzz_cli.py: embedding's shape rule got the float and crashed
+    # (exit 3, "internal error in op"); PyTorch refuses a number there.
+    w = "w: {value: [[1.0, 2.0], [3.0, 4.0]], requires_grad: true}"
+    for number in ("-.inf", "1", "0.5"):
+        with pytest.raises(GraphError, match=r"<graph>:5: ops\[0\] \(aten.embedding.default\): "
+                                             r"input 'indices' must be a tensor name, got .*"
+                                             r"this op takes no number for a Tensor"):
+            loader.loads(doc([w], [f"{{op: aten.embedding.default, inputs: [w, {number}], "
+                                   "output: y}", SUM]))
+
+
+def test_ops_taking_numbers_for_tensors_are_pytorchs():
+    torch = pytest.importorskip("torch")
+    from gradcli.ops.aten.registry import ATEN_OPS
+
+    for name, op in ATEN_OPS.items():
+        base = name.split(".")[1]
+        assert op.numbers_as_tensors == torch._C._should_allow_numbers_as_tensors(base), name
+
+
 def test_null_for_an_absent_optional_tensor():
     text = doc([X, "w: {value: [1.0, 2.0, 3.0], requires_grad: true}"],
                ["{op: aten.native_layer_norm.default, inputs: [x, w, null], outputs: [y, m, r], "

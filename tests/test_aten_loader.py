@@ -295,3 +295,25 @@ def test_numeric_check_runs_aten_entries_on_raw_arrays(gradcli_cli, repo_root):
         assert res.exit_code == 0, res.output
         checks = json.loads(res.stdout)["files"][0]["checks"]
         assert any(c["kind"] == "numeric" and c["status"] == "pass" for c in checks), checks
+
+
+@pytest.mark.parametrize("grad_shape, dtype, match", [
+    ("[3, 1]", "float64", "expected dimensions 4 for grad_output but got dimensions 2"),
+    ("[6, 3, 1]", "float64", "expected dimensions 4 for grad_output but got dimensions 3"),
+    ("[4, 6, 3, 1]", "float32", "expected dtype float64 for grad_output but got dtype float32"),
+    # PyTorch does not check the leading dims (it reads a smaller grad_output past its
+    # end): gradcli refuses them, a deliberate difference
+    ("[2, 6, 3, 1]", "float64", r"grad_output \[2, 6, 3, 1\] must have the leading dims of self"),
+])
+def test_adaptive_avg_pool2d_backward_checks_grad_output(grad_shape, dtype, match):
+    # Found by scripts/fuzz_cli.py: a 2-D grad_output made a [5, 4] result where the
+    # shape rule promised [4, 6, 5, 4]; the backward then failed (exit 3), and a 3-D
+    # one gave a gradient where PyTorch refuses
+    text = doc([f"g: {{shape: {grad_shape}, dtype: {dtype}, init: normal, requires_grad: true}}",
+                "x: {shape: [4, 6, 5, 4], init: normal, requires_grad: true}"],
+               ["{op: aten._adaptive_avg_pool2d_backward.default, inputs: [g, x], output: y}", SUM])
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten._adaptive_avg_pool2d_backward"
+                                         r".default\): _adaptive_avg_pool2d_backward: " + match):
+        loader.loads(text)
+    ok = text.replace(grad_shape, "[4, 6, 3, 1]").replace(dtype, "float64")
+    assert run(ok).grads["g"].shape == (4, 6, 3, 1)

@@ -281,8 +281,28 @@ def _adaptive_avg_pool2d(self, output_size):
     return [(self.shape[:-2] + tuple(out), self.dtype)]
 
 
-@_rule("aten.max_pool2d_with_indices_backward.default", "aten.avg_pool2d_backward.default",
-       "aten._adaptive_avg_pool2d_backward.default")
+@_rule("aten._adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_pool2d_backward(grad_output, self):
+    # PyTorch's adaptive_avg_pool2d_backward_out_cpu_template: grad_output has self's
+    # rank and dtype. Its sizes are the pooled output's, so only its last two dims may
+    # differ from self's. PyTorch does not check the leading dims (a smaller
+    # grad_output is read past its end); gradcli refuses them (a deliberate difference,
+    # tests/test_aten_loader.py) rather than broadcasting them into a wrong gradient.
+    name = "_adaptive_avg_pool2d_backward"
+    if grad_output.ndim != self.ndim:
+        raise ValueError(f"{name}: expected dimensions {self.ndim} for grad_output but got "
+                         f"dimensions {grad_output.ndim} (grad_output {list(grad_output.shape)}, "
+                         f"self {list(self.shape)})")
+    if grad_output.dtype != self.dtype:
+        raise ValueError(f"{name}: expected dtype {self.dtype} for grad_output but got dtype "
+                         f"{grad_output.dtype}")
+    if grad_output.shape[:-2] != self.shape[:-2]:
+        raise ValueError(f"{name}: grad_output {list(grad_output.shape)} must have the leading "
+                         f"dims of self {list(self.shape)} (only the last two are pooled)")
+    return [(self.shape, grad_output.dtype)]
+
+
+@_rule("aten.max_pool2d_with_indices_backward.default", "aten.avg_pool2d_backward.default")
 def _pool_backward(grad_output, self, *indices, **args):
     # the gradient of the pooling's input: shaped as self, in grad_output's dtype
     return [(self.shape, grad_output.dtype)]

@@ -77,6 +77,10 @@ DEVICES = ["cpu", "sim:0", "sim:1", "sim:99", "sim:-1", "sim", "cuda:0", "cuda",
            "cpu:1", "mps", "sim:99999999999999999999", "null", "''", "cuda:1"]
 TAGS = ["!!str", "!!int", "!!float", "!!bool", "!!null", "!!binary", "!!set", "!!omap",
         "!!seq", "!!map", "!!timestamp", "!!python/object:os.system", "!custom", "!!pairs"]
+# Exit 3 messages of a backward that legitimately raised, as PyTorch's would: the
+# `fail` op, and a graph freed by a `grad` op without retain_graph then walked again.
+LEGIT_BACKWARD_ERRORS = ("backward failed in FailBackward",
+                         "Trying to backward through the graph a second time")
 # Ops that wait on purpose (a `delay` may sleep a minute per call): a time-out is
 # what they are for, not a finding.
 SLEEPY_OPS = {"delay"}
@@ -603,7 +607,7 @@ def classify(args, path, code, out, err, exc, tb):
         if code == 2 and not lines[0].startswith(f"gradcli: error: {path}"):
             return "unnamed-file", re.sub(r"[\d'\"].*", "", lines[0][:60])
         if code == 3:
-            if "backward failed in FailBackward" in err:
+            if any(legit in err for legit in LEGIT_BACKWARD_ERRORS):
                 return None
             if "--detect-anomaly" in args and re.search(r"returned (nan|inf) values", err):
                 return None

@@ -317,3 +317,35 @@ def test_adaptive_avg_pool2d_backward_checks_grad_output(grad_shape, dtype, matc
         loader.loads(text)
     ok = text.replace(grad_shape, "[4, 6, 3, 1]").replace(dtype, "float64")
     assert run(ok).grads["g"].shape == (4, 6, 3, 1)
+
+
+POOL_ARGS = "kernel_size: [2, 2], stride: [2, 2], padding: [0, 0], ceil_mode: false"
+
+
+@pytest.mark.parametrize("op, args, extra, grad_shape, match", [
+    ("avg_pool2d_backward", POOL_ARGS + ", count_include_pad: true, divisor_override: null", [],
+     "[4, 6, 3, 1]", r"grad_output \[4, 6, 3, 1\] must have the shape of the pooling's output "
+                     r"\[4, 6, 2, 2\] \(self \[4, 6, 5, 4\]\)"),
+    ("avg_pool2d_backward", POOL_ARGS + ", count_include_pad: true, divisor_override: null", [],
+     "[2, 2]", r"grad_output \[2, 2\] must have the shape"),
+    ("max_pool2d_with_indices_backward", POOL_ARGS + ", dilation: [1, 1]",
+     ["i: {shape: [4, 6, 2, 2], init: zeros, dtype: int64}"], "[4, 6, 3, 1]",
+     r"grad_output \[4, 6, 3, 1\] must have the shape"),
+    ("max_pool2d_with_indices_backward", POOL_ARGS + ", dilation: [1, 1]",
+     ["i: {shape: [3], init: zeros, dtype: int64}"], "[4, 6, 2, 2]",
+     r"indices \[3\] must have the shape of the pooling's output \[4, 6, 2, 2\]"),
+])
+def test_pool_backward_checks_grad_output_and_indices_shapes(op, args, extra, grad_shape, match):
+    # Found by scripts/fuzz_cli.py: the error was NumPy's ("operands could not be
+    # broadcast together", "cannot reshape array of size 3"); PyTorch checks each dim
+    inputs = "g, x, i" if extra else "g, x"
+    text = doc([f"g: {{shape: {grad_shape}, init: normal, requires_grad: true}}",
+                "x: {shape: [4, 6, 5, 4], init: normal, requires_grad: true}", *extra],
+               [f"{{op: aten.{op}.default, inputs: [{inputs}], output: y, args: {{{args}}}}}", SUM])
+    line = 7 if extra else 6
+    with pytest.raises(GraphError, match=rf"<graph>:{line}: ops\[0\] \(aten.{op}.default\): {op}: "
+                                         + match):
+        loader.loads(text)
+    ok = text.replace(f"g: {{shape: {grad_shape}", "g: {shape: [4, 6, 2, 2]") \
+        .replace("i: {shape: [3]", "i: {shape: [4, 6, 2, 2]")
+    assert run(ok).grads["g"].shape == (4, 6, 2, 2)

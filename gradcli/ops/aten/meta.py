@@ -303,8 +303,18 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
 
 
 @_rule("aten.max_pool2d_with_indices_backward.default", "aten.avg_pool2d_backward.default")
-def _pool_backward(grad_output, self, *indices, **args):
-    # the gradient of the pooling's input: shaped as self, in grad_output's dtype
+def _pool_backward(grad_output, self, *indices, kernel_size, stride, padding, ceil_mode,
+                   dilation=1, **args):
+    # the gradient of the pooling's input: shaped as self, in grad_output's dtype.
+    # grad_output (and max's indices) must be shaped as the pooling's output, as
+    # PyTorch's check_dim_size checks them (a NumPy broadcast error otherwise).
+    name = "max_pool2d_with_indices_backward" if indices else "avg_pool2d_backward"
+    out = _pool_params(name, self, kernel_size, stride, padding, dilation, ceil_mode)[4]
+    want = self.shape[:-2] + tuple(out)
+    for what, t in (("grad_output", grad_output), *(("indices", i) for i in indices)):
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name}: {what} {list(t.shape)} must have the shape of the pooling's "
+                             f"output {list(want)} (self {list(self.shape)})")
     return [(self.shape, grad_output.dtype)]
 
 

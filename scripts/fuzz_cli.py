@@ -81,6 +81,19 @@ TAGS = ["!!str", "!!int", "!!float", "!!bool", "!!null", "!!binary", "!!set", "!
 # `fail` op, and a graph freed by a `grad` op without retain_graph then walked again.
 LEGIT_BACKWARD_ERRORS = ("backward failed in FailBackward",
                          "Trying to backward through the graph a second time")
+# Text of Python's or NumPy's own exceptions: in an error line it means a check is
+# missing and the user gets an implementation detail instead of the problem.
+LEAKY = re.compile(
+    r"operands could not be broadcast|cannot reshape array|is out of bounds for axis"
+    r"|object has no attribute|unsupported operand type|NoneType|list index out of range"
+    r"|invalid literal for int|positional argument|unhashable type|not subscriptable"
+    r"|object is not iterable|object cannot be interpreted|too many indices for array"
+    r"|maximum supported dimension|array is not broadcastable|negative dimensions are not"
+    r"|Maximum allowed size exceeded|array is too big|division by zero|math domain error"
+    r"|cannot convert float|OverflowError|Python int too large|non-broadcastable"
+    r"|setting an array element|got an unexpected keyword|missing \d+ required"
+    r"|axes don't match array|repeated axis|diff requires|zero-size array"
+    r"|KeyError|IndexError|TypeError|AttributeError|AssertionError|RecursionError")
 # Ops that wait on purpose (a `delay` may sleep a minute per call): a time-out is
 # what they are for, not a finding.
 SLEEPY_OPS = {"delay"}
@@ -606,6 +619,10 @@ def classify(args, path, code, out, err, exc, tb):
             return "multiline", str(len(lines))
         if code == 2 and not lines[0].startswith(f"gradcli: error: {path}"):
             return "unnamed-file", re.sub(r"[\d'\"].*", "", lines[0][:60])
+        leak = LEAKY.search(lines[0])
+        if leak:
+            op = re.search(r"\(([\w.]+)\): ", lines[0])
+            return "leaky-message", f"{op.group(1) if op else '?'}:{leak.group(0)}"
         if code == 3:
             if any(legit in err for legit in LEGIT_BACKWARD_ERRORS):
                 return None

@@ -715,3 +715,49 @@ def test_maximum_with_nan_passes_gradient_to_both():
 def test_relu_nan_passes_gradient():
     (g,) = _grads("relu", [[np.nan, 1.0, -1.0]])
     np.testing.assert_array_equal(g, [1.0, 1.0, 0.0])
+
+
+# -- empty inputs (found by scripts/fuzz_cli.py: NumPy's "zero-size array to reduction
+# operation maximum which has no identity" refused them, exit 2) ---------------------------
+def _empty_graph(op, shape, args=""):
+    return (f"version: 1\ntensors:\n  x: {{shape: {shape}, init: normal, requires_grad: true}}\n"
+            f"ops:\n  - {{op: {op}, inputs: [x], output: y{args}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+
+
+@pytest.mark.parametrize("op, shape, axis, expected", [
+    ("softmax", [1, 0], -1, np.zeros((1, 0))),
+    ("log_softmax", [0], 0, np.zeros((0,))),
+    ("logsumexp", [2, 0], 1, np.array([-np.inf, -np.inf])),     # torch.logsumexp: -inf
+    ("logsumexp", [2, 0], None, np.array(-np.inf)),
+    ("logsumexp", [0, 3], 1, np.zeros((0,))),
+])
+def test_softmaxes_of_empty_tensors_are_pytorchs(op, shape, axis, expected):
+    from gradcli.loader import loads
+
+    graph = loads(_empty_graph(op, shape, f", args: {{axis: {'null' if axis is None else axis}}}"))
+    result = graph.run()
+    y = np.asarray(graph.values["y"].data)
+    assert y.shape == expected.shape and np.array_equal(y, expected)
+    assert result.grads["x"].shape == tuple(shape)
+    torch = pytest.importorskip("torch")
+    t = torch.empty(shape, dtype=torch.float64)
+    ref = {"softmax": lambda: torch.softmax(t, axis), "log_softmax": lambda: torch.log_softmax(t, axis),
+           "logsumexp": lambda: torch.logsumexp(t, axis if axis is not None else tuple(range(t.ndim)))}
+    assert np.array_equal(ref[op]().numpy(), expected)
+
+
+@pytest.mark.parametrize("op, shape, axis, message", [
+    ("max", [0], None, r"max\(\): Expected reduction dim to be specified for input.numel\(\) == 0"),
+    ("min", [0, 3], 0, r"min\(\): Expected reduction dim 0 to have non-zero size"),
+    ("max", [2, 0], [0, 1], r"max\(\): Expected reduction dim 1 to have non-zero size"),
+])
+def test_max_min_over_no_element_give_pytorchs_error(op, shape, axis, message):
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    args = f", args: {{axis: {'null' if axis is None else axis}}}"
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): {message}"):
+        loads(_empty_graph(op, shape, args)).run()
+    # over a non-empty dim of an empty tensor: an empty result, as torch.amax
+    assert loads(_empty_graph(op, "[0, 3]", ", args: {axis: 1}")).run().grads["x"].shape == (0, 3)

@@ -384,12 +384,28 @@ def _extreme_name(prefix):
 @primitive("max", _extreme_name("Max"), args=AXIS, infer=S.REDUCTION)
 def max_(x, axis=None, keepdims=False):
     """maximum over axis; with an int axis the first maximum of each slice takes the gradient (torch.max(dim)), else ties share it evenly (amax)"""
+    _check_extreme_of_empty("max", x, axis)
     return np.max(x, axis=axis, keepdims=keepdims)
+
+
+def _check_extreme_of_empty(name, x, axis):
+    """A max or min over no element has no value: PyTorch's errors, not NumPy's
+    "zero-size array to reduction operation maximum which has no identity"."""
+    if np.size(x) != 0:
+        return
+    if axis is None:
+        raise ValueError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0 "
+                         f"(input of shape {list(np.shape(x))})")
+    for ax in _normalize_axes(axis, np.ndim(x)):
+        if np.shape(x)[ax] == 0:
+            raise ValueError(f"{name}(): Expected reduction dim {ax} to have non-zero size "
+                             f"(input of shape {list(np.shape(x))})")
 
 
 @primitive("min", _extreme_name("Min"), args=AXIS, infer=S.REDUCTION)
 def min_(x, axis=None, keepdims=False):
     """minimum over axis; with an int axis the first minimum of each slice takes the gradient (torch.min(dim)), else ties share it evenly (amin)"""
+    _check_extreme_of_empty("min", x, axis)
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
@@ -416,6 +432,10 @@ defvjp(min_, _extreme_vjp)
 @primitive("logsumexp", "LogsumexpBackward0", args=AXIS, infer=S.REDUCTION)
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) over axis, computed stably"""
+    if np.size(x) == 0:     # as torch.logsumexp: -inf over no element (no max to shift by)
+        with np.errstate(divide="ignore"):
+            out = np.log(np.sum(np.exp(x), axis=axis, keepdims=True))
+        return out if keepdims else np.squeeze(out, axis=axis)
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
@@ -733,6 +753,8 @@ defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
 @primitive("softmax", "SoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)}, infer=S.KEEPS_SHAPE)
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along axis"""
+    if np.size(x) == 0:     # as torch.softmax: an empty result, not NumPy's max error
+        return np.exp(x)
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 

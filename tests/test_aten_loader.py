@@ -349,3 +349,19 @@ def test_pool_backward_checks_grad_output_and_indices_shapes(op, args, extra, gr
     ok = text.replace(f"g: {{shape: {grad_shape}", "g: {shape: [4, 6, 2, 2]") \
         .replace("i: {shape: [3]", "i: {shape: [4, 6, 2, 2]")
     assert run(ok).grads["g"].shape == (4, 6, 2, 2)
+
+
+@pytest.mark.parametrize("value", [2**63, -2**63 - 1, 2**64])
+def test_int_scalar_past_int64_is_refused(value):
+    # Found by scripts/fuzz_cli.py: NumPy's "Python int too large to convert to C long".
+    # Deliberate difference: PyTorch takes 2**63 .. 2**64 - 1 as a uint64 Scalar
+    # (wrapping it into an integer tensor's dtype); gradcli refuses every int past int64
+    x = "x: {value: [1.0, 2.0], requires_grad: true}"
+    text = doc([x], [f"{{op: aten.mul.Scalar, inputs: [x], output: y, args: {{other: {value}}}}}",
+                     SUM])
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \(aten.mul.Scalar\): bad arg 'other': "
+                                         rf"expected a number, got the int {value} past int64"):
+        loader.loads(text)
+    r = run(text.replace(str(value), str(float(value))))
+    np.testing.assert_array_equal(r.grads["x"], np.full(2, float(value)))
+    run(text.replace(str(value), str(2**63 - 1)))

@@ -365,3 +365,17 @@ def test_int_scalar_past_int64_is_refused(value):
     r = run(text.replace(str(value), str(float(value))))
     np.testing.assert_array_equal(r.grads["x"], np.full(2, float(value)))
     run(text.replace(str(value), str(2**63 - 1)))
+
+
+def test_embedding_of_zero_width_weight_has_a_backward():
+    # Found by scripts/fuzz_cli.py: a [3, 0] weight made the backward fail (exit 3) with
+    # NumPy's "cannot reshape array of size 0 into shape (0)" (reshape(-1, 0))
+    text = doc(["w: {shape: [3, 0], init: normal, requires_grad: true}",
+                "i: {value: [[1, 2], [0, 1]], dtype: int64}"],
+               ["{op: aten.embedding.default, inputs: [w, i], output: y}", SUM])
+    r = run(text)
+    assert r.grads["w"].shape == (3, 0)
+    torch = pytest.importorskip("torch")
+    w = torch.zeros(3, 0, dtype=torch.float64, requires_grad=True)
+    torch.ops.aten.embedding.default(w, torch.tensor([[1, 2], [0, 1]])).sum().backward()
+    assert tuple(w.grad.shape) == r.grads["w"].shape

@@ -619,7 +619,7 @@ def classify(args, path, code, out, err, exc, tb):
             return "multiline", str(len(lines))
         if code == 2 and not lines[0].startswith(f"gradcli: error: {path}"):
             return "unnamed-file", re.sub(r"[\d'\"].*", "", lines[0][:60])
-        leak = LEAKY.search(lines[0])
+        leak = LEAKY.search(lines[0]) if code == 2 else None
         if leak:
             op = re.search(r"\(([\w.]+)\): ", lines[0])
             return "leaky-message", f"{op.group(1) if op else '?'}:{leak.group(0)}"

@@ -761,3 +761,21 @@ def test_max_min_over_no_element_give_pytorchs_error(op, shape, axis, message):
         loads(_empty_graph(op, shape, args)).run()
     # over a non-empty dim of an empty tensor: an empty result, as torch.amax
     assert loads(_empty_graph(op, "[0, 3]", ", args: {axis: 1}")).run().grads["x"].shape == (0, 3)
+
+
+@pytest.mark.parametrize("axes, message", [
+    ("[0, 1]", r"transpose: axes \[0, 1\] has 2 entries for an input of 3 dims"),
+    ("[0, 1, 1]", r"transpose: axes \[0, 1, 1\] repeat a dim"),
+    ("[0, 1, 3]", r"transpose: axis 3 is out of range for an input of 3 dims"),
+])
+def test_transpose_axes_are_checked_as_permute(axes, message):
+    # Found by scripts/fuzz_cli.py: NumPy's "axes don't match array"
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    text = ("version: 1\ntensors:\n  x: {shape: [2, 3, 4], init: normal, requires_grad: true}\n"
+            f"ops:\n  - {{op: transpose, inputs: [x], output: y, args: {{axes: {axes}}}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \(transpose\): {message}"):
+        loads(text).run()
+    assert loads(text.replace(axes, "[2, -3, 1]")).run().grads["x"].shape == (2, 3, 4)

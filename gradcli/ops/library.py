@@ -465,6 +465,17 @@ defvjp(reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape))
            infer=S.VIEW, view=True)
 def transpose(x, axes=None):
     """permute axes (reverse them by default)"""
+    if axes is not None:    # PyTorch's permute() checks (NumPy said "axes don't match array")
+        nd = np.ndim(x)
+        if len(axes) != nd:
+            raise ValueError(f"transpose: axes {list(axes)} has {len(axes)} entries for an "
+                             f"input of {nd} dims (it must list each dim once)")
+        bad = [a for a in axes if not -nd <= a < nd]
+        if bad:
+            raise ValueError(f"transpose: axis {bad[0]} is out of range for an input of {nd} dims")
+        if len({a % nd for a in axes}) != nd:
+            raise ValueError(f"transpose: axes {list(axes)} repeat a dim (duplicate dims are not "
+                             f"allowed)")
     return np.transpose(x, axes)
 
 

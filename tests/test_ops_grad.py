@@ -779,3 +779,24 @@ def test_transpose_axes_are_checked_as_permute(axes, message):
     with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \(transpose\): {message}"):
         loads(text).run()
     assert loads(text.replace(axes, "[2, -3, 1]")).run().grads["x"].shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize("op", ["expand", "aten.expand.default"])
+def test_expand_to_an_incompatible_size_gives_pytorchs_error(op):
+    # Found by scripts/fuzz_cli.py: NumPy's "operands could not be broadcast together
+    # with remapped shapes [original->remapped]"
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    key = "shape" if op == "expand" else "size"
+    text = ("version: 1\ntensors:\n  x: {shape: [3], init: normal, requires_grad: true}\n"
+            f"ops:\n  - {{op: {op}, inputs: [x], output: y, args: {{{key}: [3, 2, 1]}}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+    message = (r"expand: the expanded size of the tensor \(1\) must match the existing size \(3\) "
+               r"at non-singleton dimension 2.  Target sizes: \[3, 2, 1\].  Tensor sizes: \[3\]")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): {message}"):
+        loads(text).run()
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match=message.replace("expand: the", "The")):
+        torch.ones(3).expand(3, 2, 1)
+    assert loads(text.replace("[3, 2, 1]", "[2, 3]")).run().grads["x"].tolist() == [2.0] * 3

@@ -499,6 +499,12 @@ def expand(x, shape):
     full = tuple(x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
     if any(s < 0 for s in full):
         raise ValueError(f"expand: -1 is not allowed for a new leading axis in {list(shape)}")
+    for i, s in enumerate(np.shape(x)):     # PyTorch's check (NumPy's broadcast error before)
+        if s != 1 and s != full[lead + i]:
+            raise ValueError(f"expand: the expanded size of the tensor ({full[lead + i]}) must "
+                             f"match the existing size ({s}) at non-singleton dimension "
+                             f"{lead + i}.  Target sizes: {list(shape)}.  Tensor sizes: "
+                             f"{list(np.shape(x))}")
     return np.broadcast_to(x, full)
 
 

@@ -806,6 +806,8 @@ def worker(opts):
         except MemoryError:
             found, code, err, exc, tb = ("memory", "worker"), None, "", None, traceback.format_exc()
         n += 1
+        if n % 200 == 0:        # counted as it goes: a killed worker's cases still count
+            _bump_stats(outdir, 200)
         if opts.verbose:
             print(f"[{opts.seed}] {n} {time.time() - t0:.1f}s exit {code} {found} {args[:-1]} "
                   f"{seed.name}: {desc}", flush=True)
@@ -823,9 +825,9 @@ def worker(opts):
                       flush=True)
             if cls in ("hang", "memory", "escaped", "hang-sleepy-op"):
                 # engine threads may still be busy or the heap is in a bad state: start afresh
-                _bump_stats(outdir, n)
+                _bump_stats(outdir, n % 200)
                 os._exit(17)
-    _bump_stats(outdir, n)
+    _bump_stats(outdir, n % 200)
     os._exit(0)
 
 
@@ -882,7 +884,7 @@ def _record_dead(outdir, p, cls, detail):
     path = Path(p["path"])
     record(outdir, cls, f"{detail}-{Path(p['seed']).name}", path, p["args"], "", "", p["desc"], p["seed"])
     print(f"NEW {cls} {detail} {p['args']}", flush=True)
-    _bump_stats(outdir, p["n"] + 1)
+    _bump_stats(outdir, (p["n"] + 1) % 200)
 
 
 def replay(d, timeout):

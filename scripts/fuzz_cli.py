@@ -83,12 +83,15 @@ LEGIT_BACKWARD_ERRORS = ("backward failed in FailBackward",
                          "Trying to backward through the graph a second time")
 # Text of Python's or NumPy's own exceptions: in an error line it means a check is
 # missing and the user gets an implementation detail instead of the problem.
+# (NumPy's "cannot reshape array of size 12 into shape (3,0)", "too many indices
+# for array", "index 5 is out of bounds for axis 0" and "maximum supported dimension"
+# say the problem as PyTorch would: not flagged.)
 LEAKY = re.compile(
-    r"operands could not be broadcast|cannot reshape array|is out of bounds for axis"
+    r"operands could not be broadcast"
     r"|object has no attribute|unsupported operand type|NoneType|list index out of range"
     r"|invalid literal for int|positional argument|unhashable type|not subscriptable"
-    r"|object is not iterable|object cannot be interpreted|too many indices for array"
-    r"|maximum supported dimension|array is not broadcastable|negative dimensions are not"
+    r"|object is not iterable|object cannot be interpreted"
+    r"|array is not broadcastable|negative dimensions are not"
     r"|Maximum allowed size exceeded|array is too big|division by zero|math domain error"
     r"|cannot convert float|OverflowError|Python int too large|non-broadcastable"
     r"|setting an array element|got an unexpected keyword|missing \d+ required"

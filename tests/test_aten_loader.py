@@ -379,3 +379,27 @@ def test_embedding_of_zero_width_weight_has_a_backward():
     w = torch.zeros(3, 0, dtype=torch.float64, requires_grad=True)
     torch.ops.aten.embedding.default(w, torch.tensor([[1, 2], [0, 1]])).sum().backward()
     assert tuple(w.grad.shape) == r.grads["w"].shape
+
+
+@pytest.mark.parametrize("indices, num_weights, match", [
+    ("{shape: [4, 3, 2], init: normal}", 4, "indices must be an int64 or int32 tensor, got float64"),
+    ("{value: [0, 1, 2, 3, 0], dtype: int64}", 4,
+     r"shape '\[5, 8\]' is invalid for input of size 192"),
+    ("{shape: [4, 3, 2], init: zeros, dtype: int64}", -1, "num_weights must be non-negative, got -1"),
+])
+def test_embedding_dense_backward_checks_its_inputs(indices, num_weights, match):
+    # Found by scripts/fuzz_cli.py: NumPy's "cannot reshape array of size 192 into shape
+    # (192,8)"; PyTorch views grad_output as [indices.numel(), D]
+    text = doc(["g: {shape: [4, 3, 2, 8], init: normal, requires_grad: true}", f"i: {indices}"],
+               ["{op: aten.embedding_dense_backward.default, inputs: [g, i], output: y, args: "
+                f"{{num_weights: {num_weights}, padding_idx: -1, scale_grad_by_freq: false}}}}", SUM])
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten.embedding_dense_backward"
+                                         r".default\): embedding_dense_backward: " + match):
+        loader.loads(text)
+    ok = text.replace(indices, "{shape: [4, 3, 2], init: zeros, dtype: int64}").replace(
+        f"num_weights: {num_weights}", "num_weights: 4")
+    assert run(ok).grads["g"].shape == (4, 3, 2, 8)
+    # a numel-compatible indices tensor is fine in the forward, as in PyTorch ([24] for a
+    # [4, 3, 2, 8] grad); its double backward then fails as PyTorch's does
+    flat = loader.loads(ok.replace("shape: [4, 3, 2], init: zeros", "shape: [24], init: zeros"))
+    assert flat.forward()["y"].shape == (4, 8)

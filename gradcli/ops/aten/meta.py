@@ -221,7 +221,20 @@ def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
 
 @_rule("aten.embedding_dense_backward.default")
 def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    return [((int(num_weights), grad_output.shape[-1]), grad_output.dtype)]
+    # PyTorch's checks (NumPy's reshape and boolean-index errors before): int indices,
+    # grad_output viewed as [indices.numel(), D], a non-negative num_weights
+    name = "embedding_dense_backward"
+    if np.dtype(indices.dtype) not in (np.int64, np.int32):
+        raise ValueError(f"{name}: indices must be an int64 or int32 tensor, got {indices.dtype}")
+    d = grad_output.shape[-1] if grad_output.ndim else 1
+    n = int(np.prod(indices.shape, dtype=np.int64))
+    if int(np.prod(grad_output.shape, dtype=np.int64)) != n * d:
+        raise ValueError(f"{name}: shape '[{n}, {d}]' is invalid for input of size "
+                         f"{int(np.prod(grad_output.shape, dtype=np.int64))} (grad_output "
+                         f"{list(grad_output.shape)}, indices {list(indices.shape)})")
+    if int(num_weights) < 0:
+        raise ValueError(f"{name}: num_weights must be non-negative, got {num_weights}")
+    return [((int(num_weights), d), grad_output.dtype)]
 
 
 def _nll_check(op, self, target, weight, reduction):

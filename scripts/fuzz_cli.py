@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import math
 import os
@@ -253,10 +252,8 @@ class Mutator:
         m2 = re.search(r":\s*(?=[\[{\w])", lj)
         kind = self.rng.choice(["alias", "merge", "undefined"])
         if kind == "alias":
-            rest = lj[m2.end():]
             end = "\n" if lj.endswith("\n") else ""
             lines[j] = lj[:m2.end()] + "*A" + end
-            del rest
         elif kind == "merge":
             lines[j] = lj[:m2.end()] + "{<<: *A}\n"
         else:
@@ -724,8 +721,8 @@ def record(outdir, cls, detail, path, args, err, tb, desc, seed, replay_tb=""):
             if f.is_file() and f != path and f.suffix in (".npy", ".npz", ".py"):
                 shutil.copy(f, kdir / f.name)
         (kdir / "command.txt").write_text(
-            "PYTHONPATH=$REPO /work/venv/bin/python -m gradcli " + " ".join(args[:-1] if False else args)
-            .replace(str(path), path.name) + "\n")
+            "PYTHONPATH=$REPO /work/venv/bin/python -m gradcli "
+            + " ".join(args).replace(str(path), path.name) + "\n")
         (kdir / "stderr.txt").write_text(err)
         (kdir / "traceback.txt").write_text(tb + ("\n--- --debug re-run\n" + replay_tb if replay_tb else ""))
         (kdir / "info.json").write_text(json.dumps({"class": cls, "detail": detail, "seed": str(seed),
@@ -786,7 +783,6 @@ def worker(opts):
                 if rng.random() < 0.7 else json.dumps(doc)
             suffix = ".yaml" if text.startswith("version") else ".json"
             if rng.random() < 0.3:
-                text, suffix = text, suffix
                 try:
                     text = mut.m_number(text) or text
                 except (ValueError, IndexError):

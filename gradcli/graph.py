@@ -370,6 +370,8 @@ class Graph:
         values = self.values if self.values is not None else self.forward()
         roots, _ = self.root_grads(values)
         inputs = self.backward_spec.inputs
+        if inputs:      # as run does: an input must require grad and be reachable
+            self.check_inputs_reachable(roots, inputs, values)
         return predicted_execution_order(
             [r.gradient_edge() for r in roots],
             [values[n].gradient_edge() for n in inputs] if inputs else None)

@@ -764,3 +764,28 @@ def test_max_document_bytes_bounds_the_document_and_can_be_raised():
     line = one_error_line(result.stderr)
     assert "mlp.yaml" in line and "--max-document-bytes" in line
     assert cli("run", "graphs/mlp.yaml", "--max-document-bytes", str(2**30)).exit_code == 0
+
+
+@pytest.mark.parametrize("inputs, problem", [
+    ("[x]", "input 'x' does not require grad"),
+    ("[w]", "input 'w' is not used to compute any root"),
+])
+def test_order_predicted_checks_backward_inputs_as_run_does(tmp_path, gradcli_cli, inputs, problem):
+    # Found by scripts/fuzz_cli.py: `order --predicted` with backward.inputs naming a
+    # tensor that does not require grad was "gradcli: internal error: TypeError" (exit 3)
+    path = tmp_path / "g.yaml"
+    path.write_text("version: 1\ntensors:\n  x: {value: [1.0, 2.0]}\n"
+                    "  u: {value: [0.5, 0.5], requires_grad: true}\n"
+                    "  w: {value: [0.5, 0.5], requires_grad: true}\nops:\n"
+                    "  - {op: mul, inputs: [x, u], output: xu}\n"
+                    "  - {op: sum, inputs: [xu], output: loss}\n"
+                    f"backward: {{roots: [loss], inputs: {inputs}}}\n")
+    for args in (["order", "--predicted"], ["order"], ["run"]):
+        result = gradcli_cli(*args, path)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, (args, result.stderr)
+        assert lines[0].startswith(f"gradcli: error: {path}:9: backward: {problem}"), (args, lines)
+    path.write_text(path.read_text().replace(f"inputs: {inputs}", "inputs: [u]"))
+    result = gradcli_cli("order", "--predicted", path)
+    assert result.exit_code == 0 and "MulBackward0" in result.stdout

@@ -49,6 +49,11 @@ def boolean(v):
 
 def shape(v):
     if isinstance(v, (list, tuple)) and all(is_int(a) and a >= -1 for a in v):
+        if len(v) > MAX_DIMS:
+            raise ValueError(f"shape has {len(v)} dims, more than a tensor can have ({MAX_DIMS})")
+        big = [a for a in v if a > 2 ** 63 - 1]
+        if big:     # sizes are int64 in PyTorch (NumPy: "Python int too large to convert")
+            raise ValueError(f"shape {list(v)}: size {big[0]} is past int64")
         return tuple(int(a) for a in v)
     raise ValueError(f"shape must be a list of non-negative ints (or -1), got {v!r}")
 

@@ -403,3 +403,22 @@ def test_embedding_dense_backward_checks_its_inputs(indices, num_weights, match)
     # [4, 3, 2, 8] grad); its double backward then fails as PyTorch's does
     flat = loader.loads(ok.replace("shape: [4, 3, 2], init: zeros", "shape: [24], init: zeros"))
     assert flat.forward()["y"].shape == (4, 8)
+
+
+@pytest.mark.parametrize("op, args", [
+    ("_softmax", "dim: 0, half_to_float: false"), ("_log_softmax", "dim: 1, half_to_float: false"),
+    ("_safe_softmax", "dim: 0"),
+])
+def test_aten_softmaxes_of_empty_tensors_are_empty(op, args):
+    # Found by scripts/fuzz_cli.py: NumPy's "zero-size array to reduction operation
+    # maximum which has no identity" (exit 2) where PyTorch returns an empty tensor
+    text = doc(["x: {shape: [0, 3], init: normal, requires_grad: true}"],
+               [f"{{op: aten.{op}.default, inputs: [x], output: y, args: {{{args}}}}}", SUM])
+    g = loader.loads(text)
+    assert run(text).grads["x"].shape == (0, 3)
+    assert g.forward()["y"].shape == (0, 3)
+    torch = pytest.importorskip("torch")
+    fn = getattr(torch.ops.aten, op).default
+    kw = dict(a.split(": ") for a in args.split(", "))
+    call = [int(kw["dim"])] + ([False] if "half_to_float" in kw else [])
+    assert tuple(fn(torch.empty(0, 3, dtype=torch.float64), *call).shape) == (0, 3)

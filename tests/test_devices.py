@@ -734,3 +734,25 @@ def test_zero_dim_slices_get_pytorchs_gradient(name, dev):
 
     np.testing.assert_allclose(to_host(result.grads["x"]), xt.grad.numpy())
     assert device_of(result.grads["x"]) is device(dev)
+
+
+def test_expand_of_a_sim_array_stays_on_its_device():
+    # Found by scripts/fuzz_cli.py: logsumexp on sim:1 under create_graph failed in
+    # backward (exit 3, "Expected all tensors to be on the same device, ... cpu and
+    # sim:1"): expand (np.broadcast_to) turned the incoming SimArray gradient into a
+    # host array, which then met the sim:1 tensors of the recorded formula
+    import numpy as np
+
+    from gradcli.devices import device, device_of, to_device
+    from gradcli.loader import loads
+    from gradcli.ops import library as L
+
+    g = to_device(np.ones(()), device("sim:1"))
+    assert str(device_of(L.expand(g, shape=(2, 3)))) == "sim:1"
+    text = ("version: 1\ntensors:\n  t0: {shape: [2, 3], init: uniform, requires_grad: true, "
+            "device: 'sim:1'}\nops:\n  - {op: logsumexp, inputs: [t0], output: o0}\n"
+            "  - {op: sum, inputs: [o0], output: loss}\nbackward: {roots: [loss], create_graph: true}\n")
+    on_sim = loads(text).run().grads["t0"]
+    on_cpu = loads(text.replace(", device: 'sim:1'", "")).run().grads["t0"]
+    assert str(device_of(on_sim)) == "sim:1"
+    np.testing.assert_allclose(np.asarray(on_sim), on_cpu, rtol=1e-12)

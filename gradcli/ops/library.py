@@ -505,6 +505,8 @@ def expand(x, shape):
                              f"match the existing size ({s}) at non-singleton dimension "
                              f"{lead + i}.  Target sizes: {list(shape)}.  Tensor sizes: "
                              f"{list(np.shape(x))}")
+    if isinstance(x, np.ndarray):   # keeps a SimArray (and its device): subok
+        return np.broadcast_to(x, full, subok=True)
     return np.broadcast_to(x, full)
 
 

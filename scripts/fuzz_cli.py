@@ -77,8 +77,8 @@ DEVICES = ["cpu", "sim:0", "sim:1", "sim:99", "sim:-1", "sim", "cuda:0", "cuda",
 TAGS = ["!!str", "!!int", "!!float", "!!bool", "!!null", "!!binary", "!!set", "!!omap",
         "!!seq", "!!map", "!!timestamp", "!!python/object:os.system", "!custom", "!!pairs"]
 # Exit 3 messages of a backward that legitimately raised, as PyTorch's would: the
-# `fail` op, and a graph freed by a `grad` op without retain_graph then walked again.
-LEGIT_BACKWARD_ERRORS = ("backward failed in FailBackward",
+# `fail` op (also inside a `grad` op's backward), and a graph freed by a `grad` op without retain_graph then walked again.
+LEGIT_BACKWARD_ERRORS = ("failed in FailBackward",
                          "Trying to backward through the graph a second time")
 # Text of Python's or NumPy's own exceptions: in an error line it means a check is
 # missing and the user gets an implementation detail instead of the problem.

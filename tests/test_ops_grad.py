@@ -800,3 +800,21 @@ def test_expand_to_an_incompatible_size_gives_pytorchs_error(op):
     with pytest.raises(RuntimeError, match=message.replace("expand: the", "The")):
         torch.ones(3).expand(3, 2, 1)
     assert loads(text.replace("[3, 2, 1]", "[2, 3]")).run().grads["x"].tolist() == [2.0] * 3
+
+
+@pytest.mark.parametrize("op", ["expand", "aten.expand.default"])
+def test_expand_past_what_an_array_can_address_is_refused_with_its_shape(op):
+    # Found by scripts/fuzz_cli.py: NumPy's "array is too big; `arr.size *
+    # arr.dtype.itemsize` is larger than the maximum possible size."
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    key = "shape" if op == "expand" else "size"
+    text = ("version: 1\ntensors:\n  x: {shape: [1], init: normal, requires_grad: true}\n"
+            f"ops:\n  - {{op: {op}, inputs: [x], output: y, args: {{{key}: [2147483648, 2147483648]}}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): expand: the result of "
+                                         r"shape \[2147483648, 2147483648\] would span "
+                                         r"4611686018427387904 elements, more than an array can "
+                                         r"address"):
+        loads(text)

@@ -505,6 +505,13 @@ def expand(x, shape):
                              f"match the existing size ({s}) at non-singleton dimension "
                              f"{lead + i}.  Target sizes: {list(shape)}.  Tensor sizes: "
                              f"{list(np.shape(x))}")
+    n = 1
+    for s in full:
+        n *= s
+    if n * np.dtype(getattr(x, "dtype", np.float64)).itemsize > np.iinfo(np.intp).max:
+        # a view allocates nothing, but NumPy cannot even describe it ("array is too big")
+        raise ValueError(f"expand: the result of shape {list(full)} would span {n} elements, "
+                         f"more than an array can address")
     if isinstance(x, np.ndarray):   # keeps a SimArray (and its device): subok
         return np.broadcast_to(x, full, subok=True)
     return np.broadcast_to(x, full)

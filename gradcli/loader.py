@@ -369,6 +369,12 @@ class _Loader:
                 if "inhomogeneous" in str(exc) or "sequence" in str(exc):
                     self.fail("bad value: a nested list whose rows differ in length (the value "
                               "must be rectangular)", path, where)
+                if isinstance(exc, OverflowError) or "cannot convert float" in str(exc):
+                    # NumPy: "Python int too large to convert to C long", "cannot convert
+                    # float infinity to integer"; PyTorch's wording instead
+                    self.fail(f"bad value: a number cannot be converted to type "
+                              f"{np.dtype(dtype) if dtype is not None else 'int64'} without "
+                              f"overflow (inf, nan or out of its range)", path, where)
                 self.fail(f"bad value: {_first_line(exc)}", path, where)
         self.fail(f"value must be a number or a nested list of numbers, not {_kind(value)}",
                   path, where)

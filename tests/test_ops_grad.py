@@ -818,3 +818,35 @@ def test_expand_past_what_an_array_can_address_is_refused_with_its_shape(op):
                                          r"4611686018427387904 elements, more than an array can "
                                          r"address"):
         loads(text)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int64", "int32", "float16", "float32", "float64"])
+@pytest.mark.parametrize("bounds", [{"min": 0}, {"min": 0.5}, {"min": -1, "max": 1.5}, {"max": 3}])
+def test_clamp_promotes_as_torch_clamp(dtype, bounds):
+    # Found by scripts/fuzz_cli.py (clamp of a bool tensor with a bound past int64:
+    # NumPy's "Python int too large"); gradcli kept the input's dtype where
+    # torch.clamp promotes with its bounds (Note [clamp promotes])
+    torch = pytest.importorskip("torch")
+    x = np.array([0, 1, 2, 5]).astype(dtype)
+    ours = OPS["clamp"].fn(x, **bounds)
+    ref = torch.clamp(torch.from_numpy(x.copy()), **bounds)
+    assert str(ours.dtype) == str(ref.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(ours, ref.numpy())
+
+
+def test_clamp_bound_that_overflows_the_result_dtype_is_refused():
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    text = ("version: 1\ntensors:\n  x: {shape: [3], init: ones, dtype: bool}\n"
+            "  w: {shape: [3], init: ones, requires_grad: true}\nops:\n"
+            "  - {op: clamp, inputs: [x], output: y, args: {min: 0, max: 9223372036854775808}}\n"
+            "  - {op: cast, inputs: [y], output: yf, args: {dtype: float64}}\n"
+            "  - {op: mul, inputs: [yf, w], output: z}\n  - {op: sum, inputs: [z], output: loss}\n"
+            "backward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(clamp\): clamp: bound "
+                                         r"9223372036854775808 cannot be converted to type int64 "
+                                         r"without overflow"):
+        loads(text).run()
+    g = loads(text.replace("9223372036854775808", "3"))
+    assert g.run().grads["w"].tolist() == [1.0] * 3 and g.values["y"].dtype == np.int64

@@ -322,7 +322,23 @@ def clamp(x, min=None, max=None):  # noqa: A002 - the graph format's names
     """clip into [min, max]; gradient passes where min <= x <= max"""
     if min is None and max is None:
         raise ValueError("clamp needs at least one of min and max")
-    return np.clip(x, min, max).astype(x.dtype, copy=False)
+    # Note [clamp promotes]: torch.clamp's result dtype is the promotion of the tensor
+    # with its bounds as wrapped numbers: a bool tensor with an int bound is int64, an
+    # int tensor with a float bound the default float (float32); a float tensor keeps
+    # its dtype. (gradcli kept the input's dtype: clamp(int64 x, min=0.5) stayed int64.)
+    from .aten.promotion import result_type  # noqa: PLC0415 - aten imports this module
+
+    bounds = [b for b in (min, max) if b is not None]
+    dt = result_type(x, *bounds)
+    info = np.iinfo(dt) if dt.kind in "iu" else np.finfo(dt) if dt.kind == "f" else None
+    lo, hi = (None, None) if info is None else (info.min.item(), info.max.item()) \
+        if dt.kind == "f" else (int(info.min), int(info.max))
+    for b in bounds:
+        finite = isinstance(b, int) or (b == b and abs(b) != float("inf"))
+        if info is not None and finite and not lo <= b <= hi:
+            raise ValueError(f"clamp: bound {b} cannot be converted to type {dt} without overflow")
+    return np.clip(x.astype(dt, copy=False) if hasattr(x, "astype") else np.asarray(x, dt),
+                   min, max).astype(dt, copy=False)
 
 
 def _clamp_vjp(g, ans, x, min=None, max=None):  # noqa: A002

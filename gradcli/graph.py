@@ -98,6 +98,7 @@ class Result:
     forward_s: float
     backward_s: float
     nodes_run: int = 0      # how many nodes ran (recorded or not)
+    file: str | None = None  # the graph file, for errors
 
     def to_json(self, with_data=True):
         grads = {}
@@ -108,6 +109,8 @@ class Result:
             arr = to_host(g)
             entry = {"shape": list(arr.shape), "dtype": str(arr.dtype), "device": _device_str(g)}
             if with_data:
+                if arr.size == 0:       # otherwise the lists are bounded by the elements
+                    _check_json_lists(name, arr.shape, self.file)
                 entry["data"] = arr.tolist()
             grads[name] = entry
         if self.order is None:
@@ -117,6 +120,26 @@ class Result:
 
     def save_npz(self, path):
         np.savez(path, **{name: to_host(g) for name, g in self.grads.items() if g is not None})
+
+
+# Note [Empty tensors in JSON]: a tensor with no element takes no memory (the budgets
+# count bytes), but its JSON data nests one empty list per index of its leading dims:
+# [4, 2**31, 6, 0] is 8.6e9 lists (MemoryError, or a 17 GB document). Over
+# MAX_JSON_EMPTY_LISTS the gradient is refused in one line instead.
+MAX_JSON_EMPTY_LISTS = 10 ** 6
+
+
+def _check_json_lists(name, shape, file):
+    lists, run = 0, 1
+    for s in shape[:-1]:
+        run *= s
+        if run == 0:
+            break
+        lists += run
+    if lists > MAX_JSON_EMPTY_LISTS:
+        raise GraphError(f"the gradient of shape {list(shape)} has no element, but its JSON data "
+                         f"would nest {lists} empty lists (over {MAX_JSON_EMPTY_LISTS}): use "
+                         f"--format table or --out FILE.npz", file, None, f"gradient {name!r}")
 
 
 def _device_str(array):
@@ -360,8 +383,8 @@ class Graph:
                                                     multithreading, deterministic, anomaly, order)
         self.values = values
         if order:
-            return Result(self.name, grads, ran, forward_s, backward_s, len(ran))
-        return Result(self.name, grads, None, forward_s, backward_s, ran)
+            return Result(self.name, grads, ran, forward_s, backward_s, len(ran), self.file)
+        return Result(self.name, grads, None, forward_s, backward_s, ran, self.file)
 
     def predicted_order(self):
         """The order a single-threaded backward runs nodes in (before running it)."""

@@ -756,3 +756,21 @@ def test_expand_of_a_sim_array_stays_on_its_device():
     on_cpu = loads(text.replace(", device: 'sim:1'", "")).run().grads["t0"]
     assert str(device_of(on_sim)) == "sim:1"
     np.testing.assert_allclose(np.asarray(on_sim), on_cpu, rtol=1e-12)
+
+
+def test_not_differentiable_gradient_stays_on_its_device():
+    # Found by scripts/fuzz_cli.py: hardsigmoid on sim:0 under create_graph failed in
+    # backward with "Expected all tensors to be on the same device, ... cpu and sim:0":
+    # its formula's np.where gave a host array to the NotImplemented node
+    import numpy as np
+
+    from gradcli.devices import device_of
+    from gradcli.loader import loads
+
+    text = ("version: 1\ntensors:\n  x: {value: [-4.0, 0.0, 0.5, 1.0, 4.0], requires_grad: true, "
+            "device: 'sim:0'}\nops:\n  - {op: aten.hardsigmoid.default, inputs: [x], output: e}\n"
+            "  - {op: sum, inputs: [e], output: loss}\nbackward: {roots: [loss], create_graph: true}\n")
+    on_sim = loads(text).run().grads["x"]
+    on_cpu = loads(text.replace(", device: 'sim:0'", "")).run().grads["x"]
+    assert str(device_of(on_sim)) == "sim:0"
+    np.testing.assert_array_equal(np.asarray(on_sim), on_cpu)

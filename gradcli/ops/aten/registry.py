@@ -221,6 +221,15 @@ def _not_differentiable(op, vjp, g, ans, flat, args):
             if type(x) is Tensor and x.requires_grad]
     if raw is None or not deps:
         return raw
+    # the formula ran on raw arrays, and NumPy functions that are not ufuncs (np.where)
+    # return host arrays: the gradient goes on its gradient's device, as the engine puts
+    # a raw VJP output there (found by scripts/fuzz_cli.py: hardsigmoid on sim:0 under
+    # create_graph failed with "Expected all tensors to be on the same device")
+    from ...devices import device_of, on_device  # noqa: PLC0415
+
+    ref = next((x for x in gs if x is not None), None) if op.multi_output else gs
+    if ref is not None and hasattr(raw, "shape") and device_of(raw) is not device_of(ref):
+        raw = on_device(raw, device_of(ref))
     marker = Op(f"{op.name}:not_implemented", lambda value, *_: value, "torch::autograd::NotImplemented",
                 saves=False, arity=(1, None), public=False, doc="a gradient PyTorch cannot differentiate")
     marker.vjps = _RaiseOnBackward(f"derivative for aten::{op.first_order_only} is not implemented "

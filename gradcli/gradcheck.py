@@ -267,10 +267,18 @@ def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, se
     note = ""
     if not fast:
         need = full_jacobian_bytes([r.size for r in f0], [x0[n].size for n in inputs])
+        work = full_check_work(sum(x0[n].size for n in inputs), len(graph.ops),
+                               sum(np.asarray(v).size for v in base_vals.values()))
         if need > max_bytes:
             fast = True
             note = (f"the full Jacobians would need {need} bytes, over the memory budget of "
                     f"{max_bytes} bytes: checked v^T J u for random unit vectors instead "
+                    f"(fast mode)")
+        elif work > MAX_FULL_CHECK_WORK:
+            fast = True
+            note = (f"the full check would replay the forward {2 * sum(x0[n].size for n in inputs)} "
+                    f"times (about {work:.2g} element operations, over {MAX_FULL_CHECK_WORK:.0e}: "
+                    f"minutes to hours): checked v^T J u for random unit vectors instead "
                     f"(fast mode)")
     if fast:
         results = _fast(f, f0, x0, analytical, roots, inputs, eps, atol, rtol, seed)
@@ -278,6 +286,23 @@ def check_jacobians(graph: Graph, eps=1e-6, atol=1e-5, rtol=1e-3, fast=False, se
             m.note = note
         return results
     return _full(f, f0, x0, analytical, roots, inputs, eps, atol, rtol)
+
+
+# Note [gradcheck's time]: full mode replays the forward twice per input element,
+# so its time grows as (input elements) x (forward cost): a 200,000-element input
+# through one tanh is 400,000 replays, over ten minutes, a hang to whoever waits.
+# The cost of one replay is counted in element operations: the elements the
+# forward computes plus about 10,000 per op call (the Python overhead of a call is
+# that of a NumPy op on ~10,000 elements). Over MAX_FULL_CHECK_WORK (a few minutes
+# on one core; tiny_gpt, 27,328 inputs through 90 ops, is about 5e10 and stays
+# full) the check runs in fast mode, as it does over the memory budget, and says so.
+MAX_FULL_CHECK_WORK = 1e11
+OP_CALL_WORK = 10_000
+
+
+def full_check_work(input_elements, n_ops, forward_elements):
+    """Element operations of full mode's numerical Jacobian (Note [gradcheck's time])."""
+    return 2 * input_elements * (forward_elements + OP_CALL_WORK * n_ops)
 
 
 def full_jacobian_bytes(output_sizes, input_sizes):

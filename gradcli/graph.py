@@ -174,16 +174,17 @@ class NodeRun(Record):
 
 
 class Result(Record):
-    _fields = ("graph", "grads", "order", "forward_s", "backward_s", "nodes_run")
+    _fields = ("graph", "grads", "order", "forward_s", "backward_s", "nodes_run", "file")
 
     def __init__(self, graph: str, grads: dict, order: list | None, forward_s: float,
-                 backward_s: float, nodes_run: int = 0):
+                 backward_s: float, nodes_run: int = 0, file: str | None = None):
         self.graph = graph
         self.grads = grads              # name -> array (on its device)
         self.order = order              # [NodeRun], or None when the run was asked not to record it
         self.forward_s = forward_s
         self.backward_s = backward_s
         self.nodes_run = nodes_run      # how many nodes ran (recorded or not)
+        self.file = file                # the graph file, for errors
 
     def to_json(self, with_data=True):
         grads = {}
@@ -194,6 +195,8 @@ class Result(Record):
             arr = to_host(g)
             entry = {"shape": list(arr.shape), "dtype": str(arr.dtype), "device": _device_str(g)}
             if with_data:
+                if arr.size == 0:       # otherwise the lists are bounded by the elements
+                    _check_json_lists(name, arr.shape, self.file)
                 entry["data"] = arr.tolist()
             grads[name] = entry
         if self.order is None:
@@ -203,6 +206,26 @@ class Result(Record):
 
     def save_npz(self, path):
         np.savez(path, **{name: to_host(g) for name, g in self.grads.items() if g is not None})
+
+
+# Note [Empty tensors in JSON]: a tensor with no element takes no memory (the budgets
+# count bytes), but its JSON data nests one empty list per index of its leading dims:
+# [4, 2**31, 6, 0] is 8.6e9 lists (MemoryError, or a 17 GB document). Over
+# MAX_JSON_EMPTY_LISTS the gradient is refused in one line instead.
+MAX_JSON_EMPTY_LISTS = 10 ** 6
+
+
+def _check_json_lists(name, shape, file):
+    lists, run = 0, 1
+    for s in shape[:-1]:
+        run *= s
+        if run == 0:
+            break
+        lists += run
+    if lists > MAX_JSON_EMPTY_LISTS:
+        raise GraphError(f"the gradient of shape {list(shape)} has no element, but its JSON data "
+                         f"would nest {lists} empty lists (over {MAX_JSON_EMPTY_LISTS}): use "
+                         f"--format table or --out FILE.npz", file, None, f"gradient {name!r}")
 
 
 def _device_str(array):
@@ -454,8 +477,8 @@ class Graph:
                                                     multithreading, deterministic, anomaly, order)
         self.values = values
         if order:
-            return Result(self.name, grads, ran, forward_s, backward_s, len(ran))
-        return Result(self.name, grads, None, forward_s, backward_s, ran)
+            return Result(self.name, grads, ran, forward_s, backward_s, len(ran), self.file)
+        return Result(self.name, grads, None, forward_s, backward_s, ran, self.file)
 
     def predicted_order(self):
         """The order a single-threaded backward runs nodes in (before running it)."""
@@ -464,6 +487,8 @@ class Graph:
         values = self.values if self.values is not None else self.forward()
         roots, _ = self.root_grads(values)
         inputs = self.backward_spec.inputs
+        if inputs:      # as run does: an input must require grad and be reachable
+            self.check_inputs_reachable(roots, inputs, values)
         return predicted_execution_order(
             [r.gradient_edge() for r in roots],
             [values[n].gradient_edge() for n in inputs] if inputs else None)

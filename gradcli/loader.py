@@ -468,6 +468,12 @@ class _Loader:
                 if "inhomogeneous" in str(exc) or "sequence" in str(exc):
                     self.fail("bad value: a nested list whose rows differ in length (the value "
                               "must be rectangular)", path, where)
+                if isinstance(exc, OverflowError) or "cannot convert float" in str(exc):
+                    # NumPy: "Python int too large to convert to C long", "cannot convert
+                    # float infinity to integer"; PyTorch's wording instead
+                    self.fail(f"bad value: a number cannot be converted to type "
+                              f"{np.dtype(dtype) if dtype is not None else 'int64'} without "
+                              f"overflow (inf, nan or out of its range)", path, where)
                 self.fail(f"bad value: {_first_line(exc)}", path, where)
         self.fail(f"value must be a number or a nested list of numbers, not {_kind(value)}",
                   path, where)
@@ -762,11 +768,14 @@ class _Loader:
             if isinstance(v, str):
                 names.append(v)
                 return Slot(len(names) - 1)
-            if _is_number(v) and not in_list:
+            numbers = getattr(op, "numbers_as_tensors", True)   # Note [numbers as tensors]
+            if _is_number(v) and not in_list and numbers:
                 return v
             what = "a tensor name or null" if in_list and p.optional else "a tensor name"
-            self.fail(f"input {p.name!r} must be {what}{'' if in_list else ' or a number'}, "
-                      f"got {_short(v)}", ipath + (k,), label)
+            self.fail(f"input {p.name!r} must be {what}"
+                      f"{'' if in_list or not numbers else ' or a number'}, got {_short(v)}"
+                      f"{' (as in PyTorch, this op takes no number for a Tensor)' if _is_number(v) and not numbers else ''}",
+                      ipath + (k,), label)
 
         for k, (v, p) in enumerate(zip(inputs, params)):
             if p.is_list:

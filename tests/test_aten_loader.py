@@ -44,6 +44,27 @@ def test_int_wrapped_number_keeps_the_tensor_dtype():
     assert g.forward()["y"].dtype == np.float32
 
 
+def test_number_for_a_tensor_of_an_op_pytorch_refuses_it_for_is_a_graph_error():
+    # Found by scripts/fuzz_cli.py: embedding's shape rule got the float and crashed
+    # (exit 3, "internal error in op"); PyTorch refuses a number there.
+    w = "w: {value: [[1.0, 2.0], [3.0, 4.0]], requires_grad: true}"
+    for number in ("-.inf", "1", "0.5"):
+        with pytest.raises(GraphError, match=r"<graph>:5: ops\[0\] \(aten.embedding.default\): "
+                                             r"input 'indices' must be a tensor name, got .*"
+                                             r"this op takes no number for a Tensor"):
+            loader.loads(doc([w], [f"{{op: aten.embedding.default, inputs: [w, {number}], "
+                                   "output: y}", SUM]))
+
+
+def test_ops_taking_numbers_for_tensors_are_pytorchs():
+    torch = pytest.importorskip("torch")
+    from gradcli.ops.aten.registry import ATEN_OPS
+
+    for name, op in ATEN_OPS.items():
+        base = name.split(".")[1]
+        assert op.numbers_as_tensors == torch._C._should_allow_numbers_as_tensors(base), name
+
+
 def test_null_for_an_absent_optional_tensor():
     text = doc([X, "w: {value: [1.0, 2.0, 3.0], requires_grad: true}"],
                ["{op: aten.native_layer_norm.default, inputs: [x, w, null], outputs: [y, m, r], "
@@ -274,3 +295,130 @@ def test_numeric_check_runs_aten_entries_on_raw_arrays(gradcli_cli, repo_root):
         assert res.exit_code == 0, res.output
         checks = json.loads(res.stdout)["files"][0]["checks"]
         assert any(c["kind"] == "numeric" and c["status"] == "pass" for c in checks), checks
+
+
+@pytest.mark.parametrize("grad_shape, dtype, match", [
+    ("[3, 1]", "float64", "expected dimensions 4 for grad_output but got dimensions 2"),
+    ("[6, 3, 1]", "float64", "expected dimensions 4 for grad_output but got dimensions 3"),
+    ("[4, 6, 3, 1]", "float32", "expected dtype float64 for grad_output but got dtype float32"),
+    # PyTorch does not check the leading dims (it reads a smaller grad_output past its
+    # end): gradcli refuses them, a deliberate difference
+    ("[2, 6, 3, 1]", "float64", r"grad_output \[2, 6, 3, 1\] must have the leading dims of self"),
+])
+def test_adaptive_avg_pool2d_backward_checks_grad_output(grad_shape, dtype, match):
+    # Found by scripts/fuzz_cli.py: a 2-D grad_output made a [5, 4] result where the
+    # shape rule promised [4, 6, 5, 4]; the backward then failed (exit 3), and a 3-D
+    # one gave a gradient where PyTorch refuses
+    text = doc([f"g: {{shape: {grad_shape}, dtype: {dtype}, init: normal, requires_grad: true}}",
+                "x: {shape: [4, 6, 5, 4], init: normal, requires_grad: true}"],
+               ["{op: aten._adaptive_avg_pool2d_backward.default, inputs: [g, x], output: y}", SUM])
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten._adaptive_avg_pool2d_backward"
+                                         r".default\): _adaptive_avg_pool2d_backward: " + match):
+        loader.loads(text)
+    ok = text.replace(grad_shape, "[4, 6, 3, 1]").replace(dtype, "float64")
+    assert run(ok).grads["g"].shape == (4, 6, 3, 1)
+
+
+POOL_ARGS = "kernel_size: [2, 2], stride: [2, 2], padding: [0, 0], ceil_mode: false"
+
+
+@pytest.mark.parametrize("op, args, extra, grad_shape, match", [
+    ("avg_pool2d_backward", POOL_ARGS + ", count_include_pad: true, divisor_override: null", [],
+     "[4, 6, 3, 1]", r"grad_output \[4, 6, 3, 1\] must have the shape of the pooling's output "
+                     r"\[4, 6, 2, 2\] \(self \[4, 6, 5, 4\]\)"),
+    ("avg_pool2d_backward", POOL_ARGS + ", count_include_pad: true, divisor_override: null", [],
+     "[2, 2]", r"grad_output \[2, 2\] must have the shape"),
+    ("max_pool2d_with_indices_backward", POOL_ARGS + ", dilation: [1, 1]",
+     ["i: {shape: [4, 6, 2, 2], init: zeros, dtype: int64}"], "[4, 6, 3, 1]",
+     r"grad_output \[4, 6, 3, 1\] must have the shape"),
+    ("max_pool2d_with_indices_backward", POOL_ARGS + ", dilation: [1, 1]",
+     ["i: {shape: [3], init: zeros, dtype: int64}"], "[4, 6, 2, 2]",
+     r"indices \[3\] must have the shape of the pooling's output \[4, 6, 2, 2\]"),
+])
+def test_pool_backward_checks_grad_output_and_indices_shapes(op, args, extra, grad_shape, match):
+    # Found by scripts/fuzz_cli.py: the error was NumPy's ("operands could not be
+    # broadcast together", "cannot reshape array of size 3"); PyTorch checks each dim
+    inputs = "g, x, i" if extra else "g, x"
+    text = doc([f"g: {{shape: {grad_shape}, init: normal, requires_grad: true}}",
+                "x: {shape: [4, 6, 5, 4], init: normal, requires_grad: true}", *extra],
+               [f"{{op: aten.{op}.default, inputs: [{inputs}], output: y, args: {{{args}}}}}", SUM])
+    line = 7 if extra else 6
+    with pytest.raises(GraphError, match=rf"<graph>:{line}: ops\[0\] \(aten.{op}.default\): {op}: "
+                                         + match):
+        loader.loads(text)
+    ok = text.replace(f"g: {{shape: {grad_shape}", "g: {shape: [4, 6, 2, 2]") \
+        .replace("i: {shape: [3]", "i: {shape: [4, 6, 2, 2]")
+    assert run(ok).grads["g"].shape == (4, 6, 2, 2)
+
+
+@pytest.mark.parametrize("value", [2**63, -2**63 - 1, 2**64])
+def test_int_scalar_past_int64_is_refused(value):
+    # Found by scripts/fuzz_cli.py: NumPy's "Python int too large to convert to C long".
+    # Deliberate difference: PyTorch takes 2**63 .. 2**64 - 1 as a uint64 Scalar
+    # (wrapping it into an integer tensor's dtype); gradcli refuses every int past int64
+    x = "x: {value: [1.0, 2.0], requires_grad: true}"
+    text = doc([x], [f"{{op: aten.mul.Scalar, inputs: [x], output: y, args: {{other: {value}}}}}",
+                     SUM])
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \(aten.mul.Scalar\): bad arg 'other': "
+                                         rf"expected a number, got the int {value} past int64"):
+        loader.loads(text)
+    r = run(text.replace(str(value), str(float(value))))
+    np.testing.assert_array_equal(r.grads["x"], np.full(2, float(value)))
+    run(text.replace(str(value), str(2**63 - 1)))
+
+
+def test_embedding_of_zero_width_weight_has_a_backward():
+    # Found by scripts/fuzz_cli.py: a [3, 0] weight made the backward fail (exit 3) with
+    # NumPy's "cannot reshape array of size 0 into shape (0)" (reshape(-1, 0))
+    text = doc(["w: {shape: [3, 0], init: normal, requires_grad: true}",
+                "i: {value: [[1, 2], [0, 1]], dtype: int64}"],
+               ["{op: aten.embedding.default, inputs: [w, i], output: y}", SUM])
+    r = run(text)
+    assert r.grads["w"].shape == (3, 0)
+    torch = pytest.importorskip("torch")
+    w = torch.zeros(3, 0, dtype=torch.float64, requires_grad=True)
+    torch.ops.aten.embedding.default(w, torch.tensor([[1, 2], [0, 1]])).sum().backward()
+    assert tuple(w.grad.shape) == r.grads["w"].shape
+
+
+@pytest.mark.parametrize("indices, num_weights, match", [
+    ("{shape: [4, 3, 2], init: normal}", 4, "indices must be an int64 or int32 tensor, got float64"),
+    ("{value: [0, 1, 2, 3, 0], dtype: int64}", 4,
+     r"shape '\[5, 8\]' is invalid for input of size 192"),
+    ("{shape: [4, 3, 2], init: zeros, dtype: int64}", -1, "num_weights must be non-negative, got -1"),
+])
+def test_embedding_dense_backward_checks_its_inputs(indices, num_weights, match):
+    # Found by scripts/fuzz_cli.py: NumPy's "cannot reshape array of size 192 into shape
+    # (192,8)"; PyTorch views grad_output as [indices.numel(), D]
+    text = doc(["g: {shape: [4, 3, 2, 8], init: normal, requires_grad: true}", f"i: {indices}"],
+               ["{op: aten.embedding_dense_backward.default, inputs: [g, i], output: y, args: "
+                f"{{num_weights: {num_weights}, padding_idx: -1, scale_grad_by_freq: false}}}}", SUM])
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(aten.embedding_dense_backward"
+                                         r".default\): embedding_dense_backward: " + match):
+        loader.loads(text)
+    ok = text.replace(indices, "{shape: [4, 3, 2], init: zeros, dtype: int64}").replace(
+        f"num_weights: {num_weights}", "num_weights: 4")
+    assert run(ok).grads["g"].shape == (4, 3, 2, 8)
+    # a numel-compatible indices tensor is fine in the forward, as in PyTorch ([24] for a
+    # [4, 3, 2, 8] grad); its double backward then fails as PyTorch's does
+    flat = loader.loads(ok.replace("shape: [4, 3, 2], init: zeros", "shape: [24], init: zeros"))
+    assert flat.forward()["y"].shape == (4, 8)
+
+
+@pytest.mark.parametrize("op, args", [
+    ("_softmax", "dim: 0, half_to_float: false"), ("_log_softmax", "dim: 1, half_to_float: false"),
+    ("_safe_softmax", "dim: 0"),
+])
+def test_aten_softmaxes_of_empty_tensors_are_empty(op, args):
+    # Found by scripts/fuzz_cli.py: NumPy's "zero-size array to reduction operation
+    # maximum which has no identity" (exit 2) where PyTorch returns an empty tensor
+    text = doc(["x: {shape: [0, 3], init: normal, requires_grad: true}"],
+               [f"{{op: aten.{op}.default, inputs: [x], output: y, args: {{{args}}}}}", SUM])
+    g = loader.loads(text)
+    assert run(text).grads["x"].shape == (0, 3)
+    assert g.forward()["y"].shape == (0, 3)
+    torch = pytest.importorskip("torch")
+    fn = getattr(torch.ops.aten, op).default
+    kw = dict(a.split(": ") for a in args.split(", "))
+    call = [int(kw["dim"])] + ([False] if "half_to_float" in kw else [])
+    assert tuple(fn(torch.empty(0, 3, dtype=torch.float64), *call).shape) == (0, 3)

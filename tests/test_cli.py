@@ -764,3 +764,52 @@ def test_max_document_bytes_bounds_the_document_and_can_be_raised():
     line = one_error_line(result.stderr)
     assert "mlp.yaml" in line and "--max-document-bytes" in line
     assert cli("run", "graphs/mlp.yaml", "--max-document-bytes", str(2**30)).exit_code == 0
+
+
+@pytest.mark.parametrize("inputs, problem", [
+    ("[x]", "input 'x' does not require grad"),
+    ("[w]", "input 'w' is not used to compute any root"),
+])
+def test_order_predicted_checks_backward_inputs_as_run_does(tmp_path, gradcli_cli, inputs, problem):
+    # Found by scripts/fuzz_cli.py: `order --predicted` with backward.inputs naming a
+    # tensor that does not require grad was "gradcli: internal error: TypeError" (exit 3)
+    path = tmp_path / "g.yaml"
+    path.write_text("version: 1\ntensors:\n  x: {value: [1.0, 2.0]}\n"
+                    "  u: {value: [0.5, 0.5], requires_grad: true}\n"
+                    "  w: {value: [0.5, 0.5], requires_grad: true}\nops:\n"
+                    "  - {op: mul, inputs: [x, u], output: xu}\n"
+                    "  - {op: sum, inputs: [xu], output: loss}\n"
+                    f"backward: {{roots: [loss], inputs: {inputs}}}\n")
+    for args in (["order", "--predicted"], ["order"], ["run"]):
+        result = gradcli_cli(*args, path)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, (args, result.stderr)
+        assert lines[0].startswith(f"gradcli: error: {path}:9: backward: {problem}"), (args, lines)
+    path.write_text(path.read_text().replace(f"inputs: {inputs}", "inputs: [u]"))
+    result = gradcli_cli("order", "--predicted", path)
+    assert result.exit_code == 0 and "MulBackward0" in result.stdout
+
+
+@pytest.mark.timeout(60)
+def test_json_of_an_empty_gradient_with_huge_leading_dims_is_refused(tmp_path, gradcli_cli):
+    # Found by scripts/fuzz_cli.py: a [4, 2**31, 6, 0] leaf takes no memory, but its JSON
+    # data nests 6e10 empty lists: MemoryError, "gradcli: internal error" (exit 3)
+    path = tmp_path / "g.yaml"
+    path.write_text("version: 1\ntensors:\n  t0: {shape: [4, 2147483648, 6, 0], init: normal, "
+                    "requires_grad: true}\nops:\n  - {op: log, inputs: [t0], output: o0}\n"
+                    "  - {op: sum, inputs: [o0], output: loss}\nbackward: {roots: [loss]}\n")
+    result = gradcli_cli("run", "--format", "json", path)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"gradcli: error: {path}: gradient 't0': the gradient of shape [4, 2147483648, 6, 0] has "
+        "no element, but its JSON data would nest 60129542148 empty lists (over 1000000): use "
+        "--format table or --out FILE.npz"]
+    assert gradcli_cli("run", path).exit_code == 0
+    # an empty gradient with few lists, and a full one with many, are written
+    path.write_text(path.read_text().replace("[4, 2147483648, 6, 0]", "[3, 0]"))
+    assert json.loads(gradcli_cli("run", "--format", "json", path).stdout)["grads"]["t0"]["data"] \
+        == [[], [], []]
+    path.write_text(path.read_text().replace("[3, 0]", "[1100000, 1]"))
+    data = json.loads(gradcli_cli("run", "--format", "json", path).stdout)["grads"]["t0"]["data"]
+    assert len(data) == 1100000

@@ -734,3 +734,57 @@ def test_zero_dim_slices_get_pytorchs_gradient(name, dev):
 
     np.testing.assert_allclose(to_host(result.grads["x"]), xt.grad.numpy())
     assert device_of(result.grads["x"]) is device(dev)
+
+
+def test_expand_of_a_sim_array_stays_on_its_device():
+    # Found by scripts/fuzz_cli.py: logsumexp on sim:1 under create_graph failed in
+    # backward (exit 3, "Expected all tensors to be on the same device, ... cpu and
+    # sim:1"): expand (np.broadcast_to) turned the incoming SimArray gradient into a
+    # host array, which then met the sim:1 tensors of the recorded formula
+    import numpy as np
+
+    from gradcli.devices import device, device_of, to_device
+    from gradcli.loader import loads
+    from gradcli.ops import library as L
+
+    g = to_device(np.ones(()), device("sim:1"))
+    assert str(device_of(L.expand(g, shape=(2, 3)))) == "sim:1"
+    text = ("version: 1\ntensors:\n  t0: {shape: [2, 3], init: uniform, requires_grad: true, "
+            "device: 'sim:1'}\nops:\n  - {op: logsumexp, inputs: [t0], output: o0}\n"
+            "  - {op: sum, inputs: [o0], output: loss}\nbackward: {roots: [loss], create_graph: true}\n")
+    on_sim = loads(text).run().grads["t0"]
+    on_cpu = loads(text.replace(", device: 'sim:1'", "")).run().grads["t0"]
+    assert str(device_of(on_sim)) == "sim:1"
+    np.testing.assert_allclose(np.asarray(on_sim), on_cpu, rtol=1e-12)
+
+
+
+def test_not_differentiable_gradient_stays_on_its_device():
+    # Found by scripts/fuzz_cli.py: hardsigmoid on sim:0 inside a grad op failed with
+    # "Expected all tensors to be on the same device, ... cpu and sim:0": its formula's
+    # np.where gave a host array to the NotImplemented node. On sim:0 as on the CPU,
+    # the first derivative is computed and differentiating it again raises PyTorch's error
+    import numpy as np
+
+    from gradcli.devices import device_of
+    from gradcli.errors import BackwardError
+    from gradcli.loader import loads
+
+    text = ("version: 1\ntensors:\n  x: {value: [-4.0, 0.0, 0.5, 1.0, 4.0], requires_grad: true, "
+            "device: 'sim:0'}\nops:\n  - {op: sin, inputs: [x], output: s}\n"
+            "  - {op: aten.hardsigmoid.default, inputs: [x], output: e}\n"
+            "  - {op: mul, inputs: [s, e], output: fx}\n  - {op: sum, inputs: [fx], output: f}\n"
+            "  - {op: grad, inputs: [f, x], outputs: [df]}\n"
+            "  - {op: sum, inputs: [df], output: loss}\nbackward: {roots: [loss]}\n")
+    cpu_text = text.replace(", device: 'sim:0'", "")
+    sim, cpu = loads(text), loads(cpu_text)
+    df = sim.forward()["df"]
+    assert str(device_of(df.data)) == "sim:0"
+    np.testing.assert_allclose(np.asarray(df.data), np.asarray(cpu.forward()["df"].data))
+    errors = []
+    for graph in (loads(text), loads(cpu_text)):
+        with pytest.raises(BackwardError) as info:
+            graph.run()
+        errors.append(str(info.value))
+    assert "derivative for aten::hardsigmoid_backward is not implemented" in errors[0]
+    assert errors[0] == errors[1]

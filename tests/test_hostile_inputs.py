@@ -13,6 +13,7 @@ import json
 import re
 import struct
 import threading
+import time
 import tracemalloc
 import zipfile
 
@@ -213,6 +214,35 @@ def test_full_jacobians_over_the_budget_switch_to_fast_mode():
     (m,) = check_jacobians(graph)
     assert m.fast and m.ok and "would need 2880000 bytes" in m.note and "fast mode" in m.note
     (check,) = [c for c in validate_graph(graph, "<graph>", Options(numeric=True)).checks
+                if c.kind == "numeric"]
+    assert check.status == "pass" and "fast mode" in check.message
+
+
+@pytest.mark.timeout(120)
+def test_full_check_that_would_take_too_long_switches_to_fast_mode():
+    """Found by scripts/fuzz_cli.py: validate --numeric on a [100000, 2] input ran
+    400,000 forward replays (over ten minutes, a hang); Note [gradcheck's time]."""
+    from gradcli.gradcheck import MAX_FULL_CHECK_WORK, check_jacobians, full_check_work
+    from gradcli.validate import Options, validate_graph
+
+    def graph(n):
+        return loads(json.dumps({
+            "version": 1, "tensors": {"x": {"shape": [n, 2], "init": "normal", "requires_grad": True}},
+            "ops": [{"op": "tanh", "inputs": ["x"], "output": "y"},
+                    {"op": "sum", "inputs": ["y"], "output": "s"}],
+            "backward": {"roots": ["s"]}}))
+
+    # 2 replays per input element, each of 4n + 1 elements and 2 op calls
+    assert full_check_work(200_000, 2, 400_001) == 2 * 200_000 * (400_001 + 20_000)
+    (small,) = check_jacobians(graph(50))
+    assert not small.fast and small.note == "" and small.ok
+    big = graph(100_000)
+    start = time.perf_counter()
+    (m,) = check_jacobians(big)
+    assert time.perf_counter() - start < 60       # fast mode: ~0.1 s; full: over ten minutes
+    assert m.fast and m.ok and "replay the forward 400000 times" in m.note
+    assert f"over {MAX_FULL_CHECK_WORK:.0e}" in m.note and "fast mode" in m.note
+    (check,) = [c for c in validate_graph(big, "<graph>", Options(numeric=True)).checks
                 if c.kind == "numeric"]
     assert check.status == "pass" and "fast mode" in check.message
 

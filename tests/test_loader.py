@@ -291,3 +291,36 @@ def test_random_aten_ops_are_refused_at_load(op):
     with pytest.raises(GraphError) as info:
         loads(text, name="random")
     assert f"unknown op '{op}'" in str(info.value) and ":5:" in str(info.value)
+
+
+@pytest.mark.parametrize("op, args", [
+    ("sum", "{axis: 9223372036854775808}"), ("log_softmax", "{axis: -9223372036854775809}"),
+    ("sum", "{axis: [0, 2147483648]}"), ("transpose", "{axes: [0, 4294967296]}"),
+    ("softmax", "{axis: 64}"),
+])
+def test_axis_past_any_tensor_rank_is_refused_by_its_checker(op, args):
+    # Found by scripts/fuzz_cli.py: NumPy said "Python int too large to convert to C long"
+    text = ("version: 1\ntensors:\n  a: {shape: [2, 2], requires_grad: true}\nops:\n"
+            f"  - {{op: {op}, inputs: [a], output: b, args: {args}}}\n"
+            "  - {op: sum, inputs: [b], output: loss}\nbackward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): bad arg 'ax[ie]s': "
+                                         r"(axis|axes entry) -?\d+ is out of range \(a tensor has "
+                                         r"at most 64 dims\)"):
+        loads(text)
+    loads(text.replace(args, "{axis: -1}" if op != "transpose" else "{axes: [1, 0]}")).run()
+
+
+@pytest.mark.parametrize("op, shape, problem", [
+    ("reshape", "[9223372036854775808, 1]", r"shape \[9223372036854775808, 1\]: size "
+                                            r"9223372036854775808 is past int64"),
+    ("expand", "[" + ", ".join(["1"] * 65) + "]", r"shape has 65 dims, more than a tensor can "
+                                                  r"have \(64\)"),
+])
+def test_shape_arg_past_int64_or_64_dims_is_refused_by_its_checker(op, shape, problem):
+    # Found by scripts/fuzz_cli.py: NumPy's "Python int too large to convert to C long"
+    text = ("version: 1\ntensors:\n  a: {shape: [2, 2], requires_grad: true}\nops:\n"
+            f"  - {{op: {op}, inputs: [a], output: b, args: {{shape: {shape}}}}}\n"
+            "  - {op: sum, inputs: [b], output: loss}\nbackward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): bad arg 'shape': {problem}"):
+        loads(text)
+    loads(text.replace(shape, "[4, 1]" if op == "reshape" else "[3, 2, 2]")).run()

@@ -715,3 +715,138 @@ def test_maximum_with_nan_passes_gradient_to_both():
 def test_relu_nan_passes_gradient():
     (g,) = _grads("relu", [[np.nan, 1.0, -1.0]])
     np.testing.assert_array_equal(g, [1.0, 1.0, 0.0])
+
+
+# -- empty inputs (found by scripts/fuzz_cli.py: NumPy's "zero-size array to reduction
+# operation maximum which has no identity" refused them, exit 2) ---------------------------
+def _empty_graph(op, shape, args=""):
+    return (f"version: 1\ntensors:\n  x: {{shape: {shape}, init: normal, requires_grad: true}}\n"
+            f"ops:\n  - {{op: {op}, inputs: [x], output: y{args}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+
+
+@pytest.mark.parametrize("op, shape, axis, expected", [
+    ("softmax", [1, 0], -1, np.zeros((1, 0))),
+    ("log_softmax", [0], 0, np.zeros((0,))),
+    ("logsumexp", [2, 0], 1, np.array([-np.inf, -np.inf])),     # torch.logsumexp: -inf
+    ("logsumexp", [2, 0], None, np.array(-np.inf)),
+    ("logsumexp", [0, 3], 1, np.zeros((0,))),
+])
+def test_softmaxes_of_empty_tensors_are_pytorchs(op, shape, axis, expected):
+    from gradcli.loader import loads
+
+    graph = loads(_empty_graph(op, shape, f", args: {{axis: {'null' if axis is None else axis}}}"))
+    result = graph.run()
+    y = np.asarray(graph.values["y"].data)
+    assert y.shape == expected.shape and np.array_equal(y, expected)
+    assert result.grads["x"].shape == tuple(shape)
+    torch = pytest.importorskip("torch")
+    t = torch.empty(shape, dtype=torch.float64)
+    ref = {"softmax": lambda: torch.softmax(t, axis), "log_softmax": lambda: torch.log_softmax(t, axis),
+           "logsumexp": lambda: torch.logsumexp(t, axis if axis is not None else tuple(range(t.ndim)))}
+    assert np.array_equal(ref[op]().numpy(), expected)
+
+
+@pytest.mark.parametrize("op, shape, axis, message", [
+    ("max", [0], None, r"max\(\): Expected reduction dim to be specified for input.numel\(\) == 0"),
+    ("min", [0, 3], 0, r"min\(\): Expected reduction dim 0 to have non-zero size"),
+    ("max", [2, 0], [0, 1], r"max\(\): Expected reduction dim 1 to have non-zero size"),
+])
+def test_max_min_over_no_element_give_pytorchs_error(op, shape, axis, message):
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    args = f", args: {{axis: {'null' if axis is None else axis}}}"
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): {message}"):
+        loads(_empty_graph(op, shape, args)).run()
+    # over a non-empty dim of an empty tensor: an empty result, as torch.amax
+    assert loads(_empty_graph(op, "[0, 3]", ", args: {axis: 1}")).run().grads["x"].shape == (0, 3)
+
+
+@pytest.mark.parametrize("axes, message", [
+    ("[0, 1]", r"transpose: axes \[0, 1\] has 2 entries for an input of 3 dims"),
+    ("[0, 1, 1]", r"transpose: axes \[0, 1, 1\] repeat a dim"),
+    ("[0, 1, 3]", r"transpose: axis 3 is out of range for an input of 3 dims"),
+])
+def test_transpose_axes_are_checked_as_permute(axes, message):
+    # Found by scripts/fuzz_cli.py: NumPy's "axes don't match array"
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    text = ("version: 1\ntensors:\n  x: {shape: [2, 3, 4], init: normal, requires_grad: true}\n"
+            f"ops:\n  - {{op: transpose, inputs: [x], output: y, args: {{axes: {axes}}}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \(transpose\): {message}"):
+        loads(text).run()
+    assert loads(text.replace(axes, "[2, -3, 1]")).run().grads["x"].shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize("op", ["expand", "aten.expand.default"])
+def test_expand_to_an_incompatible_size_gives_pytorchs_error(op):
+    # Found by scripts/fuzz_cli.py: NumPy's "operands could not be broadcast together
+    # with remapped shapes [original->remapped]"
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    key = "shape" if op == "expand" else "size"
+    text = ("version: 1\ntensors:\n  x: {shape: [3], init: normal, requires_grad: true}\n"
+            f"ops:\n  - {{op: {op}, inputs: [x], output: y, args: {{{key}: [3, 2, 1]}}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+    message = (r"expand: the expanded size of the tensor \(1\) must match the existing size \(3\) "
+               r"at non-singleton dimension 2.  Target sizes: \[3, 2, 1\].  Tensor sizes: \[3\]")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): {message}"):
+        loads(text).run()
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match=message.replace("expand: the", "The")):
+        torch.ones(3).expand(3, 2, 1)
+    assert loads(text.replace("[3, 2, 1]", "[2, 3]")).run().grads["x"].tolist() == [2.0] * 3
+
+
+@pytest.mark.parametrize("op", ["expand", "aten.expand.default"])
+def test_expand_past_what_an_array_can_address_is_refused_with_its_shape(op):
+    # Found by scripts/fuzz_cli.py: NumPy's "array is too big; `arr.size *
+    # arr.dtype.itemsize` is larger than the maximum possible size."
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    key = "shape" if op == "expand" else "size"
+    text = ("version: 1\ntensors:\n  x: {shape: [1], init: normal, requires_grad: true}\n"
+            f"ops:\n  - {{op: {op}, inputs: [x], output: y, args: {{{key}: [2147483648, 2147483648]}}}}\n"
+            "  - {op: sum, inputs: [y], output: loss}\nbackward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=rf"<graph>:5: ops\[0\] \({op}\): expand: the result of "
+                                         r"shape \[2147483648, 2147483648\] would span "
+                                         r"4611686018427387904 elements, more than an array can "
+                                         r"address"):
+        loads(text)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int64", "int32", "float16", "float32", "float64"])
+@pytest.mark.parametrize("bounds", [{"min": 0}, {"min": 0.5}, {"min": -1, "max": 1.5}, {"max": 3}])
+def test_clamp_promotes_as_torch_clamp(dtype, bounds):
+    # Found by scripts/fuzz_cli.py (clamp of a bool tensor with a bound past int64:
+    # NumPy's "Python int too large"); gradcli kept the input's dtype where
+    # torch.clamp promotes with its bounds (Note [clamp promotes])
+    torch = pytest.importorskip("torch")
+    x = np.array([0, 1, 2, 5]).astype(dtype)
+    ours = OPS["clamp"].fn(x, **bounds)
+    ref = torch.clamp(torch.from_numpy(x.copy()), **bounds)
+    assert str(ours.dtype) == str(ref.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(ours, ref.numpy())
+
+
+def test_clamp_bound_that_overflows_the_result_dtype_is_refused():
+    from gradcli.errors import GraphError
+    from gradcli.loader import loads
+
+    text = ("version: 1\ntensors:\n  x: {shape: [3], init: ones, dtype: bool}\n"
+            "  w: {shape: [3], init: ones, requires_grad: true}\nops:\n"
+            "  - {op: clamp, inputs: [x], output: y, args: {min: 0, max: 9223372036854775808}}\n"
+            "  - {op: cast, inputs: [y], output: yf, args: {dtype: float64}}\n"
+            "  - {op: mul, inputs: [yf, w], output: z}\n  - {op: sum, inputs: [z], output: loss}\n"
+            "backward: {roots: [loss]}\n")
+    with pytest.raises(GraphError, match=r"<graph>:6: ops\[0\] \(clamp\): clamp: bound "
+                                         r"9223372036854775808 cannot be converted to type int64 "
+                                         r"without overflow"):
+        loads(text).run()
+    g = loads(text.replace("9223372036854775808", "3"))
+    assert g.run().grads["w"].tolist() == [1.0] * 3 and g.values["y"].dtype == np.int64

@@ -47,13 +47,14 @@ RICH_TABLE_MAX_ROWS = 1000
 # Names, ids, the graph name and `fail` messages come from the graph file. A
 # terminal acts on control characters (ESC starts colour codes and OSC
 # sequences that set the window title; CR rewrites the line), so every C0 and
-# C1 control character, DEL, the bidi overrides and lone surrogates (which
-# cannot be encoded) are shown as Python-style escapes (``\x1b``, ``\u202e``)
+# C1 control character, DEL, the bidi overrides, lone surrogates (which
+# cannot be encoded) and the line and paragraph separators U+2028/U+2029 (a
+# line break to str.splitlines and to log readers) are shown as Python-style escapes (``\x1b``, ``\u202e``)
 # instead. Applied to everything printed as text; JSON output is escaped by
 # json.dumps itself (ensure_ascii).
 # The pattern is compiled (and cached by ``re``) on the first text that needs it:
 # printable ASCII, the common case, has nothing to escape.
-_UNSAFE = "[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+_UNSAFE = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 def _escape_char(m):

@@ -12,19 +12,32 @@ def is_int(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
+# No tensor has more than 64 dims (NumPy's limit; PyTorch's is lower): an axis
+# outside +-64 is out of range whatever the input, and one past a C int made NumPy
+# raise "Python int too large to convert to C long" instead of naming the axis.
+MAX_DIMS = 64
+
+
+def _axis(a, what="axis"):
+    a = int(a)
+    if not -MAX_DIMS <= a < MAX_DIMS:
+        raise ValueError(f"{what} {a} is out of range (a tensor has at most {MAX_DIMS} dims)")
+    return a
+
+
 def axis_or_none(v):
     if v is None:
         return None
     if is_int(v):
-        return int(v)
+        return _axis(v)
     if isinstance(v, (list, tuple)) and all(is_int(a) for a in v):
-        return tuple(int(a) for a in v)
+        return tuple(_axis(a) for a in v)
     raise ValueError(f"axis must be an int, a list of ints or null, got {v!r}")
 
 
 def int_axis(v):
     if is_int(v):
-        return int(v)
+        return _axis(v)
     raise ValueError(f"axis must be an int, got {v!r}")
 
 
@@ -36,6 +49,11 @@ def boolean(v):
 
 def shape(v):
     if isinstance(v, (list, tuple)) and all(is_int(a) and a >= -1 for a in v):
+        if len(v) > MAX_DIMS:
+            raise ValueError(f"shape has {len(v)} dims, more than a tensor can have ({MAX_DIMS})")
+        big = [a for a in v if a > 2 ** 63 - 1]
+        if big:     # sizes are int64 in PyTorch (NumPy: "Python int too large to convert")
+            raise ValueError(f"shape {list(v)}: size {big[0]} is past int64")
         return tuple(int(a) for a in v)
     raise ValueError(f"shape must be a list of non-negative ints (or -1), got {v!r}")
 
@@ -44,7 +62,7 @@ def axes_or_none(v):
     if v is None:
         return None
     if isinstance(v, (list, tuple)) and all(is_int(a) for a in v):
-        return tuple(int(a) for a in v)
+        return tuple(_axis(a, "axes entry") for a in v)
     raise ValueError(f"axes must be a list of ints or null, got {v!r}")
 
 

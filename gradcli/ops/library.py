@@ -320,7 +320,23 @@ def clamp(x, min=None, max=None):  # noqa: A002 - the graph format's names
     """clip into [min, max]; gradient passes where min <= x <= max"""
     if min is None and max is None:
         raise ValueError("clamp needs at least one of min and max")
-    return np.clip(x, min, max).astype(x.dtype, copy=False)
+    # Note [clamp promotes]: torch.clamp's result dtype is the promotion of the tensor
+    # with its bounds as wrapped numbers: a bool tensor with an int bound is int64, an
+    # int tensor with a float bound the default float (float32); a float tensor keeps
+    # its dtype. (gradcli kept the input's dtype: clamp(int64 x, min=0.5) stayed int64.)
+    from .aten.promotion import result_type  # noqa: PLC0415 - aten imports this module
+
+    bounds = [b for b in (min, max) if b is not None]
+    dt = result_type(x, *bounds)
+    info = np.iinfo(dt) if dt.kind in "iu" else np.finfo(dt) if dt.kind == "f" else None
+    lo, hi = (None, None) if info is None else (info.min.item(), info.max.item()) \
+        if dt.kind == "f" else (int(info.min), int(info.max))
+    for b in bounds:
+        finite = isinstance(b, int) or (b == b and abs(b) != float("inf"))
+        if info is not None and finite and not lo <= b <= hi:
+            raise ValueError(f"clamp: bound {b} cannot be converted to type {dt} without overflow")
+    return np.clip(x.astype(dt, copy=False) if hasattr(x, "astype") else np.asarray(x, dt),
+                   min, max).astype(dt, copy=False)
 
 
 def _clamp_vjp(g, ans, x, min=None, max=None):  # noqa: A002
@@ -382,12 +398,28 @@ def _extreme_name(prefix):
 @primitive("max", _extreme_name("Max"), args=AXIS, infer=S.REDUCTION)
 def max_(x, axis=None, keepdims=False):
     """maximum over axis; with an int axis the first maximum of each slice takes the gradient (torch.max(dim)), else ties share it evenly (amax)"""
+    _check_extreme_of_empty("max", x, axis)
     return np.max(x, axis=axis, keepdims=keepdims)
+
+
+def _check_extreme_of_empty(name, x, axis):
+    """A max or min over no element has no value: PyTorch's errors, not NumPy's
+    "zero-size array to reduction operation maximum which has no identity"."""
+    if np.size(x) != 0:
+        return
+    if axis is None:
+        raise ValueError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0 "
+                         f"(input of shape {list(np.shape(x))})")
+    for ax in _normalize_axes(axis, np.ndim(x)):
+        if np.shape(x)[ax] == 0:
+            raise ValueError(f"{name}(): Expected reduction dim {ax} to have non-zero size "
+                             f"(input of shape {list(np.shape(x))})")
 
 
 @primitive("min", _extreme_name("Min"), args=AXIS, infer=S.REDUCTION)
 def min_(x, axis=None, keepdims=False):
     """minimum over axis; with an int axis the first minimum of each slice takes the gradient (torch.min(dim)), else ties share it evenly (amin)"""
+    _check_extreme_of_empty("min", x, axis)
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
@@ -414,6 +446,10 @@ defvjp(min_, _extreme_vjp)
 @primitive("logsumexp", "LogsumexpBackward0", args=AXIS, infer=S.REDUCTION)
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))) over axis, computed stably"""
+    if np.size(x) == 0:     # as torch.logsumexp: -inf over no element (no max to shift by)
+        with np.errstate(divide="ignore"):
+            out = np.log(np.sum(np.exp(x), axis=axis, keepdims=True))
+        return out if keepdims else np.squeeze(out, axis=axis)
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
@@ -443,6 +479,17 @@ defvjp(reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape))
            infer=S.VIEW, view=True)
 def transpose(x, axes=None):
     """permute axes (reverse them by default)"""
+    if axes is not None:    # PyTorch's permute() checks (NumPy said "axes don't match array")
+        nd = np.ndim(x)
+        if len(axes) != nd:
+            raise ValueError(f"transpose: axes {list(axes)} has {len(axes)} entries for an "
+                             f"input of {nd} dims (it must list each dim once)")
+        bad = [a for a in axes if not -nd <= a < nd]
+        if bad:
+            raise ValueError(f"transpose: axis {bad[0]} is out of range for an input of {nd} dims")
+        if len({a % nd for a in axes}) != nd:
+            raise ValueError(f"transpose: axes {list(axes)} repeat a dim (duplicate dims are not "
+                             f"allowed)")
     return np.transpose(x, axes)
 
 
@@ -466,6 +513,21 @@ def expand(x, shape):
     full = tuple(x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
     if any(s < 0 for s in full):
         raise ValueError(f"expand: -1 is not allowed for a new leading axis in {list(shape)}")
+    for i, s in enumerate(np.shape(x)):     # PyTorch's check (NumPy's broadcast error before)
+        if s != 1 and s != full[lead + i]:
+            raise ValueError(f"expand: the expanded size of the tensor ({full[lead + i]}) must "
+                             f"match the existing size ({s}) at non-singleton dimension "
+                             f"{lead + i}.  Target sizes: {list(shape)}.  Tensor sizes: "
+                             f"{list(np.shape(x))}")
+    n = 1
+    for s in full:
+        n *= s
+    if n * np.dtype(getattr(x, "dtype", np.float64)).itemsize > np.iinfo(np.intp).max:
+        # a view allocates nothing, but NumPy cannot even describe it ("array is too big")
+        raise ValueError(f"expand: the result of shape {list(full)} would span {n} elements, "
+                         f"more than an array can address")
+    if isinstance(x, np.ndarray):   # keeps a SimArray (and its device): subok
+        return np.broadcast_to(x, full, subok=True)
     return np.broadcast_to(x, full)
 
 
@@ -705,6 +767,8 @@ defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
 @primitive("softmax", "SoftmaxBackward0", args={"axis": Arg(-1, A.int_axis)}, infer=S.KEEPS_SHAPE)
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along axis"""
+    if np.size(x) == 0:     # as torch.softmax: an empty result, not NumPy's max error
+        return np.exp(x)
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / np.sum(e, axis=axis, keepdims=True)
 

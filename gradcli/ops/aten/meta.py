@@ -221,7 +221,20 @@ def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
 
 @_rule("aten.embedding_dense_backward.default")
 def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    return [((int(num_weights), grad_output.shape[-1]), grad_output.dtype)]
+    # PyTorch's checks (NumPy's reshape and boolean-index errors before): int indices,
+    # grad_output viewed as [indices.numel(), D], a non-negative num_weights
+    name = "embedding_dense_backward"
+    if np.dtype(indices.dtype) not in (np.int64, np.int32):
+        raise ValueError(f"{name}: indices must be an int64 or int32 tensor, got {indices.dtype}")
+    d = grad_output.shape[-1] if grad_output.ndim else 1
+    n = int(np.prod(indices.shape, dtype=np.int64))
+    if int(np.prod(grad_output.shape, dtype=np.int64)) != n * d:
+        raise ValueError(f"{name}: shape '[{n}, {d}]' is invalid for input of size "
+                         f"{int(np.prod(grad_output.shape, dtype=np.int64))} (grad_output "
+                         f"{list(grad_output.shape)}, indices {list(indices.shape)})")
+    if int(num_weights) < 0:
+        raise ValueError(f"{name}: num_weights must be non-negative, got {num_weights}")
+    return [((int(num_weights), d), grad_output.dtype)]
 
 
 def _nll_check(op, self, target, weight, reduction):
@@ -282,10 +295,40 @@ def _adaptive_avg_pool2d(self, output_size):
     return [(self.shape[:-2] + tuple(out), self.dtype)]
 
 
-@_rule("aten.max_pool2d_with_indices_backward.default", "aten.avg_pool2d_backward.default",
-       "aten._adaptive_avg_pool2d_backward.default")
-def _pool_backward(grad_output, self, *indices, **args):
-    # the gradient of the pooling's input: shaped as self, in grad_output's dtype
+@_rule("aten._adaptive_avg_pool2d_backward.default")
+def _adaptive_avg_pool2d_backward(grad_output, self):
+    # PyTorch's adaptive_avg_pool2d_backward_out_cpu_template: grad_output has self's
+    # rank and dtype. Its sizes are the pooled output's, so only its last two dims may
+    # differ from self's. PyTorch does not check the leading dims (a smaller
+    # grad_output is read past its end); gradcli refuses them (a deliberate difference,
+    # tests/test_aten_loader.py) rather than broadcasting them into a wrong gradient.
+    name = "_adaptive_avg_pool2d_backward"
+    if grad_output.ndim != self.ndim:
+        raise ValueError(f"{name}: expected dimensions {self.ndim} for grad_output but got "
+                         f"dimensions {grad_output.ndim} (grad_output {list(grad_output.shape)}, "
+                         f"self {list(self.shape)})")
+    if grad_output.dtype != self.dtype:
+        raise ValueError(f"{name}: expected dtype {self.dtype} for grad_output but got dtype "
+                         f"{grad_output.dtype}")
+    if grad_output.shape[:-2] != self.shape[:-2]:
+        raise ValueError(f"{name}: grad_output {list(grad_output.shape)} must have the leading "
+                         f"dims of self {list(self.shape)} (only the last two are pooled)")
+    return [(self.shape, grad_output.dtype)]
+
+
+@_rule("aten.max_pool2d_with_indices_backward.default", "aten.avg_pool2d_backward.default")
+def _pool_backward(grad_output, self, *indices, kernel_size, stride, padding, ceil_mode,
+                   dilation=1, **args):
+    # the gradient of the pooling's input: shaped as self, in grad_output's dtype.
+    # grad_output (and max's indices) must be shaped as the pooling's output, as
+    # PyTorch's check_dim_size checks them (a NumPy broadcast error otherwise).
+    name = "max_pool2d_with_indices_backward" if indices else "avg_pool2d_backward"
+    out = _pool_params(name, self, kernel_size, stride, padding, dilation, ceil_mode)[4]
+    want = self.shape[:-2] + tuple(out)
+    for what, t in (("grad_output", grad_output), *(("indices", i) for i in indices)):
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name}: {what} {list(t.shape)} must have the shape of the pooling's "
+                             f"output {list(want)} (self {list(self.shape)})")
     return [(self.shape, grad_output.dtype)]
 
 

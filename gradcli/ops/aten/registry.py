@@ -39,12 +39,23 @@ from .schema import Schema
 
 ATEN_OPS: dict[str, "AtenOp"] = {}
 
+# Note [numbers as tensors]: PyTorch takes a Python number for a Tensor argument
+# (a wrapped number) only in the ops torch._C._should_allow_numbers_as_tensors
+# names (python_arg_parser.cpp): the arithmetic ones and the copies. Any other op
+# refuses it ("aten::embedding() Expected a value of type 'Tensor' for argument
+# 'indices' but instead found type 'float'"), and its forward and shape rule
+# would not know what to do with a number: the loader asks ``numbers_as_tensors``.
+NUMBERS_AS_TENSORS = frozenset({
+    "_to_copy", "add", "copy", "div", "divide", "floor_divide", "mul", "multiply", "sub",
+    "subtract", "to", "true_divide"})
+
 
 class AtenOp(Op):
     """An op defined by an ATen entry; called like the ATen overload it is."""
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
-                 "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos")
+                 "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
+                 "numbers_as_tensors")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None):
         multi = schema.list_output or schema.n_outputs > 1
@@ -65,6 +76,8 @@ class AtenOp(Op):
         self.first_order_only = False
         self.meta = meta      # ELEMENTWISE, fn(*metas, **args) -> [(shape, dtype)], or None
         self._list_pos = list_pos[0] if list_pos else None
+        # a Python number may stand for a Tensor input (Note [numbers as tensors])
+        self.numbers_as_tensors = schema.name.split(".")[1].rstrip("_") in NUMBERS_AS_TENSORS
 
     # -- as a graph file names it -----------------------------------------------------
     @property
@@ -237,6 +250,15 @@ def _not_differentiable(op, vjp, g, ans, flat, args):
             if type(x) is Tensor and x.requires_grad]
     if raw is None or not deps:
         return raw
+    # the formula ran on raw arrays, and NumPy functions that are not ufuncs (np.where)
+    # return host arrays: the gradient goes on its gradient's device, as the engine puts
+    # a raw VJP output there (found by scripts/fuzz_cli.py: hardsigmoid on sim:0 under
+    # create_graph failed with "Expected all tensors to be on the same device")
+    from ...devices import device_of, on_device  # noqa: PLC0415
+
+    ref = next((x for x in gs if x is not None), None) if op.multi_output else gs
+    if ref is not None and hasattr(raw, "shape") and device_of(raw) is not device_of(ref):
+        raw = on_device(raw, device_of(ref))
     marker = Op(f"{op.name}:not_implemented", lambda value, *_: value, "torch::autograd::NotImplemented",
                 saves=False, arity=(1, None), public=False, doc="a gradient PyTorch cannot differentiate")
     marker.vjps = _RaiseOnBackward(f"derivative for aten::{op.first_order_only} is not implemented "

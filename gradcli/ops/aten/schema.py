@@ -153,6 +153,13 @@ def _float(v):
 
 
 def _scalar(v):
+    # An int Scalar past int64 overflowed NumPy ("Python int too large to convert to C
+    # long"). PyTorch takes one up to 2**64 - 1 as a uint64 Scalar (and wraps it into an
+    # integer tensor's dtype); gradcli refuses it, a deliberate difference (tested in
+    # tests/test_aten_loader.py): write a float (9.3e18) for a float tensor.
+    if isinstance(v, int) and not isinstance(v, bool) and not _INT64[0] <= v <= _INT64[1]:
+        raise ValueError(f"expected a number, got the int {v} past int64 (write it as a "
+                         f"float, e.g. {float(v):.6g}, for a float tensor)")
     if isinstance(v, (int, float)):
         return v
     raise ValueError(f"expected a number, got {v!r}")

@@ -18,7 +18,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
     num_weights = int(num_weights)
     idx = indices.reshape(-1).astype(xp.int64, copy=False)
     d = grad_output.shape[-1]
-    g = grad_output.reshape(-1, d)
+    g = grad_output.reshape(idx.size, d)     # not (-1, d): d may be 0
     if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= num_weights):
         raise ValueError(f"embedding_dense_backward: an index is out of range "
                          f"[0, {num_weights})")

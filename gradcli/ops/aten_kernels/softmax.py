@@ -26,6 +26,8 @@ def _softmax(self, dim, half_to_float=False):
     gives NaN, as PyTorch)."""
     xp = array_module(self)
     x = _half_to_float(xp, self, half_to_float)
+    if x.size == 0:         # an empty result, as PyTorch (max() of no element raised)
+        return xp.exp(x)
     e = xp.exp(x - x.max(axis=dim, keepdims=True))
     return e / e.sum(axis=dim, keepdims=True)
 
@@ -35,6 +37,8 @@ def _log_softmax(self, dim, half_to_float=False):
     Tensor``: ``x - max - log(sum(exp(x - max)))`` along ``dim``."""
     xp = array_module(self)
     x = _half_to_float(xp, self, half_to_float)
+    if x.size == 0:         # an empty result, as PyTorch
+        return x.copy()
     shifted = x - x.max(axis=dim, keepdims=True)
     return shifted - xp.log(xp.exp(shifted).sum(axis=dim, keepdims=True))
 
@@ -46,6 +50,8 @@ def _safe_softmax(self, dim, dtype=None):
     of NaN."""
     xp = array_module(self)
     x = _to_dtype(xp, self, dtype)
+    if x.size == 0:         # an empty result, as PyTorch
+        return xp.exp(x)
     m = x.max(axis=dim, keepdims=True)
     dead = (m == -xp.inf)
     e = xp.exp(x - xp.where(dead, 0, m).astype(x.dtype, copy=False))

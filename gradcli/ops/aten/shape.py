@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...devices import xp_of_array
 from .. import library as L
 from .promotion import cast, result_type
 from .registry import aten, defvjp
@@ -326,13 +327,17 @@ def cat(tensors, dim=0):
 
 
 def _cat_vjp(g, ans, tensors, dim=0):
-    # cat_tensors_backward: the slice of grad each input filled (empty 1-D inputs get nothing)
-    d = _dim(dim, len(g.shape))
-    out, start = [], 0
+    # cat_tensors_backward: the slice of grad each input filled; an empty 1-D input,
+    # which cat skipped, gets an empty gradient of grad's dtype (zeros({0})), and dim is
+    # wrapped only when an input was not skipped (legacy_cat_wrap_dim)
+    out, start, d = [], 0, None
     for x in tensors:
         if _skipped_in_cat(x):
-            out.append(None)
+            gv = L._value(g)
+            out.append(xp_of_array(gv).zeros((0,), gv.dtype))
             continue
+        if d is None:
+            d = _dim(dim, len(g.shape))
         n = x.shape[d]
         out.append(slice_(g, dim=d, start=start, end=start + n))
         start += n

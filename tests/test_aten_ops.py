@@ -1067,6 +1067,8 @@ refused(AVGPOOL, [R(1, 2, 5, 5)], {"kernel_size": [2, 2], "stride": [2 ** 62, 1]
 
 refused(ADAPTIVE, [R(1, 2, 3, 3)], {"output_size": [-1, 2]}, "must be non-negative")
 refused(ADAPTIVE, [R(1, 2, 0, 3)], {"output_size": [1, 2]}, "non-empty spatial dims")
+refused(ADAPTIVE, [R(5, 2, 1)], {"output_size": [2]}, "output_size must be 2")
+refused(ADAPTIVE, [R(5, 2, 1)], {"output_size": [1, 2, 3]}, "output_size must be 2")
 
 def _inferred(op_name, inputs, args):
     from gradcli.ops.aten.registry import Slot

@@ -222,6 +222,8 @@ def adaptive_output_size(op, self, output_size, backward=False):
     check_dtype(op, self, "f")
     if self.ndim not in (3, 4):
         raise ValueError(f"{op}: expected a 3-D or 4-D input, got shape {list(self.shape)}")
+    if not isinstance(output_size, (int, np.integer)) and len(output_size) != 2:
+        raise ValueError("adaptive_avg_pool2d: output_size must be 2")     # PyTorch's check
     out = expand_param(output_size, 2, "output_size")
     if min(self.shape[-2:]) <= 0 or min(out) < (1 if backward else 0):
         what = "grad_output" if backward else "output_size"

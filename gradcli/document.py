@@ -538,6 +538,12 @@ def parse_yaml(text, display="<string>", *, max_bytes=None) -> Document:
     return Document(data, display, locate, composer.lines)
 
 
+_CORE_SCALARS = {"tag:yaml.org,2002:int": "a YAML 1.1 integer (decimal, 0o/0 octal, 0x, 0b)",
+                 "tag:yaml.org,2002:float": "a YAML 1.1 float",
+                 "tag:yaml.org,2002:bool": "a YAML 1.1 boolean",
+                 "tag:yaml.org,2002:timestamp": "a YAML timestamp"}
+
+
 def _short_tag(tag):
     return "!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag
 
@@ -618,9 +624,15 @@ class _Scalars:
             raise
         except Exception as exc:  # noqa: BLE001 - PyYAML raises anything on bad content
             detail = ""
-            if isinstance(exc, (yaml.YAMLError, ValueError, OverflowError)):
+            if isinstance(exc, yaml.YAMLError):
                 msg = getattr(exc, "problem", None) or str(exc)
                 detail = ": " + ((msg.strip().splitlines() or [""])[0])[:80]
+            elif isinstance(exc, (ValueError, OverflowError)) and tag in _CORE_SCALARS:
+                # Python's own words (``int()`` "with base 8" for YAML 1.1's leading 0)
+                # describe PyYAML's constructor, not the file: say what the tag expects
+                detail = f": not {_CORE_SCALARS[tag]}"
+            elif isinstance(exc, (ValueError, OverflowError)):
+                detail = ": " + ((str(exc).strip().splitlines() or [""])[0])[:80]
             raise GraphError(f"invalid YAML value {text[:40]!r} for tag {_short_tag(tag)}"
                              f"{detail}", self.display, line) from None
         return value

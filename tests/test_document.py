@@ -215,13 +215,16 @@ def test_json_falls_back_to_the_iterative_reader_where_cpython_recursion_runs_ou
 # -- scalars --------------------------------------------------------------------------------
 @pytest.mark.parametrize("value, tag", [("''", "int"), ("'-'", "int"), ("''", "float"),
                                         ("maybe", "bool"), ("garbage", "timestamp"),
-                                        ("'0x'", "int"), ("'1e'", "float"), ("'1.5'", "int")])
+                                        ("'0x'", "int"), ("'1e'", "float"), ("'1.5'", "int"),
+                                        ("-0.0", "int"), ("abc", "float")])
 def test_yaml_tags_with_bad_content_are_one_line_errors(value, tag):
     with pytest.raises(GraphError) as info:
         parse_yaml(f"a: 1\nb: [!!{tag} {value}]\n", "f.yaml")
     msg = str(info.value)
     assert msg.startswith(f"f.yaml:2: invalid YAML value ") and f"for tag !!{tag}" in msg
     assert "\n" not in msg
+    # what the tag expects, not Python's words for PyYAML's constructor ("int() with base 8")
+    assert "int()" not in msg and "literal" not in msg and "could not convert" not in msg
 
 
 def test_scalars_read_as_pyyaml_reads_them():

@@ -6,6 +6,7 @@ import threading
 
 from . import streams
 from .state import graph_task_guard
+from .waits import wait_event
 
 _graph_task_ids = itertools.count()
 
@@ -92,7 +93,7 @@ class GraphTask:
         return self.outstanding_tasks == 0 or (self.exit_on_error and self.has_error)
 
     def wait(self, timeout=None) -> bool:
-        return self._done.wait(timeout)
+        return wait_event(self._done, timeout)      # Note [Waiting on the main thread]
 
     # -- completion -----------------------------------------------------------
     def mark_as_completed_and_run_post_processing(self):
@@ -103,7 +104,7 @@ class GraphTask:
                 self.future_completed = True
                 already = False
         if already:
-            self._done.wait()
+            wait_event(self._done)
             return
         try:
             self.exec_post_processing()

@@ -5,6 +5,8 @@ import itertools
 import threading
 from heapq import heappop, heappush
 
+from .waits import acquire
+
 # A NodeTask is a tuple ``(kind, -reentrant_depth, -sequence_nr, tiebreak,
 # graph_task, fn, input_buffer)`` so that ``heapq`` orders it with C-level
 # tuple comparison (no rich-comparison objects on the hot path). The first
@@ -77,7 +79,13 @@ class ReadyQueue:
                 if heap:
                     self._waiters.remove(waiter)
                     continue
-            waiter.acquire()    # released by a push
+            try:
+                acquire(waiter)     # released by a push (Note [Waiting on the main thread])
+            except BaseException:   # Ctrl-C on the main thread: no push may wake a dead waiter
+                with self._lock:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                raise
 
     def empty(self) -> bool:
         return not self._heap

@@ -378,16 +378,24 @@ class OpBackward(Node):
             g = grads[0]
             if g is None:
                 return [None] * len(self.next_edges)
-        vjps = op.vjps
         args = self.args
         if op.vjp_all is not None:    # Note [one call for all inputs' gradients]
             out = list(op.vjp_all(g, ans, inputs, [edge is not None for edge in self.next_edges], args))
-        elif args:
-            out = [None if edge is None else vjps[i](g, ans, *inputs, **args)
-                   for i, edge in enumerate(self.next_edges)]
-        else:                         # most ops: no keyword dict per VJP call
-            out = [None if edge is None else vjps[i](g, ans, *inputs)
-                   for i, edge in enumerate(self.next_edges)]
+        else:
+            # A loop rather than a comprehension: no extra frame per node on Python
+            # 3.11 (about 3% of a chain's backward); most ops have no keyword dict.
+            vjps = op.vjps
+            out = []
+            append = out.append
+            i = 0
+            for edge in self.next_edges:
+                if edge is None:
+                    append(None)
+                elif args:
+                    append(vjps[i](g, ans, *inputs, **args))
+                else:
+                    append(vjps[i](g, ans, *inputs))
+                i += 1
         devices = self.input_devices
         if devices is not None:
             out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])

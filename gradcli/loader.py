@@ -210,9 +210,7 @@ class _Loader:
         name = entry.get("op")
         if type(name) is not str:
             return None
-        plain = self._plain.get(name)
-        if plain is None:
-            plain = self._plain[name] = _plain_contract(name)
+        plain = self.plain_contract(name)
         if plain is False:
             return None
         op, lo, hi = plain
@@ -251,13 +249,26 @@ class _Loader:
         self.graph_bytes += nbytes
         self.graph_bytes64 += nbytes64
         defined[out] = meta
+        return self.op_spec(i, base, op_id, label, op, inputs, [out], {}, retain, checked)
+
+    def plain_contract(self, name):
+        """``_plain_contract(name)``, once per op name of the file."""
+        plain = self._plain.get(name)
+        if plain is None:
+            plain = self._plain[name] = _plain_contract(name)
+        return plain
+
+    def op_spec(self, i, base, op_id, label, op, inputs, outputs, args, retain, checked):
+        """The OpSpec of entry ``i``: its op wrapped in a _CheckedOp, with its line found
+        on demand (Note [Lines on demand for ops]); ``checked``: the inputs' (shape,
+        dtype) the loader already inferred on, or None."""
         line, find_line = self.entry_line(base, i)
         inputs = list(inputs)
         checked_op = _CheckedOp(op, label, self.file, line, inputs,
                                 self.options.max_tensor_bytes, find_line, i)
         checked_op.checked = checked
         return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
-                      outputs=[out], args={}, retain_grad=retain, lineno=line,
+                      outputs=list(outputs), args=args, retain_grad=retain, lineno=line,
                       find_line=find_line)
 
     # -- top level ------------------------------------------------------------------
@@ -722,24 +733,17 @@ class _Loader:
         if not op.view:
             self.allocate([(m.shape, m.dtype) for m in metas], path, label)
         self.wait(op, checked, path, label)
-        line, find_line = self.entry_line(base, i)   # Note [Lines on demand for ops]
-        inputs = list(inputs)
-        checked_op = _CheckedOp(op, label, self.file, line, inputs,
-                                self.options.max_tensor_bytes, find_line, i)
+        inferred = None
         if metas[0].shape is not None:       # inferred: the same inputs need no second check
-            checked_op.checked = [(m.shape, m.dtype) for m in in_metas]
-            plain = self._plain.get(name)
-            if plain is None:
-                plain = self._plain[name] = _plain_contract(name)
+            inferred = [(m.shape, m.dtype) for m in in_metas]
+            plain = self.plain_contract(name)
             if plain and plain[0] is op and not checked and "outputs" not in entry:
                 # what the next entry of this op on the same inputs' shapes takes
                 # (Note [Plain op entries])
                 self._plain_results[(op, *in_metas)] = (
                     metas[0], (0, 0) if op.view else _result_sizes([(m.shape, m.dtype) for m in metas]),
-                    checked_op.checked)
-        return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
-                      outputs=list(outputs), args=checked, retain_grad=retain, lineno=line,
-                      find_line=find_line)
+                    inferred)
+        return self.op_spec(i, base, op_id, label, op, inputs, outputs, checked, retain, inferred)
 
     def schema_inputs(self, op, params, inputs, path, label):
         """An ATen entry's ``inputs``: one item per schema tensor argument (``params``), a

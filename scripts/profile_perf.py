@@ -172,20 +172,11 @@ def cmd_repeated(args):
 
 # -- end to end ------------------------------------------------------------------------
 def write_chain_json(path, n_ops):
-    ops = []
-    y = "y0"
-    for i in range(n_ops // 2):
-        ops.append({"op": "mul", "inputs": [y, "c"], "output": f"m{i}"})
-        ops.append({"op": "add", "inputs": [f"m{i}", "d"], "output": f"y{i + 1}"})
-        y = f"y{i + 1}"
-    ops.append({"op": "sum", "inputs": [y], "output": "loss"})
-    doc = {"version": 1, "name": f"chain{n_ops}",
-           "tensors": {"y0": {"shape": [VEC], "init": "normal", "requires_grad": True},
-                       "c": {"shape": [VEC], "init": {"dist": "full", "fill": 0.999}},
-                       "d": {"shape": [VEC], "init": {"dist": "full", "fill": 0.001}}},
-           "ops": ops, "backward": {"roots": ["loss"]}}
+    """The benchmark's chain graph (``bench_engine.chain_document``) as a JSON file."""
+    from bench_engine import chain_document     # this folder; imported when a file is needed
+
     with open(path, "w") as fh:
-        json.dump(doc, fh)
+        json.dump(chain_document(n_ops), fh)
 
 
 TORCH_E2E = r"""

@@ -83,6 +83,7 @@ def test_a_graph_task_waits_through_wait_event():
     assert not state["released"]
 
 
+@pytest.mark.timeout(30)
 def test_waits_end_as_before_without_a_signal():
     event = threading.Event()
     t0 = time.monotonic()

@@ -21,7 +21,8 @@ MAX_SECONDS = 7 * 24 * 3600.0
               type=click.Choice(["all", *SCENARIOS]),
               help="Scenario to run (repeatable). Given GRAPHS, they are stressed instead.")
 @click.option("--threads", type=click.IntRange(1, 256), default=4, show_default=True,
-              help="Threads calling backward at once.")
+              help="Threads calling backward at once (with GRAPHS, each runs its own "
+                   "forward: N + 1 forwards count against --max-graph-bytes together).")
 @click.option("--iterations", type=click.IntRange(min=1), default=3, show_default=True,
               help="Iterations per scenario (bounded by --duration; at least one always runs).")
 @click.option("--duration", type=core.FiniteFloat(0.1, MAX_SECONDS), default=60.0,

@@ -3,7 +3,7 @@
 ``import gradcli`` stays light: the loader, the ops and NumPy-heavy parts are
 imported on first use.
 """
-from . import dispatch as _dispatch
+from .autograd import dispatch as _dispatch
 from ._version import __version__
 
 __all__ = ["load", "loads", "GraphError", "__version__"]

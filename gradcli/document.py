@@ -519,23 +519,77 @@ def parse_yaml(text, display="<string>", *, max_bytes=None) -> Document:
         raise GraphError("the file is empty", display)
     budget = _check_budget(text, display, max_bytes)
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    max_values = budget // BYTES_PER_VALUE
+    try:
+        data, composer = _compose_yaml(text, loader_cls, yaml, display, max_values)
+    except yaml.YAMLError as exc:
+        # Note [Nesting is gradcli's own limit]
+        reread = _reread_in_python(text, exc, loader_cls, yaml, display, max_values)
+        if reread is None:
+            raise _yaml_error(exc, display) from None
+        loader_cls = yaml.SafeLoader
+        data, composer = reread
+    locate = _YamlLines(text, loader_cls, yaml, display, composer.lines).line
+    return Document(data, display, locate, composer.lines)
+
+
+def _compose_yaml(text, loader_cls, yaml, display, max_values):
     loader = loader_cls(text)
     try:
-        composer = _YamlComposer(loader, yaml, display, budget // BYTES_PER_VALUE)
+        composer = _YamlComposer(loader, yaml, display, max_values)
         with paused():   # Note [Collector pauses]
-            data = composer.document()
-    except yaml.MarkedYAMLError as exc:
+            return composer.document(), composer
+    finally:
+        loader.dispose()
+
+
+# Note [Nesting is gradcli's own limit]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# How deep a document may nest is gradcli's rule (MAX_DEPTH), checked by the
+# composer on the events. A YAML library may carry a limit of its own (libyaml
+# in PyYAML 6.0.4 refuses flow nesting past 1000 levels, while its scanner runs
+# a few tokens ahead of the composer), and its wording and its number may change
+# from one release to the next. So when libyaml refuses a text, the text is read
+# again by PyYAML's pure-Python reader, which has no depth limit, through the
+# same composer: a text nested past MAX_DEPTH then fails with gradcli's own
+# message and line, and a text within it that libyaml refused for its own limit
+# is read. Any other error keeps libyaml's report (the Python reader words
+# syntax errors differently). Only the error path pays, and only up to
+# REREAD_LIMIT characters: past it, the prefix up to libyaml's error is read
+# again, which is enough to find gradcli's limit there.
+REREAD_LIMIT = 8 * 2**20
+
+
+def _reread_in_python(text, exc, loader_cls, yaml, display, max_values):
+    """(data, composer) where the pure-Python reader reads ``text``; None to keep ``exc``.
+    Raises gradcli's GraphError where the text breaks one of gradcli's own limits."""
+    if loader_cls is yaml.SafeLoader:
+        return None
+    if len(text) > REREAD_LIMIT:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        if mark is None or mark.index > REREAD_LIMIT:
+            return None
+        text = text[:mark.index]
+        whole = False
+    else:
+        whole = True
+    try:
+        found = _compose_yaml(text, yaml.SafeLoader, yaml, display, max_values)
+    except yaml.YAMLError:
+        return None
+    return found if whole else None
+
+
+def _yaml_error(exc, display):
+    import yaml  # noqa: PLC0415 - already imported by the caller
+
+    if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or exc.context or "syntax error"
-        raise GraphError(f"invalid YAML: {problem}", display, line) from None
-    except yaml.YAMLError as exc:
-        first = (str(exc).strip().splitlines() or ["syntax error"])[0]
-        raise GraphError(f"invalid YAML: {first}", display) from None
-    finally:
-        loader.dispose()
-    locate = _YamlLines(text, loader_cls, yaml, display, composer.lines).line
-    return Document(data, display, locate, composer.lines)
+        return GraphError(f"invalid YAML: {problem}", display, line)
+    first = (str(exc).strip().splitlines() or ["syntax error"])[0]
+    return GraphError(f"invalid YAML: {first}", display)
 
 
 _CORE_SCALARS = {"tag:yaml.org,2002:int": "a YAML 1.1 integer (decimal, 0o/0 octal, 0x, 0b)",

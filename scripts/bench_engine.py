@@ -27,7 +27,7 @@ With ``--inprocess`` (the old mode) the same graphs are also built and timed in
 torch in the same process, with ``torch.set_num_threads`` set to the thread count
 of numpy's BLAS, and the ratio gradcli / torch is printed.
 
-Issue 12's figures (each side in its own process, gradcli and PyTorch runs
+The figures (each side in its own process, gradcli and PyTorch runs
 interleaved, medians with their spread, ratios gradcli / PyTorch):
 
 5. backward of the three workloads above (``chain``, ``fanin``, ``mlp``) measured in
@@ -53,7 +53,7 @@ interleaved, medians with their spread, ratios gradcli / PyTorch):
 9. read: reading the chain files, gradcli's JSON and YAML readers against
    ``json.loads`` and libyaml itself (its event stream; the C composer's node tree
    up to 200,000 ops; ``yaml.load`` with CSafeLoader up to 20,000 ops), the
-   collector off on every side; the ratios of issue 12, item 2.
+   collector off on every side; the ratios the targets are set on.
 
     python scripts/bench_engine.py              # several minutes (1,000,000-op files)
     python scripts/bench_engine.py --quick      # smoke run: small sizes, few repeats
@@ -318,7 +318,7 @@ def th_count_nodes(retain):
 
 
 # -- the MLP written by hand in NumPy ------------------------------------------------
-# Issue 12: "the MLP stays within 5% of the same math written by hand in NumPy".
+# The target: "the MLP stays within 5% of the same math written by hand in NumPy".
 # The forward keeps what the backward formulas read (each layer's input and each
 # relu's output), as an autograd engine does; the backward is the formulas
 # PyTorch's nodes use (derivatives.yaml), written out: mean -> grad / n expanded;
@@ -633,7 +633,7 @@ def md_print(row):
     print("gradients: threads on == threads off == NumPy reference (allclose), every run")
 
 
-# -- issue 12: each side in its own process, interleaved ---------------------------------
+# -- each side in its own process, interleaved ---------------------------------
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 E2E_SIZES = (20_000, 200_000, 1_000_000)
 E2E_SIZES_QUICK = (2_000, 20_000)
@@ -1074,7 +1074,7 @@ def child_read(cfg):
 
 
 def bench_read(files, rounds_for):
-    """Issue 12, item 2: YAML may be slower than JSON, but not by more than libyaml is."""
+    """YAML may be slower than JSON, but not by more than libyaml is."""
     rows = []
     for n, (js, ym) in files.items():
         jobs = {"json gradcli": ("gradcli", js), "json.loads": ("json.loads", js),
@@ -1104,7 +1104,7 @@ def bench_read(files, rounds_for):
     for row in rows:
         print(f"{row['ops']:8d} " + " ".join(
             f"{_spread(row[c]) if c in row else '-':>22s}" for c in READ_COLUMNS))
-    print("\nread ratios (of medians): issue 12 asks yaml/json gradcli <= events/json.loads, "
+    print("\nread ratios (of medians): the target is yaml/json gradcli <= events/json.loads, "
           "i.e. gradcli's YAML reader over libyaml's events no more than its JSON reader "
           "over json.loads")
     print("over the wall-clock medians, and over the medians of each process's CPU time "
@@ -1121,7 +1121,7 @@ def bench_read(files, rounds_for):
 
 
 def main_processes(args, which, have_torch):
-    """Issue 12's benchmarks: every measurement in child processes (see the docstring)."""
+    """The benchmarks: every measurement in child processes (see the docstring)."""
     import tempfile
 
     quick = args.quick
@@ -1156,7 +1156,7 @@ def main_processes(args, which, have_torch):
     if "memory" in which:
         nodes = args.memory_nodes or (MEMORY_NODES_QUICK if quick else MEMORY_NODES)
         results["memory"] = bench_memory(nodes, 1 if quick else 3, have_torch)
-    print(f"\n(issue 12 benchmarks: {time.perf_counter() - t_start:.1f} s)")
+    print(f"\n(benchmarks: {time.perf_counter() - t_start:.1f} s)")
     return results
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Profiling for issue 12 (loading, recording, engine, start-up, memory), side by side
+"""Profiling (loading, recording, engine, start-up, memory), side by side
 with PyTorch where it is installed. Not a test: figures on a loaded machine are noisy,
 so every figure is a median over interleaved repeats with its spread (min-max).
 

@@ -140,7 +140,7 @@ def test_tiny_budget_refuses_before_allocating():
 @pytest.mark.parametrize("command", ["run", "validate"])
 def test_named_pipe_is_refused_without_blocking(tmp_path, command):
     """A FIFO as the graph path is refused before it is opened for reading: opening
-    it would block until a writer comes (issue 11, item 4). Nobody writes here; if
+    it would block until a writer comes. Nobody writes here; if
     the reader blocked, the test opens the FIFO for writing to release it, and fails."""
     import os
     import threading

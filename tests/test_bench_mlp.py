@@ -1,6 +1,6 @@
 """The benchmark's MLP written by hand in NumPy computes gradcli's gradients.
 
-scripts/bench_engine.py reports gradcli / "NumPy by hand" as issue 12's MLP ratio;
+scripts/bench_engine.py reports gradcli / "NumPy by hand" as its MLP ratio;
 the ratio means something only if both sides do the same math.
 """
 import importlib.util

@@ -201,7 +201,7 @@ def test_graph_backward_and_run_options_are_keyword_only():
     np.testing.assert_allclose(grads["x"], [3.0, -1.0])
 
 
-# -- grad() reachability per output (issue 11, item 7b) ------------------------------------
+# -- grad() reachability per output ------------------------------------
 SPLIT = """version: 1
 tensors:
   x: {value: [1.0, 2.0, 3.0, 4.0], requires_grad: true}
@@ -241,7 +241,7 @@ def test_autograd_grad_checks_each_output():
     assert grad([loss], [p], allow_unused=True) == (None,)
 
 
-# -- deep nesting (issue 11, item 5) -------------------------------------------------------
+# -- deep nesting -------------------------------------------------------
 def nested_checkpoints_yaml(levels):
     lines = ["version: 1", "tensors:", "  x: {value: [1.0, 2.0], requires_grad: true}", "ops:",
              "  - op: checkpoint", "    inputs: [x]", "    outputs: [y]", "    body:",

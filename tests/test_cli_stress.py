@@ -138,7 +138,7 @@ def test_junit_writer_counts_and_escapes():
     assert cases["ok"].find("system-out").text == "pass: fine"
 
 
-# -- Ctrl-C (issue 11 item 12, Note [Interrupting stress]) ----------------------------
+# -- Ctrl-C (Note [Interrupting stress]) ----------------------------
 def _start_stress(repo_root, *args):
     """`gradcli stress ...` in a child whose SIGINT is Python's default handler
     (a shell starts background jobs with SIGINT ignored, and children inherit it)."""

@@ -1,5 +1,5 @@
-"""`concat` backward does linear work in its number of inputs (issue 11 item 3,
-Note [Concat offsets once per node] in gradcli/ops/library.py): the offsets are
+"""`concat` backward does linear work in its number of inputs
+(Note [Concat offsets once per node] in gradcli/ops/library.py): the offsets are
 computed once per node, never once per input. Work is counted, not timed."""
 from __future__ import annotations
 

@@ -650,7 +650,7 @@ def test_reentrant_pool_thread_runs_on_its_owners_device():
     assert {idx for name, idx in seen if name.startswith("gradcli-device")} == {1}
 
 
-# -- one Graph from many threads (issue 11, item 6) ---------------------------------------
+# -- one Graph from many threads ---------------------------------------
 @pytest.mark.timeout(120)
 def test_one_graph_run_from_8_threads_gives_every_run_its_own_result():
     """Note [Concurrent runs]: Graph.run() runs its own forward, so runs of one
@@ -690,7 +690,7 @@ def to_host_(a):
     return to_host(a)
 
 
-# -- NumPy scalars are host values (issue 11, item 7) -----------------------------------------
+# -- NumPy scalars are host values -----------------------------------------
 SLICE_GRAPHS = {
     "stack_of_two_slices": ("""version: 1
 tensors:

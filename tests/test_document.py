@@ -1,5 +1,5 @@
 """The document readers at scale: no fixed size caps, a memory budget instead, C parsers,
-lines found on demand (issue 12, items 1-2; issue 11, items 3, 5 and 10)."""
+lines found on demand."""
 from __future__ import annotations
 
 import gc
@@ -390,3 +390,55 @@ def test_the_word_table_follows_the_loaders_resolvers():
     assert "y" in special and "yes" not in words and "no" in words
     # (the reader itself reads with CSafeLoader: its table is unchanged)
     assert parse_yaml("a: [y0, yes]\n").data == {"a": ["y0", True]}
+
+
+# -- Note [Nesting is gradcli's own limit] ------------------------------------------------------
+
+class _ShallowLibyaml(yaml.SafeLoader):
+    """A stand-in for a libyaml release with a nesting limit of its own (50 levels)
+    and words of its own: gradcli must neither inherit the limit nor its wording."""
+
+    def fetch_flow_collection_start(self, token_class):
+        if self.flow_level >= 50:
+            raise yaml.scanner.ScannerError(None, None, "the library's own depth words",
+                                            self.get_mark())
+        return super().fetch_flow_collection_start(token_class)
+
+
+@pytest.fixture
+def shallow_libyaml(monkeypatch):
+    monkeypatch.setattr(yaml, "CSafeLoader", _ShallowLibyaml)
+
+
+def test_a_library_depth_limit_below_gradclis_is_not_gradclis(shallow_libyaml):
+    doc = parse_yaml("a: %s\n" % ("[" * 200 + "]" * 200))
+    depth, value = 0, doc.data["a"]
+    while value:
+        depth, value = depth + 1, value[0]
+    assert depth == 199
+
+
+def test_past_gradclis_limit_the_message_and_line_are_gradclis(shallow_libyaml):
+    text = "a: 1\nb: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "\n"
+    with pytest.raises(GraphError, match=r"^<string>:2: document nested too deeply "
+                                         rf"\(limit {MAX_DEPTH} levels\)$"):
+        parse_yaml(text)
+
+
+def test_a_large_text_is_read_again_only_up_to_the_librarys_error(shallow_libyaml, monkeypatch):
+    """Past REREAD_LIMIT only the prefix before the library's error is read again: a
+    text within gradcli's limit that the library refused keeps the library's report."""
+    monkeypatch.setattr(document, "REREAD_LIMIT", 500)
+    head = "".join(f"x{i}: [1]\n" for i in range(20))
+    text = head + "b: " + "[" * 60 + "]" * 60 + "\n" + "c: 1\n" * 100
+    assert len(text) > 500
+    with pytest.raises(GraphError, match=r"^<string>:21: invalid YAML: the library's own"):
+        parse_yaml(text)
+    # a gradcli error inside that prefix is still gradcli's
+    with pytest.raises(GraphError, match=r"^<string>:2: duplicate key 'x0'"):
+        parse_yaml("x0: 1\n" + text)
+
+
+def test_other_yaml_errors_keep_their_report(shallow_libyaml):
+    with pytest.raises(GraphError, match=r"^<string>:2: invalid YAML: "):
+        parse_yaml("a: [1, 2\nb: }\n")

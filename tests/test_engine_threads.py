@@ -536,7 +536,7 @@ def test_spawn_child_runs_sim_backward(tmp_path):
     assert "spawn ok" in proc.stdout
 
 
-# -- Ctrl-C (issue 11, item 12) ------------------------------------------------------------------
+# -- Ctrl-C ------------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_interrupt_while_a_device_thread_is_busy_cancels_the_backward(caplog):
     """Note [Interrupted backwards]: KeyboardInterrupt in the caller fails the

@@ -172,7 +172,14 @@ def test_committed_examples_are_what_the_script_writes(tmp_path):
                 np.load(tmp_path / model / "weights.npz") as b:
             assert sorted(a.files) == sorted(b.files), model
             for k in a.files:
-                np.testing.assert_array_equal(a[k], b[k], err_msg=f"{model}: {k}")
+                if k.startswith("grad:"):
+                    # PyTorch's own gradients: its float64 kernels sum in an order
+                    # that depends on the CPU's vector width, so another machine
+                    # writes them a few ulps apart
+                    np.testing.assert_allclose(a[k], b[k], rtol=1e-12, atol=1e-15,
+                                               err_msg=f"{model}: {k}")
+                else:
+                    np.testing.assert_array_equal(a[k], b[k], err_msg=f"{model}: {k}")
 
 
 # -- export from modules --------------------------------------------------------------------------
@@ -385,7 +392,7 @@ def test_refuses_an_op_it_cannot_express_naming_op_and_line(tmp_path):
 ])
 def test_refuses_an_op_gradcli_cannot_run_naming_op_and_line(tmp_path, forward, op, line,
                                                             monkeypatch):
-    """Issue 10 item 3: PyTorch replays these, gradcli would refuse the written file.
+    """PyTorch replays these, gradcli would refuse the written file.
     (The registry is asked: should gradcli gain the op, the test still removes it.)"""
     from gradcli.ops import OPS
 

@@ -1,4 +1,4 @@
-"""Hostile input, round two (issue 11): the memory of the whole graph, time bounds,
+"""Hostile input: the memory of the whole graph, time bounds,
 exact patterns, hostile .npz archives, and the load time of large files.
 
 The bad-input corpus (tests/bad_inputs/) holds one file per case; these tests

@@ -21,7 +21,6 @@ LAYERS = {
     "gradcli.errors": 0,
     "gradcli._version": 0,
     "gradcli.collector": 0,     # the cyclic collector paused (Note [Collector pauses])
-    "gradcli.dispatch": 0,     # Note [Core dispatch]: filled in from above at import
     "gradcli.records": 0,      # record classes without dataclasses (Note [Record classes])
     "gradcli.autograd": 1,
     "gradcli.ops": 2,
@@ -167,7 +166,7 @@ def test_errors_does_not_import_the_engine():
 
 
 def test_tensor_operators_work_whichever_module_is_imported_first():
-    """Issue 8: Tensor's operators are available once gradcli is imported, even when
+    """Tensor's operators are available once gradcli is imported, even when
     the user imports only gradcli.autograd; `import gradcli` alone loads no ops."""
     import subprocess
     import sys

@@ -283,7 +283,7 @@ def test_json_duplicate_keys_are_refused_where_json_loads_keeps_the_last():
 @pytest.mark.parametrize("op", ["aten.native_dropout.default", "aten.bernoulli.default",
                                 "aten.dropout.default"])
 def test_random_aten_ops_are_refused_at_load(op):
-    """Issue 10 item 2: graph files hold no random op (the exporter folds dropout
+    """Graph files hold no random op (the exporter folds dropout
     masks into constants); one that names one is refused at load, naming it."""
     text = ("version: 1\ntensors:\n  x: {shape: [4], init: normal, requires_grad: true}\n"
             f"ops:\n  - {{op: {op}, inputs: [x], output: y}}\n"

@@ -356,7 +356,7 @@ def test_arg_defaults_are_given_to_rules_and_outputs():
 
 
 def test_public_op_functions_are_named_as_in_files_and_listed_in_all():
-    """Issue 8 item 8: gradcli.ops.sum, .pow, .abs, ... (no trailing underscore, which
+    """gradcli.ops.sum, .pow, .abs, ... (no trailing underscore, which
     reads as in-place in PyTorch's convention), every one listed in __all__."""
     import gradcli.ops as O
 

@@ -1,4 +1,4 @@
-"""The shortcuts of issue 12 keep behaviour: collector pauses, metadata stamps, the
+"""The speed shortcuts keep behaviour: collector pauses, metadata stamps, the
 loader's infer cache, shared CPU input metadata, the forward's precheck."""
 from __future__ import annotations
 

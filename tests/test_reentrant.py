@@ -270,7 +270,7 @@ def test_each_stress_scenario_passes_without_faults(scenario):
     assert json.loads(proc.stdout)["ok"]
 
 
-# -- bounded reentrant depth and threads (issue 11, item 1) -----------------------------
+# -- bounded reentrant depth and threads -----------------------------
 def test_reenter_depth_is_bounded_at_load():
     from gradcli.errors import GraphError
     from gradcli.loader import loads

@@ -1,4 +1,4 @@
-"""Start-up stays light (issue 12, item 7): what `gradcli run` imports, the op
+"""Start-up stays light: what `gradcli run` imports, the op
 registry's deferred namespaces (Note [Deferred op namespaces]), the record classes
 that replaced dataclasses (Note [Record classes]) and the install step's bytecode.
 No timing here: the figures are scripts/bench_engine.py's (--only startup)."""

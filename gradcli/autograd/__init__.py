@@ -1,33 +1,38 @@
-"""The autograd core: nodes, tensors and the engine. Knows nothing of files or the CLI."""
-from .api import backward, grad, queue_callback
-from .engine import (Engine, get_current_graph_task_execution_order, get_default_engine,
-                     predicted_execution_order, set_default_engine)
-from .graph_task import GraphTask
-from .input_buffer import InputBuffer
-from .node import AccumulateGrad, GraphRoot, InputMetadata, Node
-from .ready_queue import ReadyQueue
-from .state import (detect_anomaly, enable_grad, is_grad_enabled, no_grad, set_grad_enabled,
-                    set_multithreading_enabled)
-from .tensor import Tensor
+"""The autograd core: nodes, tensors and the engine. Knows nothing of files or the CLI.
 
-# The custom-Function API (function.py) loads on first use: a graph without a
-# ``custom`` op never needs it (start-up, issue 12).
-_LAZY = {"BackwardCFunction": "function", "Function": "function", "as_function": "function"}
+Its names load on first use (PEP 562), so that ``import gradcli`` can reach the core's
+registration point (``gradcli.autograd.dispatch``, Note [Core dispatch]) without
+importing the engine or NumPy.
+"""
+import importlib
+
+# name -> the module of this package that defines it
+_LAZY = {
+    "backward": "api", "grad": "api", "queue_callback": "api",
+    "Engine": "engine", "get_current_graph_task_execution_order": "engine",
+    "get_default_engine": "engine", "predicted_execution_order": "engine",
+    "set_default_engine": "engine",
+    "GraphTask": "graph_task", "InputBuffer": "input_buffer",
+    "AccumulateGrad": "node", "GraphRoot": "node", "InputMetadata": "node", "Node": "node",
+    "ReadyQueue": "ready_queue",
+    "detect_anomaly": "state", "enable_grad": "state", "is_grad_enabled": "state",
+    "no_grad": "state", "set_grad_enabled": "state", "set_multithreading_enabled": "state",
+    "Tensor": "tensor",
+    # The custom-Function API: a graph without a ``custom`` op never needs it.
+    "BackwardCFunction": "function", "Function": "function", "as_function": "function",
+}
+
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        import importlib  # noqa: PLC0415 - only when a deferred module loads
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = [
-    "AccumulateGrad", "BackwardCFunction", "Engine", "Function", "GraphRoot", "GraphTask",
-    "InputBuffer", "InputMetadata", "Node", "ReadyQueue", "Tensor", "as_function", "backward", "detect_anomaly", "enable_grad",
-    "get_current_graph_task_execution_order", "get_default_engine", "grad", "is_grad_enabled",
-    "no_grad", "predicted_execution_order", "queue_callback", "set_default_engine",
-    "set_grad_enabled", "set_multithreading_enabled",
-]
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..devices import device_of, to_device, xp_of_array
-from .. import dispatch
+from . import dispatch
 from .engine import Engine, current_engine
 
 

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from ..devices import CPU, device_of, on_device, xp_of_array
-from .. import dispatch
+from . import dispatch
 from .streams import stream_of
 from .state import STATE, next_sequence_nr
 

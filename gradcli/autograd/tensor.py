@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..devices import device_of, to_host
-from .. import dispatch
+from . import dispatch
 from .node import AccumulateGrad, differentiable_accumulate
 from .state import STATE
 

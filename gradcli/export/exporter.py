@@ -305,7 +305,7 @@ def _fail(node, message):
 
 
 def _runnable(node, name):
-    """``name`` if gradcli can run it; else the op and its source line (issue 10 item 3):
+    """``name`` if gradcli can run it; else the op and its source line:
     export writes only files gradcli loads, not ones only PyTorch can replay."""
     from ..ops import OPS  # noqa: PLC0415
 

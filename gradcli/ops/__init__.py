@@ -21,7 +21,7 @@ OPS.defer(__name__ + ".custom", names=("custom",))
 OPS.defer(__name__ + ".higher", names=("grad",))
 from .library import BackwardFailure, expand_reduced, unbroadcast  # noqa: F401 - built from ops
 from .reentrant import reenter  # noqa: F401 - registers reenter
-from .. import dispatch as _dispatch
+from ..autograd import dispatch as _dispatch
 
 # The ops a create_graph backward records with inside the core (Note [Core dispatch]).
 _dispatch.register_ops(clone=_library.clone, grad_copy=_library.grad_copy,

@@ -18,8 +18,8 @@ modules), so the operators work whichever module a user imports first and
 ``import gradcli`` itself stays light.
 
 Who sets what:
-- ``Tensor``: ``autograd/tensor.py``, at import (``import gradcli.autograd``
-  always imports it).
+- ``Tensor``: ``autograd/tensor.py``, at import (``engine.py`` imports it, so
+  every backward has it).
 - ``ops``: ``gradcli/ops/__init__.py``, at import: ``clone``, ``grad_copy``, ``unbroadcast``,
   ``cast`` and ``to``. Only a create_graph backward reads them, and a Tensor
   gradient can only exist once the op library has recorded one.
@@ -31,8 +31,6 @@ import types
 
 Tensor = None           # the Tensor class (set by tensor.py)
 ops = types.SimpleNamespace(clone=None, grad_copy=None, unbroadcast=None, cast=None, to=None)
-
-
 
 
 def load_ops():

@@ -104,7 +104,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                            "the graph. Set allow_unused=True if this is the desired behavior.")
     if create_graph:
         Tensor = dispatch.Tensor     # Note [Core dispatch]
-        result = [g if g is None or type(g) is Tensor else Tensor(g) for g in result]
+        if Tensor is not None:       # (None: no Tensor was ever made, the graph is raw Nodes)
+            result = [g if g is None or type(g) is Tensor else Tensor(g) for g in result]
     return tuple(result)
 
 

@@ -18,8 +18,8 @@ modules), so the operators work whichever module a user imports first and
 ``import gradcli`` itself stays light.
 
 Who sets what:
-- ``Tensor``: ``autograd/tensor.py``, at import (``engine.py`` imports it, so
-  every backward has it).
+- ``Tensor``: ``autograd/tensor.py``, at import. Before it is imported no Tensor
+  exists, so a backward has only raw arrays to deal with.
 - ``ops``: ``gradcli/ops/__init__.py``, at import: ``clone``, ``grad_copy``, ``unbroadcast``,
   ``cast`` and ``to``. Only a create_graph backward reads them, and a Tensor
   gradient can only exist once the op library has recorded one.

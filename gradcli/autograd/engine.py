@@ -27,7 +27,6 @@ from heapq import heapify, heappop, heappush
 from . import streams
 from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
 from . import dispatch
-from . import tensor as _tensor  # noqa: F401 - registers Tensor (Note [Core dispatch])
 
 def _log():
     """The engine's logger (logging is imported only to warn at stop())."""

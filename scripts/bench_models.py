@@ -5,7 +5,7 @@ For each model (torchvision's resnet18 in train mode and mobilenet_v3_small in
 eval mode, ``nn.TransformerEncoderLayer``, and a tiny ViT, GPT-2 and BERT built
 from ``transformers`` configs with random weights, no downloads) it
 
-1. exports the module with ``gradcli.export.from_module`` at float64 (the
+1. exports the module with ``gradcli.bridges.torch.from_module`` at float64 (the
    exporter's projection loss, Note [Projection loss]) into ``--out/NAME``;
 2. loads the graph with gradcli, runs its backward and compares with the
    file's ``expect`` (PyTorch's own gradients and node order): the largest
@@ -187,7 +187,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from gradcli.export import from_module
+    from gradcli.bridges.torch import from_module
 
     rows = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:

@@ -4,7 +4,7 @@
     python scripts/export_examples.py --check    # exits 1 if a committed export is stale
 
 Each model is small (weights well under 1 MB), float64, with random weights
-from a fixed seed, and is exported with ``gradcli.export.from_module``: the
+from a fixed seed, and is exported with ``gradcli.bridges.torch.from_module``: the
 graph (ATen ops), its weights and PyTorch's gradients and backward node order
 as ``expect``. The builders are plain functions, so the CLI can export them
 too, e.g.:
@@ -136,7 +136,7 @@ def examples():
 
 
 def export_all(out_dir=OUT):
-    from gradcli.export import from_module
+    from gradcli.bridges.torch import from_module
 
     written = []
     for folder, build, inputs, kwargs in examples():

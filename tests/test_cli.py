@@ -401,7 +401,7 @@ def test_help_imports_no_numpy(args):
     code = ("import sys\nfrom gradcli.cli import main\n"
             f"try:\n    main({args!r}, prog_name='gradcli')\nexcept SystemExit as e:\n"
             "    assert e.code == 0, e.code\n"
-            "print('IMPORTED', sorted(m for m in ('numpy', 'yaml', 'rich', 'gradcli.autograd', "
+            "print('IMPORTED', sorted(m for m in ('numpy', 'yaml', 'rich', 'gradcli.autograd.engine', "
             "'gradcli.loader') if m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)

@@ -1,4 +1,4 @@
-"""``gradcli export`` and ``gradcli.compare_torch``: exported graphs replay as PyTorch's module.
+"""``gradcli export`` and ``gradcli.bridges.torch.compare``: exported graphs replay as PyTorch's module.
 
 The replay test runs each graph file's ops in PyTorch and checks it gives the
 gradients and backward node order the file's ``expect`` section recorded from
@@ -21,10 +21,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the gradcli
 
 from click.testing import CliRunner  # noqa: E402
 
-from gradcli import compare_torch  # noqa: E402
+from gradcli.bridges.torch import compare as compare_torch  # noqa: E402
 from gradcli.document import read_document  # noqa: E402
-from gradcli.export import ExportError, from_module  # noqa: E402
-from gradcli.export import schema as S  # noqa: E402
+from gradcli.bridges.torch import ExportError, from_module  # noqa: E402
+from gradcli.bridges.torch import schema as S  # noqa: E402
 from gradcli.cli import main as gradcli_main  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -588,7 +588,7 @@ def test_replay_takes_its_leaves_from_gradclis_loader(tmp_path):
 def test_gradcli_and_its_help_do_not_import_torch():
     code = textwrap.dedent("""\
         import sys
-        import gradcli, gradcli.export, gradcli.cli.cmd_export, gradcli.compare_torch
+        import gradcli, gradcli.bridges.torch, gradcli.cli.cmd_export, gradcli.bridges.torch.compare
         from gradcli.cli import main
         try:
             main(["--help"])
@@ -617,7 +617,7 @@ def test_a_graph_that_does_not_replay_as_the_module_is_an_exporter_bug(tmp_path,
         return result
 
     monkeypatch.setattr(compare_torch, "replay", swapped_order)
-    from gradcli.export import ExportMismatch
+    from gradcli.bridges.torch import ExportMismatch
 
     with pytest.raises(ExportMismatch, match="backward order differs"):
         from_module(torch.nn.Linear(3, 2), (torch.randn(2, 3),))

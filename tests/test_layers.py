@@ -29,8 +29,7 @@ LAYERS = {
     "gradcli.gradcheck": 3,
     "gradcli.document": 3,
     "gradcli.trace": 3,
-    "gradcli.export": 3,        # PyTorch -> graph files (imports torch lazily)
-    "gradcli.compare_torch": 3,  # graph files -> PyTorch
+    "gradcli.bridges": 3,       # other formats <-> graph files (each imports its framework lazily)
     "gradcli.validate": 4,  # the command cores: click-free, below the CLI that prints them
     "gradcli.stress": 4,
     "gradcli.cli": 5,       # the CLI layer: how its modules call each other is its own design

@@ -52,7 +52,7 @@ def test_a_different_node_order_is_the_first_difference_and_exits_1(gradcli_cli,
 
 @needs_torch
 def test_a_different_gradient_is_named_with_its_worst_element(gradcli_cli, repo_root, monkeypatch):
-    from gradcli import compare_torch
+    from gradcli.bridges.torch import compare as compare_torch
 
     real = compare_torch.replay
 

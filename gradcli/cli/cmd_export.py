@@ -12,7 +12,7 @@ import click
 
 from ..errors import first_line as _first_line
 from . import core
-from ..export import CROSS_ENTROPY, LOSSES
+from ..bridges.torch import CROSS_ENTROPY, LOSSES
 from .core import EXIT_INTERNAL, fail as _fail
 
 
@@ -73,8 +73,8 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
         _fail("gradcli export needs PyTorch: pip install 'gradcli[torch]'")
     import numpy as np
 
-    from ..export import ExportError, ExportMismatch, from_module
-    from ..export.builder import load_builder
+    from ..bridges.torch import ExportError, ExportMismatch, from_module
+    from ..bridges.torch.builder import load_builder
 
     if not input_shapes and not input_files:
         _fail("give the inputs: --input-shape N,C,H,W or --input FILE.npy")

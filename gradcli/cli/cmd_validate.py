@@ -93,14 +93,14 @@ def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_orde
 
 # -- --against torch ---------------------------------------------------------------------------
 def against_torch(graphs, fmt, load: core.LoadOptions, multithreading) -> int:
-    """Run each graph in gradcli and replay it in PyTorch (``gradcli.compare_torch``);
+    """Run each graph in gradcli and replay it in PyTorch (``gradcli.bridges.torch.compare``);
     print both side by side. Returns the exit code: 1 when any graph differs."""
     try:
         import torch  # noqa: F401 - only to tell a missing extra apart
     except ImportError as exc:
         core.fail(f"validate --against torch needs PyTorch, which is not installed ({exc}); "
                   "install the extra: pip install 'gradcli[torch]'", EXIT_INVALID)
-    from ..compare_torch import compare, replay
+    from ..bridges.torch.compare import compare, replay
     from ..devices import to_host
     from ..errors import GraphError
 

@@ -1,7 +1,7 @@
 """ATen schemas and graph files: which arguments are tensors, and how values are written.
 
 Shared by the exporter (ATen call -> ``inputs``/``args``) and the PyTorch
-replay in ``gradcli.compare_torch`` (``inputs``/``args`` -> ATen call), so the
+replay in ``gradcli.bridges.torch.compare`` (``inputs``/``args`` -> ATen call), so the
 two directions read one rule. Imports torch.
 """
 from __future__ import annotations

@@ -32,8 +32,8 @@ import tempfile
 
 import numpy as np
 
-from .errors import GraphError
-from .ops.torch_ref import torch_reference
+from ...errors import GraphError
+from ...ops.torch_ref import torch_reference
 
 class CompareError(GraphError):
     """A graph the PyTorch replay cannot run (an op with no PyTorch equivalent, ...)."""
@@ -90,7 +90,7 @@ def replay(source, *, base_dir=None, arrays=None, leaves=None) -> TorchResult:
 
     path = None
     if isinstance(source, (str, os.PathLike)):
-        from .document import read_document
+        from ...document import read_document
 
         path = os.fspath(source)
         data = read_document(path).data
@@ -114,7 +114,7 @@ def replay(source, *, base_dir=None, arrays=None, leaves=None) -> TorchResult:
 def _loaded(data, path, base_dir, arrays, display):
     """gradcli's Graph of the document (Note [Replayed leaves]); ``arrays`` are
     written to a temporary folder for the loader to read them."""
-    from .loader import load, loads
+    from ...loader import load, loads
 
     if path is not None and not arrays:
         yield load(path)
@@ -166,8 +166,8 @@ class _Replay:
 
     # leaves: gradcli's loaded arrays (Note [Replayed leaves]) --------------------------------
     def take_leaves(self, graph, leaves):
-        from .graph import LeafSpec
-        from .devices import to_host
+        from ...graph import LeafSpec
+        from ...devices import to_host
 
         for name, leaf in graph.leaves.items():
             value = leaves[name] if name in leaves else leaf.make(leaf.shape)
@@ -232,7 +232,7 @@ class _Replay:
         return env[x]
 
     def call_aten(self, name, op, env, index):
-        from .export import schema as S
+        from . import schema as S
 
         overload = self.overload(name, op, index)
         inputs = list(op.get("inputs", []))

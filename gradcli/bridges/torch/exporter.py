@@ -16,7 +16,7 @@ The steps, in order:
 3. The real module (a copy) runs forward and backward once more with the same
    seed: its parameter gradients and the order PyTorch ran its backward nodes
    (a pre-hook on every node) become the ``expect`` section.
-4. The written graph is replayed in PyTorch (``gradcli.compare_torch``): its
+4. The written graph is replayed in PyTorch (``gradcli.bridges.torch.compare``): its
    gradients and node order must equal the module's, or the export fails
    (Note [Exported order]).
 
@@ -307,7 +307,7 @@ def _fail(node, message):
 def _runnable(node, name):
     """``name`` if gradcli can run it; else the op and its source line:
     export writes only files gradcli loads, not ones only PyTorch can replay."""
-    from ..ops import OPS  # noqa: PLC0415
+    from ...ops import OPS  # noqa: PLC0415
 
     op = OPS.get(name)
     if op is None or not op.public or not op.supported:
@@ -552,7 +552,7 @@ class _Converter:
 
 # -- step 3: the module's own backward --------------------------------------------------------
 def _reference_backward(module, inputs, extras, loss_fn):
-    from ..compare_torch import node_order
+    from .compare import node_order
 
     out = module(*inputs)
     loss = loss_fn(out, extras)
@@ -563,7 +563,7 @@ def _reference_backward(module, inputs, extras, loss_fn):
 
 # -- step 4: the file replays as the module ---------------------------------------------------
 def _check_replay(graph, grads, order):
-    from .. import compare_torch
+    from . import compare as compare_torch
 
     result = compare_torch.replay(graph.document, arrays=graph.file_arrays())
     if len(result.order) != len(order) or any(

@@ -28,4 +28,4 @@ def __getattr__(name):
         from .graphfile import ExportedGraph
 
         return ExportedGraph
-    raise AttributeError(f"module 'gradcli.export' has no attribute {name!r}")
+    raise AttributeError(f"module 'gradcli.bridges.torch' has no attribute {name!r}")

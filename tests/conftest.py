@@ -59,3 +59,33 @@ def gradcli_proc():
                               **kwargs)
 
     return run
+
+
+# -- markers: `torch` (runs PyTorch; `make test-torch`) and `gpu` (needs CUDA; `make test-gpu`) --
+def pytest_configure(config):
+    config.addinivalue_line("markers", "torch: the test runs PyTorch (marked from its module)")
+    config.addinivalue_line("markers", "gpu: the test needs a CUDA device and CuPy; skipped "
+                                       "elsewhere")
+
+
+def cuda_available() -> bool:
+    """A CUDA device that CuPy can use (never True on CI's CPU machines)."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: all mean "no"
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    no_cuda = None
+    for item in items:
+        module = getattr(item, "module", None)
+        if getattr(getattr(module, "torch", None), "__name__", None) == "torch":
+            item.add_marker(pytest.mark.torch)
+        if item.get_closest_marker("gpu") is not None:
+            if no_cuda is None:
+                no_cuda = not cuda_available()
+            if no_cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device (CuPy); "
+                                                        "run `make test-gpu` on a GPU machine"))

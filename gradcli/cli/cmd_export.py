@@ -75,6 +75,11 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
 
     from ..bridges.torch import ExportError, ExportMismatch, from_module
     from ..bridges.torch.builder import load_builder
+    from ..bridges.torch.versions import untested_warning
+
+    warning = untested_warning(torch.__version__)
+    if warning:
+        core.echo(f"gradcli: warning: {warning}", err=True)
 
     if not input_shapes and not input_files:
         _fail("give the inputs: --input-shape N,C,H,W or --input FILE.npy")

@@ -96,12 +96,17 @@ def against_torch(graphs, fmt, load: core.LoadOptions, multithreading) -> int:
     """Run each graph in gradcli and replay it in PyTorch (``gradcli.bridges.torch.compare``);
     print both side by side. Returns the exit code: 1 when any graph differs."""
     try:
-        import torch  # noqa: F401 - only to tell a missing extra apart
+        import torch
     except ImportError as exc:
         core.fail(f"validate --against torch needs PyTorch, which is not installed ({exc}); "
                   "install the extra: pip install 'gradcli[torch]'", EXIT_INVALID)
     from ..bridges.torch.compare import compare, replay
+    from ..bridges.torch.versions import untested_warning
     from ..devices import to_host
+
+    warning = untested_warning(torch.__version__)
+    if warning:
+        core.echo(f"gradcli: warning: {warning}", err=True)
     from ..errors import GraphError
 
     docs, code = [], EXIT_OK

@@ -1,0 +1,58 @@
+"""The torch releases the PyTorch bridge is tested on, and what differs between them.
+
+gradcli itself never imports torch to run a graph: its node names and formulas are
+PyTorch's, as of the oldest tested release. The bridge (``gradcli export``,
+``validate --against torch``) runs the installed torch, so it needs to know which
+releases it was tested on and where they behave differently.
+
+>>> release("2.14.1+cu130")
+(2, 14)
+>>> untested_warning("2.14.1") is None, untested_warning("2.15.0")[:40]
+(True, 'torch 2.15.0 is outside the tested range')
+>>> differs("norm_third_order_refused", "2.13.0"), differs("norm_third_order_refused", "2.14.1")
+(False, True)
+"""
+from __future__ import annotations
+
+__all__ = ["TESTED", "DIFFERENCES", "release", "tested_range", "untested_warning", "differs"]
+
+# The (major, minor) releases the test suite passes on (`make test-torch TORCH=...`).
+TESTED = ((2, 13), (2, 14))
+
+# Where the tested releases differ in what the bridge or the tests see: the first release
+# that behaves the new way, and how. gradcli keeps the oldest release's behaviour; the
+# tests ask differs() instead of hoping the case never comes up.
+DIFFERENCES = {
+    "norm_third_order_refused": (
+        (2, 14), "native_batch_norm's double backward refuses a third derivative "
+                 "('batch_norm does not support 3rd+ order derivatives'); 2.13 computed one, "
+                 "and gradcli keeps 2.13's formula"),
+}
+
+
+def release(version: str) -> tuple:
+    """(major, minor) of a torch version string such as '2.14.1+cu130'."""
+    head = version.split("+")[0].split(".")
+    try:
+        return int(head[0]), int("".join(ch for ch in head[1] if ch.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def tested_range() -> str:
+    lo, hi = TESTED[0], TESTED[-1]
+    return f"{lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}"
+
+
+def untested_warning(version: str):
+    """One line to print where ``version`` is outside the tested range, else None."""
+    if release(version) in TESTED:
+        return None
+    return (f"torch {version} is outside the tested range {tested_range()}; "
+            "going on, but node names or formulas may differ")
+
+
+def differs(name: str, version: str) -> bool:
+    """True where torch ``version`` already has the difference ``name``."""
+    since, _ = DIFFERENCES[name]
+    return release(version) >= since

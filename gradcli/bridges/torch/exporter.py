@@ -66,6 +66,7 @@ from torch.utils import _pytree as pytree
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from .graphfile import ExportedGraph
+from .reference import attach_reference
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # Ops whose result depends on their inputs' shapes and dtypes only, never their values.
@@ -133,6 +134,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         root=root, grads=expect_grads, order=order,
         floating=str(_float_dtype(inputs, params)).removeprefix("torch."))
     _check_replay(graph, expect_grads, order)
+    attach_reference(graph)                     # float64 gradients for the float32 verdict
     graph.header = _header(module, inputs, params, train, loss, target_t is not None, seed)
     return graph
 

@@ -89,12 +89,14 @@ def judge(name, actual, torch_grad, reference, dtype, why, scale=0.0) -> Judgeme
     floor = FACTOR * eps * float(scale)
     if not (np.isfinite(r).all() and np.isfinite(t).all()):
         return None                  # no norm to speak of: the caller checks element-wise
-    d_gc, _ = _distance(a, r)
-    d_pt, _ = _distance(t, r)
+    d_gc, e_gc = _distance(a, r)
+    d_pt, e_pt = _distance(t, r)
     rms = float(np.sqrt(np.mean((a - r) ** 2))) if a.size else 0.0
     bound = FACTOR * max(d_pt, eps)
     finite = bool(np.isfinite(a).all())
-    within = finite and d_gc <= bound
+    # in absolute norms: the same bound, and defined for a reference of zero
+    norm = float(np.linalg.norm(r.ravel()))
+    within = finite and e_gc <= FACTOR * max(e_pt, eps * norm)
     floored = finite and not within and rms <= floor
     numbers = (f"distance to float64: gradcli {d_gc:.3g}, torch {d_pt:.3g} (norm-wise relative "
                f"error)")

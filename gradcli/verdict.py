@@ -21,14 +21,15 @@ Which gradients are judged so is measured, not read from the file's dtype:
 ``gradcli.precision`` finds the lowest floating dtype on each gradient's path.
 float64 throughout: the element-wise check with the file's rtol/atol.
 
-Note [The factor]: measured on 2026-11-25 (commit of this module) on graphs
-written by ``gradcli export``, per parameter, ratio d(gradcli) / d(PyTorch):
-torchvision resnet18 float32 (input 4x3x64x64, train) median 0.72, max 1.00;
-an ``nn.TransformerEncoderLayer`` float32 median 1.00, max 1.20; a 2-layer
-``nn.LSTM`` + Linear float32 median 1.03, max 1.45; a T5 encoder at float64
-with its float32 layer-norm variance median 0.75, max 1.34. A wrong formula
-moves the gradient by O(1); 4 leaves a margin of 2.7 over the worst measured
-ratio and stays five orders of magnitude below a real error.
+Note [The factor]: measured on 2026-11-25 on graphs written by ``gradcli
+export`` (``scripts/verdict_distances.py``; the table is in
+docs/graph-format.md), per parameter, ratio d(gradcli) / d(PyTorch), median /
+max: torchvision resnet18 float32 (input 4x3x64x64, train) 0.76 / 1.00; an
+``nn.TransformerEncoderLayer`` float32 1.00 / 1.30; a 2-layer ``nn.LSTM`` +
+Linear float32 1.08 / 1.19 (1.45 with other inputs); a T5 encoder at float64
+with its float32 layer-norm variance 0.75 / 1.34. A wrong formula moves the
+gradient by O(1); 4 leaves a margin of 2.7 over the worst measured ratio and
+stays orders of magnitude below a real error.
 
 Note [The floor]: a gradient whose exact value is (nearly) zero, such as the
 bias of a convolution followed by batch normalization in train mode, is

@@ -15,7 +15,8 @@ from click.testing import CliRunner  # noqa: E402
 from gradcli.bridges.torch import from_module  # noqa: E402
 from gradcli.cli import main as gradcli_main  # noqa: E402
 from gradcli.document import read_document  # noqa: E402
-from gradcli.loader import load  # noqa: E402
+from gradcli.bridges.torch.reference import widen  # noqa: E402
+from gradcli.loader import load, loads  # noqa: E402
 from gradcli.precision import lowest_precision  # noqa: E402
 from gradcli.validate import Options, validate_file, validate_graph  # noqa: E402
 from gradcli.verdict import FACTOR, judge  # noqa: E402
@@ -241,3 +242,97 @@ def test_json_table_and_junit_carry_both_distances(cnn32, tmp_path):
     assert f"gradcli {c['distance']:.3g}, torch {c['torch_distance']:.3g}" in junit.read_text()
     res = runner.invoke(gradcli_main, ["validate", str(cnn32)], env={"COLUMNS": "240"})
     assert "dist. gradcli" in res.stdout and "dist. torch" in res.stdout
+
+
+# -- T5: float32 islands inside a float64 model ----------------------------------------------
+def test_t5_encoder_at_float64_is_judged_by_its_float32_variance(tmp_path):
+    """T5's layer norm computes its variance in float32 inside a float64 model: every
+    gradient depends on one, so each is judged norm-wise and passes; element-wise at
+    float64's rtol 1e-7 it fails. Raised to float64, those casts leave gradcli equal to
+    PyTorch's float64 replay, which is the reference."""
+    transformers = pytest.importorskip("transformers")
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            cfg = transformers.T5Config(vocab_size=32, d_model=16, d_kv=4, d_ff=32,
+                                        num_layers=1, num_heads=4, dropout_rate=0.0)
+            torch.manual_seed(0)
+            self.m = transformers.T5EncoderModel(cfg)
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).last_hidden_state
+
+    ids = torch.as_tensor(np.random.default_rng(0).integers(0, 32, (2, 6)))
+    path = from_module(Encoder(), (ids,), dtype="float64").write(str(tmp_path))
+    text = open(path).read()
+    assert "expect.reference: the float64 model's gradients" in text
+    report = validate_file(path, Options())
+    assert report.status == "pass", [c.message for c in report.checks if c.status == "fail"]
+    checks = _grad_checks(report)
+    assert checks and all(c.precision == "float32" and "_to_copy" in c.message
+                          for c in checks.values())
+    assert validate_file(path, Options(elementwise=True)).status == "fail"
+    # the islands are the whole difference: widened, gradcli's float64 equals the reference
+    folder = tmp_path / "widened"
+    folder.mkdir()
+    weights = dict(np.load(str(tmp_path / "weights.npz")))
+    doc, arrays = widen(read_document(path).data, weights)
+    np.savez(str(folder / "weights.npz"), **arrays)
+    result = loads(json.dumps(doc), format="json", name="widened", base_dir=str(folder)).run()
+    for name in checks:
+        np.testing.assert_allclose(result.grads[name], weights[f"grad64:{name}"], rtol=1e-9,
+                                   atol=1e-12)
+
+
+# -- hand-written files ---------------------------------------------------------------------
+ISLAND_YAML = """
+version: 1
+name: island
+tensors:
+  w: {value: [1.0, 2.0, 3.0], requires_grad: true}
+  v: {value: [0.5, -1.0, 2.0], requires_grad: true}
+ops:
+  - {op: cast, inputs: [w], output: w32, args: {dtype: float32}}
+  - {op: square, inputs: [w32], output: s32}
+  - {op: cast, inputs: [s32], output: s, args: {dtype: float64}}
+  - {op: sum, inputs: [s], output: a}
+  - {op: square, inputs: [v], output: q}
+  - {op: sum, inputs: [q], output: b}
+  - {op: add, inputs: [a, b], output: loss}
+backward: {roots: [loss]}
+expect:
+  grads: {w: {value: [2.0, 4.0, 6.0]}, v: {value: [1.0, -2.0, 4.0]}}
+  REFERENCE
+"""
+
+
+def test_hand_written_island_is_measured_from_the_ops_dtypes():
+    text = ISLAND_YAML.replace("REFERENCE", "reference: {grads: {w: {value: [2.0, 4.0, 6.0]}}}")
+    graph = loads(text, name="island")
+    checks = _grad_checks(validate_graph(graph, "island", Options()))
+    assert checks["w"].precision == "float32" and checks["w"].distance == 0.0
+    assert "float32 on its gradient path: ops[0] (cast) at line 8" in checks["w"].message
+    assert checks["v"].precision == "float64" and checks["v"].distance is None
+
+
+def test_without_a_reference_a_low_precision_gradient_stays_element_wise_and_says_so():
+    graph = loads(ISLAND_YAML.replace("REFERENCE", ""), name="island")
+    checks = _grad_checks(validate_graph(graph, "island", Options()))
+    assert checks["w"].status == "pass" and checks["w"].distance is None
+    assert "no float64 reference" in checks["w"].message and "float32" in checks["w"].message
+
+
+@pytest.mark.parametrize("reference, words", [
+    ("reference: [1, 2]", "reference must be a mapping"),
+    ("reference: {grads: {u: {value: [1.0]}}}", "'u', which expect.grads does not name"),
+    ("reference: {distance: {w: -1}}", "distance of 'w' must be a non-negative number"),
+    ("reference: {grad: {}}", "unknown key 'grad' in expect.reference"),
+    ("elementwise: 3", "elementwise must be true or false"),
+])
+def test_bad_reference_sections_are_one_line_errors(reference, words):
+    from gradcli.errors import GraphError
+
+    with pytest.raises(GraphError) as info:
+        loads(ISLAND_YAML.replace("REFERENCE", reference), name="island")
+    assert words in str(info.value) and "\n" not in str(info.value)

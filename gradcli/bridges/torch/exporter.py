@@ -66,7 +66,7 @@ from torch.utils import _pytree as pytree
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from .graphfile import ExportedGraph
-from .reference import attach_reference
+from .reference import attach_reference, reference_note
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # Ops whose result depends on their inputs' shapes and dtypes only, never their values.
@@ -136,6 +136,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     _check_replay(graph, expect_grads, order)
     attach_reference(graph)                     # float64 gradients for the float32 verdict
     graph.header = _header(module, inputs, params, train, loss, target_t is not None, seed)
+    graph.header += reference_note(graph)
     return graph
 
 

@@ -105,3 +105,12 @@ def attach_reference(graph):
         distance[name] = float(f"{normwise_distance(torch_grad, ref):.3g}")
     expect["reference"] = {"grads": ref_entries, "distance": distance}
     return refs
+
+
+def reference_note(graph) -> str:
+    """A line for the graph file's header when ``expect.reference`` is there, else ""."""
+    if not graph.document.get("expect", {}).get("reference"):
+        return ""
+    return ("\nexpect.reference: the float64 model's gradients (weights.npz, keys grad64:NAME) "
+            "and PyTorch's norm-wise distance to them; validate judges gradients computed "
+            "below float64 by them (docs/graph-format.md).")

@@ -5,7 +5,7 @@ tensor that can receive a gradient, the lowest floating dtype among the values
 its gradient is computed from, and the op that produced it:
 
     >>> graph.forward(); lowest_precision(graph)["fc.weight"]
-    PathPrecision(dtype=dtype('float32'), op='ops[3] \\'_to_copy\\' (aten._to_copy.default)', line=12)
+    PathPrecision(dtype=dtype('float32'), op="ops[1] '_to_copy' (aten._to_copy.default)", line=31)
 
 Note [Gradient path]: the gradient of a tensor T is computed by the backward
 formulas of the ops on a path from T to a root, G(T): they carry the gradient
@@ -62,7 +62,11 @@ def _names(inputs):
 def lowest_precision(graph) -> dict:
     """{tensor name: PathPrecision} for the leaves that require grad and the ops'
     outputs that lead to a root (Note [Gradient path]). Runs ``graph.forward()``
-    if no forward has run yet."""
+    if no forward has run yet.
+
+    Example: on a T5 encoder exported at float64,
+    ``lowest_precision(load("t5/graph.yaml"))["m.shared.weight"].dtype`` is float32.
+    """
     values = graph.values if graph.values is not None else graph.forward()
     ops = graph.ops
     producer = {}

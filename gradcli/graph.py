@@ -134,16 +134,21 @@ class BackwardSpec(Record):
 
 
 class ExpectSpec(Record):
-    _fields = ("grads", "numeric", "rtol", "atol", "order", "error")
+    """``reference``: {name: LeafSpec} of float64 reference gradients (``expect.reference``,
+    see ``gradcli.verdict``); ``elementwise``: judge every gradient element-wise."""
+    _fields = ("grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise")
 
     def __init__(self, grads: dict, numeric: bool = False, rtol: float = 1e-7,
-                 atol: float = 0.0, order: list | None = None, error: str | None = None):
+                 atol: float = 0.0, order: list | None = None, error: str | None = None,
+                 reference: dict | None = None, elementwise: bool = False):
         self.grads = grads
         self.numeric = numeric
         self.rtol = rtol
         self.atol = atol
         self.order = order
         self.error = error
+        self.reference = reference or {}
+        self.elementwise = elementwise
 
 
 class NodeRun(Record):

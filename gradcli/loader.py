@@ -37,7 +37,7 @@ INIT_DISTS = ("zeros", "ones", "normal", "uniform", "arange", "full")
 OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "device", "body",
            "function"}
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
-EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error"}
+EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise"}
 # Note [Checkpoint nesting]: the forward of nested checkpoints, and the re-run of
 # the body inside each checkpoint's backward, recurse one Python call chain per
 # level (~5 frames); 170 levels still run under Python's default recursion
@@ -1007,11 +1007,37 @@ class _Loader:
         error = spec.get("error")
         if error is not None and not isinstance(error, str):
             self.fail("error must be a string (a part of the expected message)", path + ("error",), where)
-        numeric = spec.get("numeric", False)
-        if not isinstance(numeric, bool):
-            self.fail("numeric must be true or false", path + ("numeric",), where)
-        return ExpectSpec(grads=grads, numeric=numeric, rtol=spec.get("rtol", 1e-7),
-                          atol=spec.get("atol", 0.0), order=order, error=error)
+        for key in ("numeric", "elementwise"):
+            if not isinstance(spec.get(key, False), bool):
+                self.fail(f"{key} must be true or false", path + (key,), where)
+        return ExpectSpec(grads=grads, numeric=spec.get("numeric", False),
+                          rtol=spec.get("rtol", 1e-7), atol=spec.get("atol", 0.0), order=order,
+                          error=error, reference=self.reference(spec, grads, path),
+                          elementwise=spec.get("elementwise", False))
+
+    def reference(self, spec, grads, path) -> dict:
+        """expect.reference.grads: float64 gradients of tensors that expect.grads names
+        (``gradcli.verdict``); its ``distance`` is informative and only type-checked."""
+        ref = spec.get("reference")
+        if ref is None:
+            return {}
+        path = path + ("reference",)
+        if not isinstance(ref, dict) or not isinstance(ref.get("grads", {}), dict) \
+                or not isinstance(ref.get("distance", {}), dict):
+            self.fail("reference must be a mapping with grads and distance mappings", path,
+                      "expect")
+        self.check_keys(ref, {"grads", "distance"}, path, "expect", "expect.reference")
+        out = {}
+        for n, g in (ref.get("grads") or {}).items():
+            if n not in grads:
+                self.fail(f"reference gradient for {n!r}, which expect.grads does not name",
+                          path + ("grads", n), "expect")
+            out[n] = self.leaf(n, g, path + ("grads", n), for_grad_root=True)
+        for n, d in (ref.get("distance") or {}).items():
+            if not _is_number(d) or d < 0:
+                self.fail(f"distance of {n!r} must be a non-negative number",
+                          path + ("distance", n), "expect")
+        return out
 
 
 # -- the forward of an op, checked -----------------------------------------------------------

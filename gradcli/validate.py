@@ -5,7 +5,10 @@ Per file: load it (format check), run it, then run the checks:
 - ``backward``: the backward ran (or, with ``expect.error``, ``error``: it
   failed with a message containing that text);
 - ``grads[NAME]``: each ``expect.grads`` entry, ``|actual - expected| <=
-  atol + rtol |expected|`` with ``expect.rtol``/``expect.atol``;
+  atol + rtol |expected|`` with ``expect.rtol``/``expect.atol`` where the
+  gradient's whole path is float64; where it computes in lower precision and
+  the file has a float64 reference, ``gradcli.verdict``'s norm-wise policy
+  (``--elementwise`` or ``expect.elementwise`` keeps the element-wise check);
 - ``order``: ``expect.order`` equals the node names of a single-threaded run;
 - ``check-order`` (``--check-order``): that run's order equals the predicted
   execution order;
@@ -42,6 +45,9 @@ class Check:
     max_rel_err: float | None = None
     worst_index: object = None
     time_s: float = 0.0
+    distance: float | None = None        # norm-wise distances to the float64 reference
+    torch_distance: float | None = None  # (gradcli.verdict), when that policy judged
+    precision: str | None = None         # the lowest floating dtype on the gradient's path
 
     @property
     def ok(self):
@@ -51,7 +57,9 @@ class Check:
         return {"name": self.name, "kind": self.kind, "status": self.status,
                 "tensor": self.tensor, "max_abs_err": _json_float(self.max_abs_err),
                 "max_rel_err": _json_float(self.max_rel_err), "worst_index": self.worst_index,
-                "message": self.message, "time_s": self.time_s}
+                "message": self.message, "time_s": self.time_s,
+                "distance": _json_float(self.distance),
+                "torch_distance": _json_float(self.torch_distance), "precision": self.precision}
 
 
 @dataclasses.dataclass
@@ -92,6 +100,7 @@ class Options:
     check_inf: bool = False
     multithreading: bool = True
     seed: int = 0
+    elementwise: bool = False     # every gradient element-wise, no norm-wise float32 verdict
 
 
 def _json_float(x):
@@ -132,10 +141,65 @@ def _compare(actual, expected, rtol, atol):
             float(np.max(clean_rel)) if not np.isnan(clean_rel).any() else float("nan"), worst)
 
 
-def _check_grads(graph, result, expect):
+def _path_precisions(graph, expect):
+    """{name: PathPrecision} of the expected gradients (Note [Gradient path])."""
+    from .precision import lowest_precision
+
+    if not expect.grads:
+        return {}
+    return lowest_precision(graph)
+
+
+def _why(p):
+    """How the lowest precision on a path was found, for the messages."""
+    if p.op is None:
+        return f"{p.dtype} is the tensor's own dtype"
+    line = f" at line {p.line}" if p.line else ""
+    return f"{p.dtype} on its gradient path: {p.op}{line} computes in {p.dtype}"
+
+
+def _references(result, expect, precisions, elementwise):
+    """{name: float64 reference array} of the gradients the norm-wise verdict judges."""
+    from .devices import to_host as _host
+
+    if elementwise:
+        return {}
+    refs = {}
+    for name, spec in expect.reference.items():
+        p, got = precisions.get(name), result.grads.get(name)
+        if p is not None and np.dtype(p.dtype).itemsize < 8 and got is not None:
+            refs[name] = np.asarray(_host(spec.array(np.shape(got))), dtype=np.float64)
+    return refs
+
+
+def _judge_normwise(check, name, actual, expected, ref, p, scale):
+    """The float32 policy (gradcli.verdict) on one gradient; False when it cannot judge."""
+    from .verdict import judge
+
+    if ref.shape != actual.shape:
+        check.status = FAIL
+        check.message = (f"the float64 reference of {name!r} has shape {list(ref.shape)}, the "
+                         f"gradient {list(actual.shape)}")
+        return True
+    verdict = judge(name, actual, expected, ref, p.dtype, _why(p), scale)
+    if verdict is None:
+        return False
+    check.distance, check.torch_distance = verdict.distance, verdict.torch_distance
+    check.status = PASS if verdict.ok else FAIL
+    check.message = verdict.message
+    return True
+
+
+def _check_grads(graph, result, expect, opts=None):
     from .devices import to_host as _host
 
     checks = []
+    precisions = _path_precisions(graph, expect)
+    elementwise = expect.elementwise or (opts is not None and opts.elementwise)
+    refs = _references(result, expect, precisions, elementwise)
+    # the floor's scale (Note [The floor] in verdict.py): the largest RMS reference gradient
+    scale = max((float(np.sqrt(np.mean(r * r))) for r in refs.values() if r.size
+                 and np.isfinite(r).all()), default=0.0)
     for name, spec in expect.grads.items():
         check = Check(f"grads[{name}]", "grads", PASS, tensor=name)
         checks.append(check)
@@ -158,8 +222,21 @@ def _check_grads(graph, result, expect):
         ok, max_abs, max_rel, worst = _compare(actual, expected, expect.rtol, expect.atol)
         check.max_abs_err, check.max_rel_err, check.worst_index = max_abs, max_rel, worst
         idx = f"{name}[{', '.join(map(str, worst))}]" if worst else name
+        p = precisions.get(name)
+        low = p is not None and np.dtype(p.dtype).itemsize < 8
+        check.precision = None if p is None else str(p.dtype)
+        # Note [Element-wise below float64]: without a reference, or on request, a
+        # gradient below float64 is held element-wise to the file's rtol/atol, as before.
+        note = ""
+        if name in refs:
+            if _judge_normwise(check, name, actual, expected, refs[name], p, scale):
+                continue
+        elif low:
+            note = ("; element-wise on request" if elementwise else
+                    "; element-wise: the file has no float64 reference (re-export it for the "
+                    "norm-wise verdict)") + f"; {_why(p)}"
         if ok:
-            check.message = f"matches (rtol={expect.rtol:g}, atol={expect.atol:g})"
+            check.message = f"matches (rtol={expect.rtol:g}, atol={expect.atol:g}){note}"
         else:
             a = actual[tuple(worst)] if worst else actual
             e = expected[tuple(worst)] if worst else expected
@@ -167,7 +244,7 @@ def _check_grads(graph, result, expect):
             check.message = (f"gradient of {name!r} differs from expect.grads: max abs error "
                              f"{max_abs:.6g}, max rel error {max_rel:.6g} (rtol={expect.rtol:g}, "
                              f"atol={expect.atol:g}); worst element {idx}: got {float(a):.10g}, "
-                             f"expected {float(e):.10g}")
+                             f"expected {float(e):.10g}{note}")
     return checks
 
 
@@ -389,7 +466,7 @@ def validate_graph(graph, path, opts: Options) -> FileReport:
         check.time_s = result.forward_s + result.backward_s
         check.message = (f"{len(result.order)} nodes ran; {len(result.grads)} gradient(s)"
                          + (" (anomaly detection on)" if anomaly else ""))
-        report.checks.extend(_check_grads(graph, result, expect))
+        report.checks.extend(_check_grads(graph, result, expect, opts))
         report.checks.extend(_check_orders(graph, opts, expect, anomaly))
         if opts.repeat > 1:
             report.checks.append(_check_repeat(graph, opts, anomaly))

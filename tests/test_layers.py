@@ -29,9 +29,11 @@ LAYERS = {
     "gradcli.gradcheck": 3,
     "gradcli.document": 3,
     "gradcli.trace": 3,
+    "gradcli.precision": 3,    # the lowest floating dtype on each gradient path
     "gradcli.bridges": 3,       # other formats <-> graph files (each imports its framework lazily)
     "gradcli.validate": 4,  # the command cores: click-free, below the CLI that prints them
     "gradcli.stress": 4,
+    "gradcli.verdict": 4,   # the float32 policy of validate (norm-wise, against float64)
     "gradcli.cli": 5,       # the CLI layer: how its modules call each other is its own design
     "gradcli.__main__": 6,
     "gradcli": 6,       # the package's lazy __getattr__ may reach anything

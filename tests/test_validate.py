@@ -265,7 +265,8 @@ def test_json_structure():
         assert f["summary"]["checks"] == len(f["checks"])
         for c in f["checks"]:
             assert set(c) == {"name", "kind", "status", "tensor", "max_abs_err", "max_rel_err",
-                              "worst_index", "message", "time_s"}
+                              "worst_index", "message", "time_s", "distance", "torch_distance",
+                              "precision"}
             assert c["status"] in ("pass", "fail", "nondiff", "skipped")
 
 

@@ -51,6 +51,10 @@ def to_json(reports):
               help="Check that N backwards with retain_graph give N times the gradient.")
 @click.option("--no-multithreading", is_flag=True,
               help="Run every node on the calling thread (no device threads).")
+@click.option("--elementwise", is_flag=True,
+              help="Compare every gradient element-wise with the file's rtol/atol, also those "
+                   "computed below float64 (default there: norm-wise against the file's float64 "
+                   "reference, within a factor of PyTorch's own distance).")
 @click.option("--detect-anomaly", is_flag=True, help="Fail on the first node that returns NaN.")
 @click.option("--check-inf", is_flag=True, help="With --detect-anomaly, also fail on Inf.")
 @click.option("--against", type=click.Choice(["torch"]), default=None,
@@ -58,7 +62,7 @@ def to_json(reports):
                    "and node order beside gradcli's, the first difference highlighted.")
 @core.load_options
 def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_order, repeat,
-             no_multithreading, detect_anomaly, check_inf, against, load: core.LoadOptions):
+             no_multithreading, elementwise, detect_anomaly, check_inf, against, load: core.LoadOptions):
     """Check GRAPHS against the format, run them and compare with their `expect`.
 
     With --against torch, compare them with PyTorch instead (tolerances: the file's
@@ -75,7 +79,8 @@ def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_orde
     core.check_writable("--junit", junit_file)
     opts = Options(numeric=numeric or fast, fast=fast, eps=eps, atol=atol, rtol=rtol,
                    check_order=check_order, repeat=repeat, detect_anomaly=detect_anomaly,
-                   check_inf=check_inf, multithreading=not no_multithreading)
+                   check_inf=check_inf, multithreading=not no_multithreading,
+                   elementwise=elementwise)
     reports = []
     for path in graphs:
         report = validate_file(path, opts, load.load)
@@ -211,14 +216,21 @@ def print_reports(reports):
         if report.invalid is not None:
             out.print(Text(core.clean_line(summary_line(report)), style="bold red"))
             continue
+        # the norm-wise distances (gradcli.verdict) get columns when some check has them
+        normwise = any(c.distance is not None for c in report.checks)
         columns = ["check", "status", core.Column("max abs err", "right"),
-                   core.Column("max rel err", "right"), "worst index",
-                   core.Column("detail", fold=True)]
+                   core.Column("max rel err", "right"), "worst index"]
+        if normwise:
+            columns += [core.Column("dist. gradcli", "right"), core.Column("dist. torch", "right")]
+        columns.append(core.Column("detail", fold=True))
         rows, styles = [], {}
         for i, c in enumerate(report.checks):
             detail = c.message.splitlines()[0] if c.message else ""
-            rows.append([c.name, c.status, _num(c.max_abs_err), _num(c.max_rel_err),
-                         _index(c.worst_index), detail])
+            row = [c.name, c.status, _num(c.max_abs_err), _num(c.max_rel_err),
+                   _index(c.worst_index)]
+            if normwise:
+                row += [_num(c.distance), _num(c.torch_distance)]
+            rows.append(row + [detail])
             styles[i] = {"status": _STYLES[c.status]}
         core.print_table(f"{report.graph} ({report.path}): validate", columns, rows, styles=styles)
         for c in report.checks:

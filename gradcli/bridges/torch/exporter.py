@@ -66,6 +66,7 @@ from torch.utils import _pytree as pytree
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from .graphfile import ExportedGraph
+from .reference import attach_reference, reference_note
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # Ops whose result depends on their inputs' shapes and dtypes only, never their values.
@@ -133,7 +134,9 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         root=root, grads=expect_grads, order=order,
         floating=str(_float_dtype(inputs, params)).removeprefix("torch."))
     _check_replay(graph, expect_grads, order)
+    attach_reference(graph)                     # float64 gradients for the float32 verdict
     graph.header = _header(module, inputs, params, train, loss, target_t is not None, seed)
+    graph.header += reference_note(graph)
     return graph
 
 

@@ -85,6 +85,12 @@ class ExportedGraph:
             for key in ("rtol", "atol"):
                 lines.append(f"  {key}: {flow(expect[key])}")
             lines.append(f"  order: {flow(expect['order'])}")
+            reference = expect.get("reference")
+            if reference:
+                lines.append("  reference:")
+                lines.append("    grads:")
+                lines += [f"      {flow(k)}: {flow(v)}" for k, v in reference["grads"].items()]
+                lines.append(f"    distance: {flow(reference['distance'])}")
         return "\n".join(lines) + "\n"
 
     def write(self, directory):

@@ -1,0 +1,128 @@
+"""The float64 reference of an exported graph: the gradients the same model has
+when every floating value is float64, and PyTorch's own distance to them.
+
+``attach_reference(graph)`` replays the written graph in PyTorch with every
+floating tensor and every ``dtype`` argument raised to float64 (Note [Widened
+replay]), and writes into ``expect.reference``:
+
+- ``grads``: the float64 gradients, one ``weights.npz`` entry per tensor
+  (key ``grad64:NAME``), beside PyTorch's own in ``grad:NAME``;
+- ``distance``: PyTorch's norm-wise relative error to them per tensor,
+  ``||g_torch - g_64|| / ||g_64||`` (for the reader: ``validate`` recomputes it
+  from the two arrays, so an edited number cannot loosen the verdict).
+
+A graph that computes in float64 throughout gets no reference: widening would
+change nothing. ``gradcli.verdict`` (validate) uses the reference for the
+tensors whose gradient path has a lower precision (``gradcli.precision``).
+
+Note [Widened replay]: the reference is the *written graph* replayed, not a
+float64 copy of the module run again. The graph holds the module's folded
+constants and random masks (dropout) as arrays, so the float64 run uses the
+very masks and constants the float32 run used; a re-run module would draw its
+masks again, in another dtype, from a generator whose stream depends on the
+dtype. The export already checks that the graph replays as the module at its
+own precision (Note [Exported order] in exporter.py), so widening the graph is
+widening the module. ``_to_copy(dtype=float32)`` inside a float64 model (T5's
+layer norm) becomes a float64 copy: the reference has no islands.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from .errors import WEIGHTS_FILE
+from .graphfile import GRAD_PREFIX
+
+REF_PREFIX = "grad64:"     # weights.npz keys of the float64 reference gradients
+LOW_FLOATS = {"float16", "bfloat16", "float32"}
+
+
+def widen(document, arrays):
+    """(document, arrays) with every floating tensor and ``dtype`` argument float64.
+
+    Example: ``widen({"tensors": {"w": {"dtype": "float32", ...}}, ...}, {"w": a32})``
+    gives ``w`` as float64 in both. Returns None when nothing is below float64.
+    """
+    doc = copy.deepcopy(document)
+    doc.pop("expect", None)
+    changed = False
+    out = dict(arrays)
+    for name, spec in (doc.get("tensors") or {}).items():
+        if isinstance(spec, dict) and spec.get("dtype") in LOW_FLOATS:
+            spec["dtype"] = "float64"
+            key = spec.get("key", name)
+            if key in out:
+                out[key] = np.asarray(out[key]).astype(np.float64)
+            changed = True
+    for op in doc.get("ops") or []:
+        args = op.get("args") or {}
+        if args.get("dtype") in LOW_FLOATS:
+            args["dtype"] = "float64"
+            changed = True
+    return (doc, out) if changed else None
+
+
+def normwise_distance(got, reference) -> float:
+    """``||got - reference|| / ||reference||`` in float64 (0 when both are zero,
+    inf when only the reference is).
+
+    Example: ``normwise_distance(np.float32([1, 2]), np.array([1.0, 2.0])) == 0.0``.
+    """
+    g = np.asarray(got, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    err = float(np.linalg.norm((g - r).ravel()))
+    norm = float(np.linalg.norm(r.ravel()))
+    if norm == 0.0:
+        return 0.0 if err == 0.0 else float("inf")
+    return err / norm
+
+
+def attach_reference(graph):
+    """Add ``expect.reference`` (module docstring) to an ExportedGraph in place;
+    returns the reference gradients by name ({} when the graph is float64 throughout).
+
+    Note [No reference is no export failure]: a graph whose float64 replay fails
+    (an op PyTorch does not run at float64) is still written, without a
+    reference: validate then checks it element-wise, as files written before the
+    reference existed, and the file's header says why it has none.
+    """
+    from . import compare as compare_torch
+
+    widened = widen(graph.document, graph.arrays)
+    if widened is None:
+        return {}
+    doc, arrays = widened
+    try:
+        result = compare_torch.replay(doc, arrays={(WEIGHTS_FILE, k): v
+                                                   for k, v in arrays.items()})
+    except Exception as exc:  # noqa: BLE001 - Note [No reference is no export failure]
+        text = str(exc).strip().splitlines()
+        graph.reference_skipped = f"{type(exc).__name__}: {text[0] if text else ''}"
+        return {}
+    expect = graph.document["expect"]
+    ref_entries, distance, refs = {}, {}, {}
+    for name in expect["grads"]:
+        ref = result.grads.get(name)
+        if ref is None:
+            continue
+        torch_grad = graph.arrays[GRAD_PREFIX + name]
+        refs[name] = ref
+        graph.arrays[REF_PREFIX + name] = np.ascontiguousarray(ref, dtype=np.float64)
+        ref_entries[name] = {"file": WEIGHTS_FILE, "key": REF_PREFIX + name}
+        distance[name] = float(f"{normwise_distance(torch_grad, ref):.3g}")
+    expect["reference"] = {"grads": ref_entries, "distance": distance}
+    return refs
+
+
+def reference_note(graph) -> str:
+    """A line for the graph file's header about ``expect.reference`` ("" for none needed)."""
+    skipped = getattr(graph, "reference_skipped", None)
+    if skipped:
+        return (f"\nno expect.reference: the float64 replay of this graph failed ({skipped}); "
+                "validate checks its gradients element-wise.")
+    if not graph.document.get("expect", {}).get("reference"):
+        return ""
+    return ("\nexpect.reference: the float64 model's gradients (weights.npz, keys grad64:NAME) "
+            "and PyTorch's norm-wise distance to them; validate judges gradients computed "
+            "below float64 by them (docs/graph-format.md).")

@@ -1,0 +1,113 @@
+"""The verdict on a gradient computed below float64: as close to the exact
+(float64) gradient as PyTorch's own, norm-wise.
+
+Two float32 implementations of one model round differently: summing the
+same terms in another order moves each element by a few units in the last
+place, and a sum of terms that nearly cancel moves by much more, relative to
+itself. An element-wise comparison with PyTorch's float32 gradient then fails
+on a correct implementation. What is measurable is the distance of each to the
+exact gradient: ``expect.reference`` holds the model's float64 gradients
+(``gradcli export`` writes them, ``gradcli.bridges.torch.reference``), and
+
+    d(g) = ||g - g64|| / ||g64||          (norm-wise relative error)
+
+A gradient passes when gradcli's distance is within ``FACTOR`` times
+PyTorch's (Note [The factor]), PyTorch's taken as at least the precision's
+machine epsilon (a gradient PyTorch computed exactly leaves gradcli one
+rounding), or when gradcli's root-mean-square error is within the absolute
+floor (Note [The floor]).
+
+Which gradients are judged so is measured, not read from the file's dtype:
+``gradcli.precision`` finds the lowest floating dtype on each gradient's path.
+float64 throughout: the element-wise check with the file's rtol/atol.
+
+Note [The factor]: measured on 2026-11-25 on graphs written by ``gradcli
+export`` (``scripts/verdict_distances.py``; the table is in
+docs/graph-format.md), per parameter, ratio d(gradcli) / d(PyTorch), median /
+max: torchvision resnet18 float32 (input 4x3x64x64, train) 0.76 / 1.00; an
+``nn.TransformerEncoderLayer`` float32 1.00 / 1.30; a 2-layer ``nn.LSTM`` +
+Linear float32 1.08 / 1.19 (1.45 with other inputs); a T5 encoder at float64
+with its float32 layer-norm variance 0.75 / 1.34. A wrong formula moves the
+gradient by O(1); 4 leaves a margin of 2.7 over the worst measured ratio and
+stays orders of magnitude below a real error.
+
+Note [The floor]: a gradient whose exact value is (nearly) zero, such as the
+bias of a convolution followed by batch normalization in train mode, is
+rounding noise in both implementations: its relative distances are large and
+their ratio is chance. Such a gradient passes when gradcli's RMS error against
+the reference is within ``FACTOR * eps * scale``, where ``scale`` is the
+largest RMS of any reference gradient in the file: an error the size of the
+rounding of the graph's largest gradient. The floor scales with the model (a
+fixed atol such as 1e-6 would wave through a 10-fold float32 error on any
+gradient whose elements are about 1) and is no looser than the norm-wise
+bound on the largest gradient itself.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+FACTOR = 4.0
+
+
+class Judgement:
+    """The norm-wise verdict on one gradient: ``ok``, both distances, the RMS
+    error, the bound it was held to and a one-line ``message``."""
+
+    __slots__ = ("ok", "distance", "torch_distance", "rms", "bound", "floor", "message")
+
+    def __init__(self, ok, distance, torch_distance, rms, bound, floor, message):
+        self.ok = ok
+        self.distance = distance
+        self.torch_distance = torch_distance
+        self.rms = rms
+        self.bound = bound
+        self.floor = floor
+        self.message = message
+
+
+def _distance(got, reference):
+    err = float(np.linalg.norm((got - reference).ravel()))
+    norm = float(np.linalg.norm(reference.ravel()))
+    if norm == 0.0:
+        return 0.0 if err == 0.0 else float("inf"), err
+    return err / norm, err
+
+
+def judge(name, actual, torch_grad, reference, dtype, why, scale=0.0) -> Judgement:
+    """Judge gradcli's ``actual`` gradient of ``name`` against the float64
+    ``reference``, with PyTorch's ``torch_grad`` (same precision) as the yardstick.
+
+    ``dtype``: the lowest precision on the path; ``why``: how it was found, for the message;
+    ``scale``: the largest RMS reference gradient of the graph (Note [The floor]).
+    Example: ``judge("w", g32, torch32, g64, np.float32, "float32 leaf", 1.0).ok``.
+    Returns None when the reference or PyTorch's gradient is not finite (no norm to judge).
+    """
+    a = np.asarray(actual, dtype=np.float64)
+    t = np.asarray(torch_grad, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    dname = str(np.dtype(dtype))
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    floor = FACTOR * eps * float(scale)
+    if not (np.isfinite(r).all() and np.isfinite(t).all()):
+        return None                  # no norm to speak of: the caller checks element-wise
+    d_gc, e_gc = _distance(a, r)
+    d_pt, e_pt = _distance(t, r)
+    rms = float(np.sqrt(np.mean((a - r) ** 2))) if a.size else 0.0
+    bound = FACTOR * max(d_pt, eps)
+    finite = bool(np.isfinite(a).all())
+    # in absolute norms: the same bound, and defined for a reference of zero
+    norm = float(np.linalg.norm(r.ravel()))
+    within = finite and e_gc <= FACTOR * max(e_pt, eps * norm)
+    floored = finite and not within and rms <= floor
+    numbers = (f"distance to float64: gradcli {d_gc:.3g}, torch {d_pt:.3g} (norm-wise relative "
+               f"error)")
+    if within:
+        message = f"{numbers}, within {FACTOR:g} x torch's; {why}"
+    elif floored:
+        message = (f"{numbers}; near zero: RMS error {rms:.3g} within the floor {floor:.3g} "
+                   f"({FACTOR:g} x {dname} eps x the largest RMS gradient); {why}")
+    else:
+        message = (f"gradient of {name!r} is farther from the float64 reference than PyTorch's: "
+                   f"{numbers}; allowed {FACTOR:g} x max(torch, eps {eps:.3g}) = {bound:.3g}, "
+                   f"or an RMS error within {floor:.3g} (got {rms:.3g}); {why}")
+    return Judgement(within or floored, d_gc, d_pt, rms, bound, floor, message)

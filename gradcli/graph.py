@@ -133,11 +133,24 @@ class BackwardSpec(Record):
         self.line = line
 
 
+class ForwardSpec(Record):
+    """``expect.forward``: tensor name -> value spec, and the tolerance to compare with."""
+
+    _fields = ("values", "rtol", "atol")
+
+    def __init__(self, values: dict, rtol: float = 1e-7, atol: float = 0.0):
+        self.values = values
+        self.rtol = rtol
+        self.atol = atol
+
+
 class ExpectSpec(Record):
-    _fields = ("grads", "numeric", "rtol", "atol", "order", "error")
+    _fields = ("grads", "numeric", "rtol", "atol", "order", "error", "forward")
 
     def __init__(self, grads: dict, numeric: bool = False, rtol: float = 1e-7,
-                 atol: float = 0.0, order: list | None = None, error: str | None = None):
+                 atol: float = 0.0, order: list | None = None, error: str | None = None,
+                 forward: ForwardSpec | None = None):
+        self.forward = forward
         self.grads = grads
         self.numeric = numeric
         self.rtol = rtol

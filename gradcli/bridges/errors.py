@@ -1,0 +1,9 @@
+"""What every bridge shares: the names of the files it writes and its error."""
+from __future__ import annotations
+
+GRAPH_FILE = "graph.yaml"
+WEIGHTS_FILE = "weights.npz"
+
+
+class BridgeError(Exception):
+    """A model a bridge cannot express as a graph file (one-line message)."""

@@ -62,7 +62,9 @@ class Converter:
 
     # -- names ---------------------------------------------------------------------------
     def unique(self, base):
-        base = base if NAME_RE.fullmatch(base) else _sanitize(base)
+        # as ``gradcli export`` names an ``nn.Sequential``'s ``0.weight``: ``m.0.weight``
+        if not NAME_RE.fullmatch(base):
+            base = "m." + base if NAME_RE.fullmatch("m." + base) else _sanitize(base)
         name, i = base, 1
         while name in self.used:
             i += 1
@@ -307,10 +309,16 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
     file_float = None
     for vi in real_inputs:
         arr = feeds[vi.name]
-        if arr.dtype.type in FLOATS:
-            file_float = file_float or arr.dtype
+        if arr.dtype.type not in FLOATS:
+            # Note [Integer inputs are constants]: no gradient reaches an integer or bool
+            # input (token ids, a sample rate); the file replays the model on these values,
+            # so they fold like any constant: a branch or a size they decide is resolved
+            # at import, and an op that reads them reads a constant tensor of that name.
+            conv.values[vi.name] = Value(arr, onnx_name=vi.name)
+            continue
+        file_float = file_float or arr.dtype
         conv.values[vi.name] = conv.leaf(vi.name, arr.astype(conv.fdt(arr.dtype), copy=False),
-                                         arr.dtype.type in FLOATS and wants(vi.name))
+                                         wants(vi.name))
     for t in graph.initializer:
         arr = reader.array(t, f"initializer {t.name!r}")
         if arr.dtype.type in FLOATS:

@@ -87,13 +87,13 @@ def attributes_of(ctx, node, operator):
             ctx.fail(f"attribute {a.name!r} must be {spec[0]}, the file has "
                      f"{kind or 'an unknown type'}")
         if kind == "float":
-            out[a.name] = float(a.f)
+            out[a.name] = _decimal(a.f)
         elif kind == "int":
             out[a.name] = int(a.i)
         elif kind == "string":
             out[a.name] = a.s.decode("utf-8", "replace")
         elif kind == "floats":
-            out[a.name] = [float(x) for x in a.floats]
+            out[a.name] = [_decimal(x) for x in a.floats]
         elif kind == "ints":
             out[a.name] = [int(x) for x in a.ints]
         elif kind == "strings":
@@ -103,6 +103,15 @@ def attributes_of(ctx, node, operator):
         elif kind == "graph":
             out[a.name] = a.g
     return out
+
+
+# Note [Float attributes]: ONNX stores float attributes as float32, so an exporter's
+# ``eps=1e-5`` arrives as 9.99999974738e-06; PyTorch's op ran with the double 1e-05.
+# The shortest decimal that reads back as the same float32 is what the exporter wrote
+# (a float32 has at most 9 significant digits), so that decimal is the attribute's value:
+# float64 imports then give PyTorch's float64 results exactly.
+def _decimal(x):
+    return float(str(np.float32(x)))
 
 
 # -- constant folding ----------------------------------------------------------------------

@@ -1,0 +1,394 @@
+"""`gradcli import MODEL.onnx`: ONNX models in, PyTorch's gradients out.
+
+ONNX files are made at test time (torch.onnx.export with the dynamo exporter, or
+onnx.helper); gradients are compared with the PyTorch module's own.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+import gradcli  # noqa: E402
+from gradcli.bridges.onnx import OnnxError, from_onnx  # noqa: E402
+from gradcli.cli import main  # noqa: E402
+from gradcli.ops import OPS  # noqa: E402
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _export(module, args, path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, str(path), dynamo=True, verbose=False)
+    return path
+
+
+def _models():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class LeNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(1, 6, 5, padding=2)
+            self.c2 = nn.Conv2d(6, 16, 5)
+            self.f1 = nn.Linear(16 * 5 * 5, 32)
+            self.f2 = nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = nn.functional.max_pool2d(torch.relu(self.c1(x)), 2)
+            x = nn.functional.avg_pool2d(torch.relu(self.c2(x)), 2)
+            return self.f2(torch.relu(self.f1(x.flatten(1))))
+
+    torch.manual_seed(0)
+    return {
+        "mlp": (nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)), (2, 4)),
+        "lenet": (LeNet(), (2, 1, 28, 28)),
+        "encoder": (nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True),
+                    (2, 5, 16)),
+    }
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("onnx")
+    out = {}
+    for name, (module, shape) in _models().items():
+        # the exporter stores equal initializers once (two fresh LayerNorms' weights are
+        # all ones, and the file would give one tensor both gradients): perturb them
+        gen = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            for p in module.parameters():
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        module.eval()
+        out[name] = (module, x, _export(module, (x,), folder / f"{name}.onnx"))
+    return out
+
+
+def _torch_grads(module, x, dtype, seed=0):
+    """The module's gradients under the import's projection loss (Note [Projection loss])."""
+    import copy
+
+    import torch
+
+    m = copy.deepcopy(module).to(dtype)
+    xin = x.to(dtype).requires_grad_(True)
+    out = m(xin)
+    r = torch.as_tensor(np.random.default_rng(seed).standard_normal(tuple(out.shape))).to(dtype)
+    (out * r).sum().backward()
+    grads = {k: p.grad.numpy() for k, p in m.named_parameters()}
+    grads["@input"] = xin.grad.numpy()
+    params = {k: p.detach().numpy() for k, p in m.named_parameters()}
+    return grads, params
+
+
+def _match(name, value, params):
+    """The module parameter an initializer holds: by name, or (the ONNX exporter folds
+    ``t(weight)`` into a new initializer) its transpose by value."""
+    name = name[2:] if name.startswith("m.") and name[2:] in params else name
+    if name in params:
+        return name, False
+    for k, p in params.items():
+        if p.ndim == 2 and p.T.shape == value.shape and np.array_equal(p.T, value):
+            return k, True
+    return None, False
+
+
+def _check_against_torch(module, x, path, dtype, tmp_path, rtol):
+    torch = pytest.importorskip("torch")
+    g = from_onnx(str(path), dtype=dtype)
+    folder = g.write(str(tmp_path / f"out_{dtype}"))
+    graph = gradcli.load(folder)
+    result = graph.run()
+    input_name = onnx.load(str(path)).graph.input[0].name
+    x = torch.as_tensor(g.arrays[input_name])       # the import's seeded input
+    want, params = _torch_grads(module, x, getattr(torch, dtype))
+    compared = 0
+    for name, spec in g.document["tensors"].items():
+        if not spec.get("requires_grad"):
+            continue
+        got = result.grads[name]
+        if name == input_name:
+            ref = want["@input"]
+        else:
+            pname, transposed = _match(name, g.arrays[name], params)
+            if pname is None:
+                continue            # an exporter's own constant (a scale), not a parameter
+            ref = want[pname].T if transposed else want[pname]
+        err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
+        assert err <= rtol, (name, err)
+        compared += 1
+    assert compared >= len(params) // 2 + 1
+    return g, folder
+
+
+# float64: exact up to summation order, except where the ONNX file itself holds a float32
+# rounding of a constant PyTorch computes in float64 (the encoder's attention multiplies
+# q and k by sqrt(scale), an initializer of the file): gradcli reads the file's value.
+F64 = {"mlp": 1e-12, "lenet": 1e-12, "encoder": 1e-7}
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet", "encoder"])
+def test_torch_exported_models_give_the_modules_gradients(exported, name, tmp_path):
+    module, x, path = exported[name]
+    _check_against_torch(module, x, path, "float64", tmp_path, F64[name])
+    _check_against_torch(module, x, path, "float32", tmp_path, 1e-4)
+
+
+def test_ops_are_named_after_the_onnx_nodes(exported):
+    _module, _x, path = exported["lenet"]
+    model = onnx.load(str(path))
+    node_names = {n.name for n in model.graph.node}
+    g = from_onnx(str(path))
+    ids = [op["id"] for op in g.document["ops"] if not op["id"].startswith("loss")]
+    assert ids and all(i.split("#")[0] in node_names for i in ids)
+    assert {n.name for n in model.graph.node if n.op_type == "Conv"} <= set(ids)
+
+
+def test_validate_checks_the_forward_against_onnxruntime(exported, tmp_path):
+    pytest.importorskip("onnxruntime")
+    _module, _x, path = exported["encoder"]
+    g = from_onnx(str(path), dtype="float64")
+    forward = g.document["expect"]["forward"]
+    assert forward["values"]
+    good = g.write(str(tmp_path / "good"))
+    res = CliRunner().invoke(main, ["validate", good])
+    assert res.exit_code == 0, res.output
+    assert "forward[" in res.output
+    key = next(iter(forward["values"].values()))["key"]
+    g.arrays[key] = g.arrays[key] + 0.5           # onnxruntime's values, tampered
+    bad = g.write(str(tmp_path / "bad"))
+    res = CliRunner().invoke(main, ["validate", bad])
+    assert res.exit_code != 0
+    assert "differs from expect.forward" in res.output
+
+
+def test_numeric_gradients_agree(exported, tmp_path):
+    _module, _x, path = exported["mlp"]
+    folder = from_onnx(str(path), dtype="float64").write(str(tmp_path / "mlp"))
+    res = CliRunner().invoke(main, ["validate", "--numeric", folder])
+    assert res.exit_code == 0, res.output
+
+
+def test_cli_import_writes_a_graph(exported, tmp_path):
+    _module, _x, path = exported["mlp"]
+    res = CliRunner().invoke(main, ["import", str(path), "--loss", "sum", "--requires-grad",
+                                    "0.weight", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    graph = gradcli.load(str(tmp_path / "o" / "graph.yaml"))
+    # ``0.weight`` is not a graph-file name: it becomes ``m.0.weight``, as export names it
+    assert sorted(graph.run().grads) == ["m.0.weight"]
+
+
+# -- files made with onnx.helper -----------------------------------------------------------
+def _model(nodes, inputs, outputs, initializers=(), opset=18, path=None):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    if path is not None:
+        onnx.save(model, str(path))
+    return model
+
+
+def _f(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _import_error(tmp_path, model_path, *extra):
+    res = CliRunner().invoke(main, ["import", str(model_path), *extra, "-o",
+                                    str(tmp_path / "out")])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1, res.output
+    return lines[0]
+
+
+def test_unsupported_operators_are_listed_at_once_with_their_opset(tmp_path):
+    path = tmp_path / "m.onnx"
+    _model([helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="a"),
+            helper.make_node("Relu", ["y"], ["z"]),
+            helper.make_node("FancyOp", ["z"], ["o"], domain="com.example", name="b")],
+           [_f("x", [1, 2, 3])], [_f("o", None)], path=path, opset=17)
+    line = _import_error(tmp_path, path)
+    assert "LSTM (opset 17)" in line and "com.example.FancyOp" in line
+
+
+def test_shape_derived_constants_and_constant_if_branches_fold(tmp_path):
+    path = tmp_path / "m.onnx"
+    then_g = helper.make_graph([helper.make_node("Mul", ["r", "two"], ["t"])], "then", [],
+                               [_f("t", None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["r"], ["t2"])], "else", [],
+                               [_f("t2", None)])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Constant", [], ["zero"], value_ints=[0]),
+        helper.make_node("Gather", ["s", "zero"], ["n"]),
+        helper.make_node("Constant", [], ["neg1"], value_ints=[-1]),
+        helper.make_node("Concat", ["n", "neg1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Constant", [], ["two"], value_float=2.0),
+        helper.make_node("Size", ["x"], ["size"]),
+        helper.make_node("Constant", [], ["six"], value_int=6),
+        helper.make_node("Equal", ["size", "six"], ["cond"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    _model(nodes, [_f("x", [2, 3, 1])], [_f("y", None)], path=path)
+    g = from_onnx(str(path), dtype="float64", loss="sum")
+    ops = [op["op"] for op in g.document["ops"]]
+    assert ops[:2] == ["aten.view.default", "aten.mul.Tensor"]
+    folder = g.write(str(tmp_path / "o"))
+    grads = gradcli.load(folder).run().grads
+    np.testing.assert_array_equal(grads["x"], np.full((2, 3, 1), 2.0))
+
+
+def test_unknown_and_mistyped_attributes_are_one_line_errors(tmp_path):
+    path = tmp_path / "m.onnx"
+    _model([helper.make_node("Softmax", ["x"], ["y"], name="sm", axiz=1)],
+           [_f("x", [2, 3])], [_f("y", None)], path=path)
+    line = _import_error(tmp_path, path)
+    assert "node sm (Softmax)" in line and "unknown attribute 'axiz'" in line
+    _model([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=1.5)],
+           [_f("x", [2, 3])], [_f("y", None)], path=path)
+    line = _import_error(tmp_path, path)
+    assert "attribute 'axis' must be int" in line
+
+
+def test_symbolic_input_shapes_need_an_input_shape(tmp_path):
+    path = tmp_path / "m.onnx"
+    _model([helper.make_node("Tanh", ["x"], ["y"])], [_f("x", ["batch", 3])],
+           [_f("y", None)], path=path)
+    line = _import_error(tmp_path, path)
+    assert "input 'x' has no fixed shape ([?, 3])" in line and "--input-shape" in line
+    res = CliRunner().invoke(main, ["import", str(path), "--input-shape", "x=4,3", "-o",
+                                    str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert gradcli.load(str(tmp_path / "o" / "graph.yaml")).run().grads["x"].shape == (4, 3)
+    line = _import_error(tmp_path, path, "--input-shape", "x=4,5")
+    assert "has shape [?, 3], not [4, 5]" in line
+
+
+# -- hostile files ----------------------------------------------------------------------------
+def test_garbage_is_not_an_onnx_model(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"\x0a\xff\xff\xff\xff\x0fgarbage")
+    assert "not an ONNX model" in _import_error(tmp_path, path)
+
+
+def _raw(name, dims, data):
+    t = TensorProto()
+    t.name, t.data_type, t.raw_data = name, TensorProto.FLOAT, data
+    t.dims.extend(dims)
+    return t
+
+
+def test_declared_initializer_sizes_are_bounded_before_allocation(tmp_path):
+    path = tmp_path / "m.onnx"
+    w = _raw("w", [1 << 20, 1 << 20], b"")
+    _model([helper.make_node("Add", ["x", "w"], ["y"])], [_f("x", [1])], [_f("y", None)],
+           [w], path=path)
+    line = _import_error(tmp_path, path)
+    assert "initializer 'w'" in line and "over the tensor budget" in line
+
+
+def test_raw_data_must_match_the_declared_shape(tmp_path):
+    path = tmp_path / "m.onnx"
+    w = _raw("w", [4], np.zeros(3, np.float32).tobytes())
+    _model([helper.make_node("Add", ["x", "w"], ["y"])], [_f("x", [4])], [_f("y", None)],
+           [w], path=path)
+    assert "raw_data holds 12 bytes, its shape [4] needs 16" in _import_error(tmp_path, path)
+
+
+def _external(tmp_path, location, length=16, offset=0):
+    path = tmp_path / "m.onnx"
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4], [0.0] * 4)
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    _model([helper.make_node("Add", ["x", "w"], ["y"])], [_f("x", [4])], [_f("y", None)],
+           [w], path=path)
+    return path
+
+
+def test_external_data_cannot_leave_the_model_folder(tmp_path):
+    (tmp_path / "secret.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    path = _external(inner, "../secret.bin")
+    line = _import_error(inner, path)
+    assert "must be a relative path below the model's folder" in line
+    path = _external(inner, str(tmp_path / "secret.bin"))
+    assert "relative path" in _import_error(inner, path)
+    os.symlink(tmp_path / "secret.bin", inner / "link.bin")
+    path = _external(inner, "link.bin")
+    assert "leaves the model's folder" in _import_error(inner, path)
+
+
+def test_external_data_is_read_within_its_file(tmp_path):
+    (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    path = _external(tmp_path, "w.bin")
+    g = from_onnx(str(path), loss="sum", reference=False)
+    np.testing.assert_array_equal(g.arrays["w"], np.arange(4, dtype=np.float32))
+    path = _external(tmp_path, "w.bin", offset=8)
+    assert "has 16 bytes, the tensor reads bytes 8 to 24" in _import_error(tmp_path, path)
+
+
+def test_constant_shapes_are_bounded(tmp_path):
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Constant", [], ["s"], value_ints=[1 << 30, 1 << 30]),
+             helper.make_node("ConstantOfShape", ["s"], ["big"]),
+             helper.make_node("Add", ["x", "big"], ["y"])]
+    _model(nodes, [_f("x", [1])], [_f("y", None)], path=path)
+    line = _import_error(tmp_path, path)
+    assert "ConstantOfShape" in line and "over the tensor budget" in line
+
+
+# -- operators that need ATen ops being added --------------------------------------------------
+def _needs(op):
+    return pytest.mark.skipif(op not in OPS, reason=f"gradcli has no {op} yet")
+
+
+@_needs("aten.erf.default")
+def test_erf_maps_onto_aten_erf(tmp_path):
+    path = tmp_path / "m.onnx"
+    _model([helper.make_node("Erf", ["x"], ["y"])], [_f("x", [3])], [_f("y", None)], path=path)
+    g = from_onnx(str(path), dtype="float64", loss="sum")
+    grads = gradcli.load(g.write(str(tmp_path / "o"))).run().grads
+    x = g.arrays["x"]
+    np.testing.assert_allclose(grads["x"], 2 / np.sqrt(np.pi) * np.exp(-x * x), rtol=1e-12)
+
+
+@_needs("aten.constant_pad_nd.default")
+def test_constant_pad_maps_onto_constant_pad_nd(tmp_path):
+    path = tmp_path / "m.onnx"
+    pads = helper.make_tensor("p", TensorProto.INT64, [4], [0, 1, 0, 2])
+    _model([helper.make_node("Pad", ["x", "p"], ["y"])], [_f("x", [2, 3])], [_f("y", None)],
+           [pads], path=path)
+    g = from_onnx(str(path), dtype="float64", loss="sum")
+    assert g.document["ops"][0]["args"]["pad"] == [1, 2]
+    grads = gradcli.load(g.write(str(tmp_path / "o"))).run().grads
+    np.testing.assert_array_equal(grads["x"], np.ones((2, 3)))
+
+
+SILERO = os.path.join(os.path.dirname(__file__), "onnx_files", "silero_vad_op18_ifless.onnx")
+
+
+@_needs("aten.reflection_pad1d.default")
+def test_silero_vad_imports_and_matches_onnxruntime(tmp_path):
+    pytest.importorskip("onnxruntime")
+    g = from_onnx(SILERO, inputs={"sr": np.array(16000)},
+                  input_shapes={"input": (1, 512), "state": (2, 1, 128)})
+    res = CliRunner().invoke(main, ["validate", g.write(str(tmp_path / "o"))])
+    assert res.exit_code == 0, res.output

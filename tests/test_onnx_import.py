@@ -392,3 +392,26 @@ def test_silero_vad_imports_and_matches_onnxruntime(tmp_path):
                   input_shapes={"input": (1, 512), "state": (2, 1, 128)})
     res = CliRunner().invoke(main, ["validate", g.write(str(tmp_path / "o"))])
     assert res.exit_code == 0, res.output
+
+
+def test_expect_forward_is_checked_by_the_loader(tmp_path):
+    text = """\
+version: 1
+tensors:
+  x: {value: [1.0, 2.0], requires_grad: true}
+ops:
+  - {op: sum, inputs: [x], output: s}
+backward: {roots: [s]}
+expect:
+  forward: {values: {%s: {value: %s}}, rtol: 0.0, atol: 0.0}
+"""
+    path = tmp_path / "g.yaml"
+    path.write_text(text % ("s", "3.0"))
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 0 and "forward[s]" in res.output, res.output
+    path.write_text(text % ("s", "3.5"))
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code != 0 and "differs from expect.forward" in res.output
+    path.write_text(text % ("nope", "3.0"))
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 2 and "expected value for 'nope', which is not defined" in res.output

@@ -245,9 +245,9 @@ def _binary(ctx, ins, attrs, n):
     return ctx.emit(op, [a, b])
 
 
-onnx_op("Add", "Sub", "Mul", "Div",
-        aten="aten.add.Tensor aten.sub.Tensor aten.mul.Tensor aten.div.Tensor",
-        doc="broadcasting as NumPy")(_binary)
+for _k, _v in _BINARY.items():
+    onnx_op(_k, aten=_v + (" aten.div.Tensor_mode" if _k == "Div" else ""),
+            doc="integers: div.Tensor_mode (trunc)" if _k == "Div" else "broadcasting")(_binary)
 
 
 @onnx_op("Pow", aten="aten.pow.Tensor_Scalar aten.pow.Tensor_Tensor",
@@ -273,7 +273,8 @@ def _unary(ctx, ins, attrs, n):
     return ctx.emit(_UNARY[ctx.node.op_type], [ins[0]])
 
 
-onnx_op(*_UNARY, aten=" ".join(_UNARY.values()), doc="elementwise")(_unary)
+for _k, _v in _UNARY.items():
+    onnx_op(_k, aten=_v, doc="elementwise")(_unary)
 
 _COMPARE = {"Equal": "aten.eq.Tensor", "Less": "aten.lt.Tensor", "Greater": "aten.gt.Tensor",
             "LessOrEqual": "aten.le.Tensor", "GreaterOrEqual": "aten.ge.Tensor",
@@ -284,11 +285,12 @@ def _compare(ctx, ins, attrs, n):
     return ctx.emit(_COMPARE[ctx.node.op_type], [ins[0], ins[1]])
 
 
-onnx_op(*_COMPARE, aten=" ".join(_COMPARE.values()), doc="boolean results")(_compare)
+for _k, _v in _COMPARE.items():
+    onnx_op(_k, aten=_v, doc="boolean result")(_compare)
 
 
-@onnx_op("Max", "Min", aten="aten.maximum.default aten.minimum.default",
-         doc="variadic: pairwise, left to right")
+@onnx_op("Max", aten="aten.maximum.default", doc="variadic: pairwise, left to right")
+@onnx_op("Min", aten="aten.minimum.default", doc="variadic: pairwise, left to right")
 def _minmax(ctx, ins, attrs, n):
     op = "aten.maximum.default" if ctx.node.op_type == "Max" else "aten.minimum.default"
     out = ins[0]
@@ -699,8 +701,10 @@ def _groupnorm(ctx, ins, attrs, n):
     return out[0]
 
 
-@onnx_op("Softmax", "LogSoftmax", attrs={"axis": ("int", -1)},
-         aten="aten._softmax.default aten._log_softmax.default", doc="opset 13+ (one axis)")
+@onnx_op("Softmax", attrs={"axis": ("int", -1)}, aten="aten._softmax.default",
+         doc="opset 13+ (one axis)")
+@onnx_op("LogSoftmax", attrs={"axis": ("int", -1)}, aten="aten._log_softmax.default",
+         doc="opset 13+ (one axis)")
 def _softmax(ctx, ins, attrs, n):
     x = ins[0]
     if ctx.opset.get("", 13) < 13:
@@ -730,9 +734,10 @@ def _reduce(ctx, ins, attrs, n):
     return ctx.emit(op, [x], {"dim": axes, "keepdim": keep})
 
 
-onnx_op(*_REDUCE, attrs={"axes": ("ints", None), "keepdims": ("int", 1),
-                         "noop_with_empty_axes": ("int", 0)},
-        aten=" ".join(_REDUCE.values()), doc="axes as attribute or input")(_reduce)
+for _k, _v in _REDUCE.items():
+    onnx_op(_k, attrs={"axes": ("ints", None), "keepdims": ("int", 1),
+                       "noop_with_empty_axes": ("int", 0)},
+            aten=_v, doc="axes as attribute or input")(_reduce)
 
 
 # -- shape ops --------------------------------------------------------------------------------

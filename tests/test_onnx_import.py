@@ -415,3 +415,68 @@ expect:
     path.write_text(text % ("nope", "3.0"))
     res = CliRunner().invoke(main, ["validate", str(path)])
     assert res.exit_code == 2 and "expected value for 'nope', which is not defined" in res.output
+
+
+# -- transformers models (the any-model families): BERT and ViT ----------------------------------
+def _hf_models():
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    small = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=32, attn_implementation="eager")
+    bert = transformers.BertModel(transformers.BertConfig(
+        vocab_size=50, max_position_embeddings=16, **small))
+    vit = transformers.ViTModel(transformers.ViTConfig(
+        image_size=8, patch_size=4, num_channels=3, **small))
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():               # no two equal initializers (see ``exported``)
+        for model in (bert, vit):
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    ids = torch.as_tensor(np.random.default_rng(3).integers(0, 50, (2, 6)))
+    return {"bert": (bert, ids), "vit": (vit, torch.randn(2, 3, 8, 8))}
+
+
+@pytest.mark.parametrize("name", ["bert", "vit"])
+def test_transformers_models_give_the_modules_gradients(name, tmp_path):
+    torch = pytest.importorskip("torch")
+    module, x = _hf_models()[name]
+    module.eval()
+    path = _export(module, (x,), tmp_path / f"{name}.onnx")
+    input_name = onnx.load(str(path)).graph.input[0].name
+    inputs = {input_name: x.numpy()} if name == "bert" else None
+    g = from_onnx(str(path), dtype="float64", inputs=inputs)
+    res = CliRunner().invoke(main, ["validate", g.write(str(tmp_path / "o"))])
+    assert res.exit_code == 0, res.output           # forward matches onnxruntime
+    grads = gradcli.load(str(tmp_path / "o" / "graph.yaml")).run().grads
+
+    import copy
+
+    m = copy.deepcopy(module).double()
+    xin = torch.as_tensor(g.arrays[input_name]) if name == "vit" else x
+    if name == "vit":
+        xin.requires_grad_(True)
+    outs = m(xin).to_tuple()
+    loss = sum((o * torch.as_tensor(np.random.default_rng(i).standard_normal(tuple(o.shape))))
+               .sum() for i, o in enumerate(outs))
+    loss.backward()
+    params = {k: p.detach().numpy() for k, p in m.named_parameters()}
+    compared = 0
+    for leaf, spec in g.document["tensors"].items():
+        if not spec.get("requires_grad"):
+            continue
+        if leaf == input_name:
+            ref = xin.grad.numpy()
+        else:
+            pname, transposed = _match(leaf, g.arrays[leaf], params)
+            if pname is None:
+                continue
+            p = dict(m.named_parameters())[pname].grad.numpy()
+            ref = p.T if transposed else p
+        # BERT's key bias gets a zero gradient up to rounding (softmax does not see a shift
+        # common to all keys): those compare absolutely; the file's float32 attention scale
+        # (an initializer) bounds float64 agreement near 1e-7 (see F64)
+        err = np.linalg.norm(grads[leaf] - ref) / max(np.linalg.norm(ref), 1.0)
+        assert err <= 1e-6, (leaf, err)
+        compared += 1
+    assert compared >= 10

@@ -596,3 +596,38 @@ def test_a_handmade_file_imports_with_its_node_names(tmp_path):
     assert tensors["conv.w"]["requires_grad"] and not tensors["bn.mean"].get("requires_grad")
     res = CliRunner().invoke(main, ["order", g.write(str(tmp_path / "o"))])
     assert res.exit_code == 0 and "softmax" in res.output and "ConvolutionBackward0" in res.output
+
+
+def test_a_value_defined_twice_is_refused(tmp_path):
+    path = tmp_path / "m.onnx"
+    _model([helper.make_node("Relu", ["x"], ["y"], name="r1"),
+            helper.make_node("Tanh", ["x"], ["y"], name="r2")],
+           [_f("x", [2])], [_f("y", None)], path=path)
+    line = _import_error(tmp_path, path)
+    assert "node r2 (Tanh)" in line and "defines 'y'" in line
+
+
+def test_a_node_reading_an_undefined_value_is_refused(tmp_path):
+    path = tmp_path / "m.onnx"
+    _model([helper.make_node("Add", ["x", "nowhere"], ["y"], name="add")],
+           [_f("x", [2])], [_f("y", None)], path=path)
+    assert "node add (Add): reads 'nowhere'" in _import_error(tmp_path, path)
+
+
+def test_one_element_initializers_are_constants_unless_named(tmp_path):
+    from onnx import numpy_helper
+
+    path = tmp_path / "m.onnx"
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    _model([helper.make_node("Pow", ["x", "two"], ["y"], name="pow")],
+           [_f("x", [3])], [_f("y", None)], [two], path=path)
+    g = from_onnx(str(path), loss="sum", reference=False)
+    assert g.document["ops"][0]["op"] == "aten.pow.Tensor_Scalar"
+    assert g.document["ops"][0]["args"] == {"exponent": 2.0}
+    if "aten.pow.Tensor_Tensor" in OPS:
+        g = from_onnx(str(path), loss="sum", reference=False, requires_grad="x,two")
+        assert g.document["ops"][0]["op"] == "aten.pow.Tensor_Tensor"
+        assert g.document["tensors"]["two"]["requires_grad"]
+    else:
+        with pytest.raises(OnnxError, match="aten.pow.Tensor_Tensor"):
+            from_onnx(str(path), loss="sum", reference=False, requires_grad="x,two")

@@ -158,7 +158,8 @@ class Converter:
         try:
             with np.errstate(all="ignore"):
                 out = op(*arrays, **checked)
-        except (ValueError, TypeError, IndexError, ArithmeticError, MemoryError) as exc:
+        except (ValueError, TypeError, IndexError, ArithmeticError, MemoryError,
+                RuntimeError) as exc:
             text = str(exc).strip().splitlines()
             self.fail(f"{op_name} failed on inputs of shapes "
                       f"{[_shape_of(a) for a in arrays]}: {text[0] if text else type(exc).__name__}")
@@ -227,6 +228,9 @@ class Converter:
             for i, onnx_name in enumerate(node.output):
                 if onnx_name == "" or i >= len(outs) or outs[i] is None:
                     continue
+                if onnx_name in self.values:
+                    self.fail(f"defines {onnx_name!r}, which an input, initializer or earlier "
+                              "node already defines (ONNX values are assigned once)")
                 v = outs[i]
                 if not v.dynamic and v.onnx_name is None:
                     v.onnx_name = onnx_name
@@ -306,6 +310,7 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
     real_inputs = [i for i in graph.input if i.name not in init_names]
     feeds = _inputs(conv, real_inputs, dict(inputs or {}), dict(input_shapes or {}), seed)
     wants = _requires(requires_grad, [i.name for i in real_inputs] + sorted(init_names), path)
+    explicit = (lambda n: False) if requires_grad in (None, "all") else wants
     file_float = None
     for vi in real_inputs:
         arr = feeds[vi.name]
@@ -321,10 +326,17 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
                                          wants(vi.name))
     for t in graph.initializer:
         arr = reader.array(t, f"initializer {t.name!r}")
-        if arr.dtype.type in FLOATS:
+        # Note [One-element initializers are constants]: exporters store the numbers of
+        # the model's code as initializers (the 2.0 of ``x ** 2``, an attention scale);
+        # PyTorch ran them as Python numbers (``pow.Tensor_Scalar``, no gradient). A
+        # one-element float initializer is therefore a constant, unless --requires-grad
+        # names it.
+        if arr.dtype.type in FLOATS and (arr.size != 1 or explicit(t.name)):
             file_float = file_float or arr.dtype
             conv.values[t.name] = conv.leaf(t.name, arr.astype(conv.fdt(arr.dtype), copy=False),
                                             wants(t.name))
+        elif arr.dtype.type in FLOATS:
+            conv.values[t.name] = conv.constant(arr, onnx_name=t.name)
         else:
             conv.values[t.name] = Value(arr, onnx_name=t.name)
     if graph.sparse_initializer:

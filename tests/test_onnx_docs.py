@@ -18,7 +18,8 @@ def _script():
 def test_onnx_docs_match_the_mapping_table():
     gen = _script()
     text = (ROOT / "docs" / "onnx.md").read_text(encoding="utf-8")
-    assert gen.render() == text, "docs/onnx.md drifted: run python scripts/gen_onnx_docs.py"
+    assert gen.replace_section(text) == text, \
+        "docs/onnx.md drifted: run python scripts/gen_onnx_docs.py"
 
 
 def test_every_mapped_operator_has_a_row():

@@ -390,6 +390,7 @@ SILERO = os.path.join(os.path.dirname(__file__), "onnx_files", "silero_vad_op18_
 
 
 @_needs("aten.reflection_pad1d.default")
+@_needs("aten.split_with_sizes.default")
 def test_silero_vad_imports_and_matches_onnxruntime(tmp_path):
     pytest.importorskip("onnxruntime")
     g = from_onnx(SILERO, inputs={"sr": np.array(16000)},
@@ -631,3 +632,24 @@ def test_one_element_initializers_are_constants_unless_named(tmp_path):
     else:
         with pytest.raises(OnnxError, match="aten.pow.Tensor_Tensor"):
             from_onnx(str(path), loss="sum", reference=False, requires_grad="x,two")
+
+
+def test_a_matmul_whose_product_is_too_large_is_refused_before_it_is_made(tmp_path):
+    path = tmp_path / "m.onnx"
+    _model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+           [_f("a", [1 << 16, 1]), _f("b", [1, 1 << 16])], [_f("y", None)], path=path)
+    from gradcli.bridges.onnx.convert import from_onnx as convert
+
+    with pytest.raises(OnnxError, match=r"node mm \(MatMul\): its result: shape \[65536, 65536\]"):
+        convert(str(path), reference=False, max_tensor_bytes=1 << 30)
+
+
+def test_a_conv_transpose_whose_output_is_too_large_is_refused(tmp_path):
+    from onnx import numpy_helper
+
+    path = tmp_path / "m.onnx"
+    w = numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "w")
+    _model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up",
+                             strides=[1 << 20, 1 << 20])],
+           [_f("x", [1, 1, 4, 4])], [_f("y", None)], [w], path=path)
+    assert "over the tensor budget" in _import_error(tmp_path, path)

@@ -454,6 +454,8 @@ def _gemm(ctx, ins, attrs, n):
     c = ins[2] if len(ins) > 2 else None
     if a.rank != 2 or b.rank != 2:
         ctx.fail(f"A and B must be matrices, got shapes {list(a.shape)} and {list(b.shape)}")
+    m = a.shape[1] if attrs["transA"] else a.shape[0]
+    ctx.check_size([m, b.shape[0] if attrs["transB"] else b.shape[1]], a.dtype, "its result")
     if attrs["transA"]:
         a = ctx.emit("aten.t.default", [a])
     if attrs["transB"]:
@@ -478,6 +480,12 @@ def _matmul(ctx, ins, attrs, n):
     a, b = ins
     if a.rank == 0 or b.rank == 0:
         ctx.fail("MatMul of a scalar")
+    try:
+        batch = list(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        ctx.fail(f"cannot multiply shapes {list(a.shape)} and {list(b.shape)}")
+    ctx.check_size(batch + [a.shape[-2] if a.rank > 1 else 1, b.shape[-1] if b.rank > 1 else 1],
+                   a.dtype, "its result")       # before the product is made
     squeeze = []
     if a.rank == 1:
         a = ctx.emit("aten.unsqueeze.default", [a], {"dim": 0})
@@ -494,7 +502,6 @@ def _matmul(ctx, ins, attrs, n):
         out = _reshape(ctx, out, list(a.shape[:-1]) + [b.shape[-1]])
         del m
     else:
-        batch = list(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         ea = list(batch) + list(a.shape[-2:])
         eb = list(batch) + list(b.shape[-2:])
         if list(a.shape) != ea:
@@ -585,12 +592,19 @@ def _conv_transpose(ctx, ins, attrs, n):
     if attrs["output_shape"] is not None or attrs["auto_pad"] != "NOTSET":
         ctx.fail("ConvTranspose with output_shape or auto_pad is not supported")
     raw = attrs["pads"] or [0] * (2 * spatial)
-    if raw[:spatial] != raw[spatial:]:
-        ctx.fail(f"asymmetric pads {raw} are not supported")
+    if len(raw) != 2 * spatial or raw[:spatial] != raw[spatial:]:
+        ctx.fail(f"pads {raw}: only symmetric pads, {2 * spatial} values, are supported")
+    strides = attrs["strides"] or [1] * spatial
+    dil = attrs["dilations"] or [1] * spatial
+    opad = attrs["output_padding"] or [0] * spatial
+    if min(len(strides), len(dil), len(opad)) != spatial or w.rank != x.rank:
+        ctx.fail("strides, dilations and output_padding need one value per spatial dim")
+    out = [(d - 1) * st - 2 * p + dl * (k - 1) + op + 1 for d, st, p, dl, k, op in
+           zip(x.shape[2:], strides, raw, dil, w.shape[2:], opad)]
+    ctx.check_size([x.shape[0], w.shape[1] * attrs["group"]] + out, x.dtype, "its result")
     return ctx.emit("aten.convolution.default", [x, w, bias], {
-        "stride": attrs["strides"] or [1] * spatial, "padding": raw[:spatial],
-        "dilation": attrs["dilations"] or [1] * spatial, "transposed": True,
-        "output_padding": attrs["output_padding"] or [0] * spatial, "groups": attrs["group"]})
+        "stride": strides, "padding": raw[:spatial], "dilation": dil, "transposed": True,
+        "output_padding": opad, "groups": attrs["group"]})
 
 
 _POOL_ATTRS = {"auto_pad": ("string", "NOTSET"), "ceil_mode": ("int", 0),

@@ -653,3 +653,31 @@ def test_a_conv_transpose_whose_output_is_too_large_is_refused(tmp_path):
                              strides=[1 << 20, 1 << 20])],
            [_f("x", [1, 1, 4, 4])], [_f("y", None)], [w], path=path)
     assert "over the tensor budget" in _import_error(tmp_path, path)
+
+
+# -- torch.export programs (.pt2) -----------------------------------------------------------------
+def test_a_torch_export_program_imports_with_pytorchs_gradients(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(m, (torch.randn(2, 4),)), str(path))
+    res = CliRunner().invoke(main, ["import", str(path), "--dtype", "float64", "-o",
+                                    str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    folder = str(tmp_path / "o" / "graph.yaml")
+    res = CliRunner().invoke(main, ["validate", folder])     # PyTorch's grads and order
+    assert res.exit_code == 0, res.output
+    grads = gradcli.load(folder).run().grads
+    assert grads["m.0.weight"].shape == (8, 4)
+    res = CliRunner().invoke(main, ["import", str(path), "--input-shape", "nope=2,4", "-o",
+                                    str(tmp_path / "p")])
+    assert res.exit_code == 2 and "has no input 'nope'" in res.output
+
+
+def test_a_file_that_is_not_a_program_is_a_one_line_error(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "bad.pt2"
+    path.write_bytes(b"not a zip")
+    line = _import_error(tmp_path, path)
+    assert "not a torch.export program" in line

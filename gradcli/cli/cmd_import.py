@@ -39,7 +39,7 @@ def _named(kind):
 
 
 @click.command("import")
-@click.argument("model", metavar="MODEL.onnx", type=click.Path(dir_okay=False))
+@click.argument("model", metavar="MODEL.onnx|PROGRAM.pt2", type=click.Path(dir_okay=False))
 @click.option("--input", "input_files", multiple=True, callback=_named("FILE.npy"),
               metavar="NAME=FILE.npy", help="The array of graph input NAME; repeatable.")
 @click.option("--input-shape", "input_shapes", multiple=True, callback=_named("N,C,H,W"),
@@ -62,17 +62,13 @@ def import_(model, input_files, input_shapes, loss, dtype, requires_grad, seed, 
     """Import an ONNX model as a graph file of gradcli ops, one or more per ONNX node with
     the node's name as op id (needs the onnx extra: pip install 'gradcli[onnx]'). With
     onnxruntime installed, expect.forward holds its outputs, which `gradcli validate`
-    checks. Example:
+    checks. A torch.export.save file (PROGRAM.pt2, needs the torch extra) is traced into
+    ATen ops as `gradcli export` traces a module, with PyTorch's gradients as expect.
+    Example:
 
       gradcli import model.onnx --input-shape x=2,3,32,32 --dtype float64 -o out/
     """
-    try:
-        import onnx  # noqa: F401
-    except ImportError:
-        _fail("gradcli import needs onnx: pip install 'gradcli[onnx]'")
     import numpy as np
-
-    from ..bridges.onnx import OnnxError, from_onnx
 
     inputs = {}
     for key, path in input_files.items():
@@ -83,19 +79,56 @@ def import_(model, input_files, input_shapes, loss, dtype, requires_grad, seed, 
     both = sorted(set(inputs) & set(input_shapes))
     if both:
         _fail(f"input {both[0]!r} is given by both --input and --input-shape")
-    try:
-        graph = from_onnx(model, inputs=inputs, input_shapes=input_shapes, loss=loss,
-                          dtype=dtype, requires_grad=requires_grad, seed=seed, name=name)
-    except OnnxError as exc:
-        _fail(str(exc))
-    except MemoryError:
-        _fail(f"{model}: out of memory importing the model")
+    if model.endswith(".pt2"):
+        graph = _program(model, inputs, input_shapes, loss, dtype, requires_grad, seed, name)
+    else:
+        graph = _onnx(model, inputs, input_shapes, loss, dtype, requires_grad, seed, name)
     try:
         path = graph.write(out_dir)
     except OSError as exc:
         _fail(f"{out_dir}: cannot write: {exc.strerror or exc}")
     doc = graph.document
+    if model.endswith(".pt2"):
+        core.echo(f"wrote {path} ({len(doc['ops'])} ops, {len(doc['tensors'])} tensors, "
+                  f"{len(doc['expect']['order'])} backward nodes) and its weights.npz")
+        return
     forward = " with onnxruntime's forward as expect.forward" if "forward" in doc.get(
         "expect", {}) else ""
     core.echo(f"wrote {path} ({len(doc['ops'])} ops, {len(doc['tensors'])} tensors) and its "
               f"weights.npz{forward}")
+
+
+def _onnx(model, inputs, input_shapes, loss, dtype, requires_grad, seed, name):
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        _fail("gradcli import needs onnx: pip install 'gradcli[onnx]'")
+    from ..bridges.onnx import OnnxError, from_onnx
+
+    try:
+        return from_onnx(model, inputs=inputs, input_shapes=input_shapes, loss=loss,
+                         dtype=dtype, requires_grad=requires_grad, seed=seed, name=name)
+    except OnnxError as exc:
+        _fail(str(exc))
+    except MemoryError:
+        _fail(f"{model}: out of memory importing the model")
+
+
+def _program(model, inputs, input_shapes, loss, dtype, requires_grad, seed, name):
+    """A torch.export program (``.pt2``): traced as ``gradcli export`` traces a module."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        _fail("gradcli import PROGRAM.pt2 needs PyTorch: pip install 'gradcli[torch]'")
+    from ..bridges.torch import ExportError, ExportMismatch
+    from ..bridges.torch.program import from_program
+
+    if requires_grad != "all":
+        _fail("--requires-grad is for ONNX files: a program's parameters all require grad")
+    try:
+        return from_program(model, inputs=inputs, input_shapes=input_shapes, loss=loss,
+                            dtype=dtype, seed=seed, name=name)
+    except ExportMismatch as exc:
+        _fail(f"bug in gradcli import: {exc}", core.EXIT_INTERNAL)
+    except ExportError as exc:
+        _fail(str(exc))

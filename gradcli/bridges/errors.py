@@ -3,6 +3,7 @@ from __future__ import annotations
 
 GRAPH_FILE = "graph.yaml"
 WEIGHTS_FILE = "weights.npz"
+SUM_LOSS = "sum"                # the loss that sums every floating output (import --loss)
 
 
 class BridgeError(Exception):

@@ -16,6 +16,7 @@ import os
 import numpy as np
 import torch
 
+from ..errors import SUM_LOSS
 from .errors import ExportError
 from .exporter import from_module
 
@@ -68,7 +69,7 @@ def from_program(path, *, inputs=None, input_shapes=None, loss="projection", dty
         else:
             raise ExportError(f"{path}: input {n!r} has no example value in the file: give "
                               f"--input {n}=FILE.npy or --input-shape {n}=N,C,...")
-    if loss == "sum":
+    if loss == SUM_LOSS:
         def loss_fn(out):
             leaves = [o for o in torch.utils._pytree.tree_leaves(out)
                       if isinstance(o, torch.Tensor) and o.is_floating_point()]

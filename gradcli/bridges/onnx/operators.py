@@ -837,8 +837,8 @@ def _concat(ctx, ins, attrs, n):
 
 @onnx_op("Split", attrs={"axis": ("int", 0), "split": ("ints", None),
                          "num_outputs": ("int", None)},
-         aten="aten.split_with_sizes.default",
-         doc="sizes as attribute, input or num_outputs")
+         aten="aten.split.Tensor aten.split_with_sizes.default",
+         doc="equal chunks: split.Tensor; else split_with_sizes")
 def _split(ctx, ins, attrs, n):
     x = ins[0]
     axis = _axis(ctx, attrs["axis"], x.rank)
@@ -852,6 +852,10 @@ def _split(ctx, ins, attrs, n):
     if sum(sizes) != x.shape[axis] or len(sizes) != n:
         ctx.fail(f"split sizes {sizes} do not cut dim {axis} of size {x.shape[axis]} into "
                  f"{n} outputs")
+    step = sizes[0]
+    if step > 0 and all(z == step for z in sizes[:-1]) and 0 < sizes[-1] <= step:
+        # equal chunks (the last may be shorter): what ``Tensor.split(int)`` records
+        return ctx.emit("aten.split.Tensor", [x], {"split_size": step, "dim": axis})
     return ctx.emit("aten.split_with_sizes.default", [x], {"split_sizes": sizes, "dim": axis})
 
 

@@ -133,14 +133,29 @@ class BackwardSpec(Record):
         self.line = line
 
 
+class ForwardSpec(Record):
+    """``expect.forward``: tensor name -> value spec, and the tolerance to compare with."""
+
+    _fields = ("values", "rtol", "atol")
+
+    def __init__(self, values: dict, rtol: float = 1e-7, atol: float = 0.0):
+        self.values = values
+        self.rtol = rtol
+        self.atol = atol
+
+
 class ExpectSpec(Record):
     """``reference``: {name: LeafSpec} of float64 reference gradients (``expect.reference``,
-    see ``gradcli.verdict``); ``elementwise``: judge every gradient element-wise."""
-    _fields = ("grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise")
+    see ``gradcli.verdict``); ``elementwise``: judge every gradient element-wise;
+    ``forward``: values another runtime computed (``expect.forward``)."""
+    _fields = ("grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise",
+               "forward")
 
     def __init__(self, grads: dict, numeric: bool = False, rtol: float = 1e-7,
                  atol: float = 0.0, order: list | None = None, error: str | None = None,
-                 reference: dict | None = None, elementwise: bool = False):
+                 reference: dict | None = None, elementwise: bool = False,
+                 forward: ForwardSpec | None = None):
+        self.forward = forward
         self.grads = grads
         self.numeric = numeric
         self.rtol = rtol

@@ -25,7 +25,7 @@ from .collector import paused
 from .document import Document, decode_text, parse_json, parse_yaml, read_document
 from .errors import BackwardError, GraphError, OpBugError
 from .errors import first_line as _first_line
-from .graph import BackwardSpec, ExpectSpec, Graph, LeafSpec, LineOnDemand, OpSpec
+from .graph import BackwardSpec, ExpectSpec, ForwardSpec, Graph, LeafSpec, LineOnDemand, OpSpec
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")     # whole names only: fullmatch
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
@@ -37,7 +37,9 @@ INIT_DISTS = ("zeros", "ones", "normal", "uniform", "arange", "full")
 OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "device", "body",
            "function"}
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
-EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise"}
+EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise",
+               "forward"}
+FORWARD_KEYS = {"values", "rtol", "atol"}
 # Note [Checkpoint nesting]: the forward of nested checkpoints, and the re-run of
 # the body inside each checkpoint's backward, recurse one Python call chain per
 # level (~5 frames); 170 levels still run under Python's default recursion
@@ -1013,7 +1015,9 @@ class _Loader:
         return ExpectSpec(grads=grads, numeric=spec.get("numeric", False),
                           rtol=spec.get("rtol", 1e-7), atol=spec.get("atol", 0.0), order=order,
                           error=error, reference=self.reference(spec, grads, path),
-                          elementwise=spec.get("elementwise", False))
+                          elementwise=spec.get("elementwise", False),
+                          forward=(self.expect_forward(spec["forward"], defined)
+                                   if "forward" in spec else None))
 
     def reference(self, spec, grads, path) -> dict:
         """expect.reference.grads: float64 gradients of tensors that expect.grads names
@@ -1038,6 +1042,29 @@ class _Loader:
                 self.fail(f"distance of {n!r} must be a non-negative number",
                           path + ("distance", n), "expect")
         return out
+
+    def expect_forward(self, spec, defined) -> ForwardSpec:
+        """``expect.forward``: tensor values another runtime computed (Note [Forward check])."""
+        path = ("expect", "forward")
+        where = "expect.forward"
+        if not isinstance(spec, dict):
+            self.fail(f"forward must be a mapping, not {_kind(spec)}", path, where)
+        self.check_keys(spec, FORWARD_KEYS, path, where, "expect.forward")
+        values = spec.get("values")
+        if not isinstance(values, dict) or not values:
+            self.fail("values must be a non-empty mapping from tensor name to value",
+                      path + ("values",), where)
+        checked = {}
+        for n, v in values.items():
+            if n not in defined:
+                self.fail(f"expected value for {n!r}, which is not defined", path + ("values", n),
+                          where)
+            checked[n] = self.leaf(n, v, path + ("values", n), for_grad_root=True)
+        for key in ("rtol", "atol"):
+            if key in spec and (not _is_number(spec[key]) or spec[key] < 0
+                                or isinstance(spec[key], int) and not _finite_float(spec[key])):
+                self.fail(f"{key} must be a non-negative number", path + (key,), where)
+        return ForwardSpec(values=checked, rtol=spec.get("rtol", 1e-7), atol=spec.get("atol", 0.0))
 
 
 # -- the forward of an op, checked -----------------------------------------------------------

@@ -248,6 +248,45 @@ def _check_grads(graph, result, expect, opts=None):
     return checks
 
 
+# Note [Forward check]: ``expect.forward`` holds the values another runtime (onnxruntime,
+# for ``gradcli import``) computed for some tensors of the graph on the file's own
+# inputs. The check reads gradcli's values of the run that computed the gradients
+# (``graph.values``), so it judges the forward those gradients come from; a forward
+# that differs fails here before a gradient check could blame the backward.
+def _check_forward(graph, expect):
+    from .devices import to_host as _host
+
+    checks = []
+    forward = expect.forward
+    values = graph.values if graph.values is not None else graph.forward()
+    for name, spec in forward.values.items():
+        check = Check(f"forward[{name}]", "forward", PASS, tensor=name)
+        checks.append(check)
+        actual = _host(values[name].data)
+        expected = _host(spec.array(actual.shape))
+        if expected.shape != actual.shape:
+            check.status = FAIL
+            check.message = (f"expected a value of shape {list(expected.shape)}, got "
+                             f"{list(actual.shape)}")
+            continue
+        if actual.dtype == np.bool_ or expected.dtype == np.bool_:
+            actual, expected = actual.astype(np.int64), expected.astype(np.int64)
+        ok, max_abs, max_rel, worst = _compare(actual, expected, forward.rtol, forward.atol)
+        check.max_abs_err, check.max_rel_err, check.worst_index = max_abs, max_rel, worst
+        idx = f"{name}[{', '.join(map(str, worst))}]" if worst else name
+        if ok:
+            check.message = f"matches (rtol={forward.rtol:g}, atol={forward.atol:g})"
+        else:
+            a = actual[tuple(worst)] if worst else actual
+            e = expected[tuple(worst)] if worst else expected
+            check.status = FAIL
+            check.message = (f"value of {name!r} differs from expect.forward: max abs error "
+                             f"{max_abs:.6g}, max rel error {max_rel:.6g} (rtol={forward.rtol:g}, "
+                             f"atol={forward.atol:g}); worst element {idx}: got {float(a):.10g}, "
+                             f"expected {float(e):.10g}")
+    return checks
+
+
 def _first_difference(got, want):
     for k, (g, w) in enumerate(zip(got, want)):
         if g != w:
@@ -466,6 +505,8 @@ def validate_graph(graph, path, opts: Options) -> FileReport:
         check.time_s = result.forward_s + result.backward_s
         check.message = (f"{len(result.order)} nodes ran; {len(result.grads)} gradient(s)"
                          + (" (anomaly detection on)" if anomaly else ""))
+        if expect.forward is not None:
+            report.checks.extend(_check_forward(graph, expect))
         report.checks.extend(_check_grads(graph, result, expect, opts))
         report.checks.extend(_check_orders(graph, opts, expect, anomaly))
         if opts.repeat > 1:

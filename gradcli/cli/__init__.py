@@ -31,7 +31,8 @@ _state = _State()
 # Each command's module, imported when the command is looked up (``gradcli run``
 # imports cmd_run only; ``gradcli --help`` imports them all for their help lines).
 _COMMANDS = {"run": "cmd_run", "order": "cmd_order", "validate": "cmd_validate",
-             "stress": "cmd_stress", "ops": "cmd_ops", "export": "cmd_export"}
+             "stress": "cmd_stress", "ops": "cmd_ops", "export": "cmd_export",
+             "import": "cmd_import"}
 
 
 class GradcliGroup(click.Group):
@@ -48,7 +49,7 @@ class GradcliGroup(click.Group):
 
             with paused():            # start-up (Note [Collector pauses])
                 module = importlib.import_module(f".{_COMMANDS[cmd_name]}", __name__)
-            self.add_command(getattr(module, cmd_name))
+            self.add_command(getattr(module, cmd_name, None) or getattr(module, cmd_name + "_"))
         return self.commands.get(cmd_name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,

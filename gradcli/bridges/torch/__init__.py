@@ -25,7 +25,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
 
 def __getattr__(name):
     if name == "ExportedGraph":
-        from .graphfile import ExportedGraph
+        from ..graphfile import ExportedGraph
 
         return ExportedGraph
     raise AttributeError(f"module 'gradcli.bridges.torch' has no attribute {name!r}")

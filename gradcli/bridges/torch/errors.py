@@ -5,12 +5,11 @@ from __future__ import annotations
 PROJECTION, CROSS_ENTROPY = "projection", "cross_entropy"
 LOSSES = (PROJECTION, CROSS_ENTROPY)
 
-GRAPH_FILE = "graph.yaml"
-WEIGHTS_FILE = "weights.npz"
+from ..errors import GRAPH_FILE, WEIGHTS_FILE, BridgeError  # noqa: F401 - re-exported
 
-
-class ExportError(Exception):
-    """A module the exporter cannot express as a graph file (one-line message)."""
+# A module the exporter cannot express as a graph file (one-line message): the error
+# every bridge raises, so that the shared graph-file writer's errors are export errors.
+ExportError = BridgeError
 
 
 class ExportMismatch(ExportError):

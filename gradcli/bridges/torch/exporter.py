@@ -65,7 +65,7 @@ from torch.utils import _pytree as pytree
 
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
-from .graphfile import ExportedGraph
+from ..graphfile import ExportedGraph
 from .reference import attach_reference, reference_note
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")

@@ -32,7 +32,7 @@ import copy
 import numpy as np
 
 from .errors import WEIGHTS_FILE
-from .graphfile import GRAD_PREFIX
+from ..graphfile import GRAD_PREFIX
 
 REF_PREFIX = "grad64:"     # weights.npz keys of the float64 reference gradients
 LOW_FLOATS = {"float16", "bfloat16", "float32"}

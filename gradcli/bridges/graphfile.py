@@ -1,7 +1,7 @@
 """An exported graph as data: the YAML document and the arrays of ``weights.npz``.
 
-NumPy and PyYAML only (no torch), so a written export can be inspected or
-rewritten without the ``torch`` extra.
+NumPy and PyYAML only (no torch, no onnx), so a written graph can be inspected or
+rewritten without a framework; every bridge (``torch``, ``onnx``) writes through it.
 """
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import os
 
 import numpy as np
 
-from .errors import GRAPH_FILE, WEIGHTS_FILE, ExportError
+from .errors import GRAPH_FILE, WEIGHTS_FILE, BridgeError as ExportError
 
 GRAD_PREFIX = "grad:"       # weights.npz keys of expected gradients; ':' is not in tensor names
+FORWARD_PREFIX = "forward:"  # weights.npz keys of expected forward values (expect.forward)
 FILE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}   # the spec's dtypes
 TOLERANCES = {"float64": (1e-7, 1e-10), "float32": (1e-4, 1e-6), "float16": (1e-2, 1e-3)}
 
@@ -25,8 +26,20 @@ class ExportedGraph:
         self.header = header
 
     @classmethod
-    def build(cls, *, name, tensors, arrays, ops, root, grads, order, floating):
-        """Assemble the document: every tensor and expected gradient comes from weights.npz."""
+    def build(cls, *, name, tensors, arrays, ops, root, grads, order, floating, forward=None,
+              forward_tolerance=None):
+        """Assemble the document: every tensor and expected value comes from weights.npz.
+
+        ``forward``: ``{tensor name: array}`` another runtime computed for these tensors
+        (``expect.forward``), compared with ``forward_tolerance`` ``(rtol, atol)``.
+        ``order`` None: the file says nothing of the backward order.
+
+        >>> g = ExportedGraph.build(name="g", tensors={"x": {"requires_grad": True}},
+        ...     arrays={"x": np.ones(2)}, ops=[{"op": "sum", "inputs": ["x"], "output": "s"}],
+        ...     root="s", grads={"x": np.ones(2)}, order=None, floating="float64")
+        >>> sorted(g.document["expect"])
+        ['atol', 'grads', 'rtol']
+        """
         arrays = dict(arrays)
         doc_tensors = {}
         for tname, extra in tensors.items():
@@ -50,11 +63,24 @@ class ExportedGraph:
             arrays[GRAD_PREFIX + tname] = np.ascontiguousarray(g)
             expect_grads[tname] = {"file": WEIGHTS_FILE, "key": GRAD_PREFIX + tname}
         rtol, atol = TOLERANCES.get(floating, TOLERANCES["float32"])
+        expect = {}
+        if grads or order is not None:
+            expect.update(grads=expect_grads, rtol=rtol, atol=atol)
+        if order is not None:
+            expect["order"] = list(order)
+        if forward:
+            f_rtol, f_atol = forward_tolerance or (rtol, atol)
+            values = {}
+            for tname, value in forward.items():
+                arrays[FORWARD_PREFIX + tname] = np.ascontiguousarray(value)
+                values[tname] = {"file": WEIGHTS_FILE, "key": FORWARD_PREFIX + tname}
+            expect["forward"] = {"values": values, "rtol": f_rtol, "atol": f_atol}
         document = {
             "version": 1, "name": name, "tensors": doc_tensors, "ops": ops,
             "backward": {"roots": [root]},
-            "expect": {"grads": expect_grads, "rtol": rtol, "atol": atol, "order": list(order)},
         }
+        if expect:
+            document["expect"] = expect
         return cls(document, arrays)
 
     def file_arrays(self):
@@ -80,17 +106,26 @@ class ExportedGraph:
         expect = doc.get("expect")
         if expect:
             lines.append("expect:")
-            lines.append("  grads:")
-            lines += [f"    {flow(k)}: {flow(v)}" for k, v in expect["grads"].items()]
-            for key in ("rtol", "atol"):
-                lines.append(f"  {key}: {flow(expect[key])}")
-            lines.append(f"  order: {flow(expect['order'])}")
+            if "grads" in expect:
+                lines.append("  grads:")
+                lines += [f"    {flow(k)}: {flow(v)}" for k, v in expect["grads"].items()]
+                for key in ("rtol", "atol"):
+                    lines.append(f"  {key}: {flow(expect[key])}")
+            if "order" in expect:
+                lines.append(f"  order: {flow(expect['order'])}")
             reference = expect.get("reference")
             if reference:
                 lines.append("  reference:")
                 lines.append("    grads:")
                 lines += [f"      {flow(k)}: {flow(v)}" for k, v in reference["grads"].items()]
                 lines.append(f"    distance: {flow(reference['distance'])}")
+            if "forward" in expect:
+                forward = expect["forward"]
+                lines.append("  forward:")
+                lines.append("    values:")
+                lines += [f"      {flow(k)}: {flow(v)}" for k, v in forward["values"].items()]
+                for key in ("rtol", "atol"):
+                    lines.append(f"    {key}: {flow(forward[key])}")
         return "\n".join(lines) + "\n"
 
     def write(self, directory):

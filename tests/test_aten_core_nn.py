@@ -194,6 +194,42 @@ refused(SCATTER_ADD, [R(4, 3), np.array([[9]]), R(1, 1, seed=1)], {"dim": 0}, "i
         static=False)
 
 
+# -- padding ---------------------------------------------------------------------------------------
+CPAD = "aten.constant_pad_nd.default"
+case(CPAD, [R(2, 3, 4)], {"pad": [1, 2]})
+case(CPAD, [R(2, 3, 4)], {"pad": [1, -2, 0, 1, 2, 0], "value": 1.5})
+case(CPAD, [nc(R(3, 4))], {"pad": [-1, -1, 2, 2], "value": -3})
+case(CPAD, [R(0, 3)], {"pad": [1, 1, 1, 1]}, id=CPAD + "-empty")
+case(CPAD, [R(2, 3)], {"pad": []})
+GRADGRAD[CPAD] = ([R(2, 3, 4)], {"pad": [1, -2, 0, 1]}, None)
+refused(CPAD, [R(2, 3)], {"pad": [1, 1, 1]}, "must be even")
+refused(CPAD, [R(2, 3)], {"pad": [1, 1, 1, 1, 1, 1]}, "no more than twice")
+refused(CPAD, [R(2, 3)], {"pad": [-2, -2]}, "negative output size")
+_pads = [("aten.reflection_pad1d.default", R(2, 3, 5), [2, 1]), ("aten.reflection_pad1d.default", R(3, 4), [3, -1]),
+         ("aten.reflection_pad2d.default", R(1, 2, 4, 5), [1, 2, 3, 0]),
+         ("aten.reflection_pad2d.default", nc(R(2, 3, 4)), [2, 2, 1, 1]),
+         ("aten.reflection_pad3d.default", R(1, 2, 3, 3, 4), [1, 1, 2, 0, 1, 2]),
+         ("aten.replication_pad2d.default", R(1, 2, 3, 4), [2, 3, 1, 4]),
+         ("aten.replication_pad2d.default", nc(R(2, 3, 4)), [-1, 2, 0, 1]),
+         ("aten.replication_pad3d.default", R(2, 2, 3, 2), [1, 2, 0, 1, 3, 1]),
+         ("aten.reflection_pad2d.default", R(0, 2, 3, 3), [1, 1, 1, 1]),
+         ("aten.replication_pad3d.default", R(0, 1, 2, 2, 2), [1, 1, 1, 1, 1, 1])]
+for _op, _x, _p in _pads:
+    case(_op, [_x], {"padding": _p}, id=f"{_op}-{'x'.join(map(str, _x.shape))}")
+    GRADGRAD.setdefault(_op, ([_x[:1].copy()], {"padding": _p}, None))
+    NODE_NAME_DIFFERENCES[_op] = ("IndexPutBackward0 (PyTorch: one " + _op.split(".")[1].title().replace("_", "")
+                                  + "BackwardBackward0 node; gradcli writes the backward as an index_put)")
+refused("aten.reflection_pad1d.default", [R(1, 2, 5)], {"padding": [5, 0]}, "Padding size should be less than")
+refused("aten.reflection_pad2d.default", [R(1, 3, 3)], {"padding": [0, 0, 0, 3]}, "Padding size should be less than")
+refused("aten.reflection_pad1d.default", [R(5)], {"padding": [1, 1]}, "Expected 2D or 3D")
+refused("aten.reflection_pad1d.default", [R(2, 0, 5)], {"padding": [1, 1]}, "Expected 2D or 3D")
+refused("aten.replication_pad2d.default", [R(2, 3, 0)], {"padding": [1, 1, 1, 1]}, "Expected 3D or 4D")
+refused("aten.replication_pad3d.default", [R(2, 2, 2)], {"padding": [1, 1, 1, 1, 1, 1]}, "Expected 4D or 5D")
+refused("aten.replication_pad2d.default", [R(1, 2, 2)], {"padding": [-3, 0, 0, 0]}, "too small")
+refused("aten.reflection_pad1d.default", [R(1, 2, 2)], {"padding": [-2, 0]}, "too small")
+case("aten.replication_pad2d.default", [R(1, 2, 2)], {"padding": [-2, 0, 0, 0]}, id="replication_pad2d-to-empty")
+
+
 def _shape_depends_on_values(op_name, inputs):
     """Rows whose result shape the loader cannot know: bool-mask indexing."""
     return op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])

@@ -230,6 +230,36 @@ refused("aten.reflection_pad1d.default", [R(1, 2, 2)], {"padding": [-2, 0]}, "to
 case("aten.replication_pad2d.default", [R(1, 2, 2)], {"padding": [-2, 0, 0, 0]}, id="replication_pad2d-to-empty")
 
 
+# -- upsampling ------------------------------------------------------------------------------------
+NEAREST, BILINEAR = "aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec"
+case(NEAREST, [R(1, 2, 3, 4)], {"output_size": [6, 8], "scale_factors": None})
+case(NEAREST, [R(2, 1, 3, 4)], {"output_size": [5, 7], "scale_factors": None})
+case(NEAREST, [R(1, 2, 3, 4)], {"output_size": None, "scale_factors": [2.5, 1.7]})
+case(NEAREST, [nc(R(2, 2, 5, 4))], {"output_size": [3, 2], "scale_factors": None})
+case(NEAREST, [R(0, 2, 3, 3)], {"output_size": [2, 2], "scale_factors": None}, id=NEAREST + "-empty")
+GRADGRAD[NEAREST] = ([R(1, 2, 3, 4)], {"output_size": [5, 7], "scale_factors": None}, None)
+NODE_NAME_DIFFERENCES[NEAREST] = "IndexPutBackward0 (PyTorch: UpsampleNearest2DBackwardBackward0)"
+for _ac in (False, True):
+    case(BILINEAR, [R(1, 2, 3, 4)], {"output_size": [5, 7], "align_corners": _ac, "scale_factors": None})
+    case(BILINEAR, [R(2, 1, 4, 3)], {"output_size": None, "align_corners": _ac, "scale_factors": [2.0, 1.5]})
+    case(BILINEAR, [R(1, 1, 3, 3)], {"output_size": None, "align_corners": _ac, "scale_factors": [2.5, 0.7]})
+    case(BILINEAR, [nc(R(1, 2, 5, 6))], {"output_size": [2, 3], "align_corners": _ac, "scale_factors": None})
+    case(BILINEAR, [R(1, 2, 1, 3)], {"output_size": [1, 5], "align_corners": _ac, "scale_factors": None})
+case(BILINEAR, [R(0, 2, 3, 3)], {"output_size": [4, 4], "align_corners": False, "scale_factors": None},
+     id=BILINEAR + "-empty")
+GRADGRAD[BILINEAR] = ([R(1, 2, 3, 4)], {"output_size": [5, 7], "align_corners": False, "scale_factors": None}, None)
+NODE_NAME_DIFFERENCES[BILINEAR] = "the matrix products' nodes (PyTorch: UpsampleBilinear2DBackwardBackward0)"
+for _op, _extra in ((NEAREST, {}), (BILINEAR, {"align_corners": False})):
+    refused(_op, [R(1, 2, 3, 4)], dict(_extra, output_size=[5, 7], scale_factors=[2.0, 2.0]), "exactly one of")
+    refused(_op, [R(1, 2, 3, 4)], dict(_extra, output_size=None, scale_factors=None), "exactly one of")
+    refused(_op, [R(1, 2, 3, 4)], dict(_extra, output_size=[0, 2], scale_factors=None), "greater than 0")
+    refused(_op, [R(1, 2, 0, 4)], dict(_extra, output_size=[2, 2], scale_factors=None), "greater than 0")
+    refused(_op, [R(1, 2, 3, 4)], dict(_extra, output_size=None, scale_factors=[0.3, 2.0]), "greater than 0")
+    refused(_op, [R(2, 3)], dict(_extra, output_size=[2, 2], scale_factors=None), "4-D")
+refused(BILINEAR, [np.ones((1, 1, 2, 2), np.int64)], {"output_size": [3, 3], "align_corners": False,
+                                                      "scale_factors": None}, "not implemented for int64")
+
+
 def _shape_depends_on_values(op_name, inputs):
     """Rows whose result shape the loader cannot know: bool-mask indexing."""
     return op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])

@@ -260,9 +260,76 @@ refused(BILINEAR, [np.ones((1, 1, 2, 2), np.int64)], {"output_size": [3, 3], "al
                                                       "scale_factors": None}, "not implemented for int64")
 
 
+# -- layout -------------------------------------------------------------------------------------
+FLIP = "aten.flip.default"
+case(FLIP, [R(2, 3, 4)], {"dims": [0, 2]})
+case(FLIP, [nc(R(3, 4))], {"dims": [-1]})
+case(FLIP, [R(2, 3)], {"dims": []})
+case(FLIP, [R(0, 3)], {"dims": [0, 1]}, id=FLIP + "-empty")
+GRADGRAD[FLIP] = ([R(2, 3, 4)], {"dims": [0, 2]}, None)
+refused(FLIP, [R(2, 3)], {"dims": [0, -2]}, "dim 0 appears multiple times")
+REPEAT = "aten.repeat.default"
+case(REPEAT, [R(2, 3)], {"repeats": [2, 3]})
+case(REPEAT, [nc(R(2, 3))], {"repeats": [2, 1, 2]})
+case(REPEAT, [R(3)], {"repeats": [0, 2]}, id=REPEAT + "-empty")
+GRADGRAD[REPEAT] = ([R(2, 3)], {"repeats": [2, 1, 2]}, None)
+refused(REPEAT, [R(2, 3)], {"repeats": [2]}, "can not be smaller")
+refused(REPEAT, [R(2, 3)], {"repeats": [-1, 2]}, "negative dimension")
+DIAG = "aten.diagonal.default"
+case(DIAG, [R(3, 4)])
+case(DIAG, [R(3, 4, 5)], {"offset": 1, "dim1": 0, "dim2": 2})
+case(DIAG, [nc(R(4, 3, 2))], {"offset": -2, "dim1": -1, "dim2": 0})
+case(DIAG, [R(3, 4)], {"offset": 7}, id=DIAG + "-empty")
+GRADGRAD[DIAG] = ([R(3, 4, 5)], {"offset": 1, "dim1": 2, "dim2": 0}, None)
+NODE_NAME_DIFFERENCES[DIAG] = "PermuteBackward0 (PyTorch: DiagonalBackwardBackward0; gradcli writes it as index_put)"
+refused(DIAG, [R(3, 4)], {"dim1": 1, "dim2": -1}, "cannot be identical")
+ASTRIDED = "aten.as_strided.default"
+case(ASTRIDED, [R(3, 4)], {"size": [2, 2], "stride": [1, 2], "storage_offset": 1})
+case(ASTRIDED, [R(2, 3, 4)], {"size": [2, 3, 2, 2], "stride": [12, 4, 2, 1]})
+case(ASTRIDED, [R(4, 4)], {"size": [3, 3], "stride": [4, 1]}, id=ASTRIDED + "-overlapping-windows")
+case(ASTRIDED, [R(4, 4)], {"size": [0, 3], "stride": [4, 1]}, id=ASTRIDED + "-empty")
+GRADGRAD[ASTRIDED] = ([R(3, 4)], {"size": [2, 3], "stride": [2, 1], "storage_offset": 1}, None)
+NODE_NAME_DIFFERENCES[ASTRIDED] = "ViewBackward0 (PyTorch: AsStridedBackward0 of its as_strided_scatter formula)"
+refused(ASTRIDED, [R(3, 4)], {"size": [13], "stride": [1]}, "out of bounds")
+refused(ASTRIDED, [R(3, 4)], {"size": [2], "stride": [1], "storage_offset": 11}, "out of bounds")
+refused(ASTRIDED, [R(3, 4)], {"size": [2], "stride": [-1]}, "Negative strides")
+SWS = "aten.split_with_sizes.default"
+case(SWS, [R(5, 3)], {"split_sizes": [1, 4]})
+case(SWS, [nc(R(3, 6))], {"split_sizes": [2, 0, 4], "dim": -1})
+GRADGRAD[SWS] = ([R(5, 3)], {"split_sizes": [2, 3]}, None)
+refused(SWS, [R(3, 4)], {"split_sizes": [1, 1]}, "sum exactly to 3")
+refused(SWS, [R(3, 4)], {"split_sizes": [4, -1]}, "non-negative")
+SLSC = "aten.slice_scatter.default"
+case(SLSC, [R(3, 4, 5), R(3, 2, 5, seed=1)], {"dim": 1, "start": 0, "end": 2})
+case(SLSC, [R(6, 3), nc(R(2, 3, seed=1))], {"start": 1, "end": 9223372036854775807, "step": 3})
+case(SLSC, [R(4, 3), R(0, 3, seed=1)], {"start": 2, "end": 2}, id=SLSC + "-empty")
+GRADGRAD[SLSC] = ([R(3, 4, 5), R(3, 2, 5, seed=1)], {"dim": 1, "start": 1, "end": 3}, None)
+refused(SLSC, [R(3, 4, 5), R(3, 2, 5, seed=1)], {"dim": 1, "start": 0, "end": 3}, "size equal to the slice")
+SESC = "aten.select_scatter.default"
+case(SESC, [R(3, 4, 5), R(3, 5, seed=1)], {"dim": 1, "index": -1})
+case(SESC, [R(3, 4), nc(R(2, 2, seed=1)).reshape(4)], {"dim": 0, "index": 2})
+GRADGRAD[SESC] = ([R(3, 4, 5), R(3, 5, seed=1)], {"dim": 1, "index": 2}, None)
+refused(SESC, [R(3, 4), R(3, seed=1)], {"dim": 0, "index": 0}, "size equal to the slice")
+refused(SESC, [R(3, 4), R(4, seed=1)], {"dim": 0, "index": 3}, "out of range")
+NONZERO = "aten.nonzero.default"
+case(NONZERO, [np.where(R(3, 4) > 0, R(3, 4, seed=1), 0.0)], wrt=[])
+case(NONZERO, [R(3, 4) > 0], wrt=[])
+case(NONZERO, [np.arange(6).reshape(2, 3) - 2], wrt=[])
+case(NONZERO, [np.array(3.0)], wrt=[])
+case(NONZERO, [np.zeros((2, 0))], wrt=[], id=NONZERO + "-empty")
+
+
+def test_diagonal_and_as_strided_are_writable_views_sharing_memory():
+    x = R(3, 4)
+    d = OPS[DIAG](x, offset=1)
+    a = OPS[ASTRIDED](x, size=[2, 2], stride=[4, 1], storage_offset=1)
+    assert np.shares_memory(d, x) and np.shares_memory(a, x) and d.flags.writeable
+    np.testing.assert_array_equal(d, [x[0, 1], x[1, 2], x[2, 3]])
+
+
 def _shape_depends_on_values(op_name, inputs):
     """Rows whose result shape the loader cannot know: bool-mask indexing."""
-    return op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])
+    return op_name == NONZERO or op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])
 
 
 def test_index_tensor_from_a_file_is_checked_before_use():

@@ -5,7 +5,7 @@
 modules (``group_norm``, ``index``, ...), which carry their own shape rules; ``meta`` holds the others' (what the loader infers without computing).
 """
 from . import conv_pool, nn, norm_attention, pointwise, shape  # noqa: F401 - registers the entries
-from . import group_norm, index, pad, upsample  # noqa: F401 - core ATen entries, each with its shape rule
+from . import group_norm, index, layout, pad, upsample  # noqa: F401 - core ATen entries, each with its shape rule
 from . import meta  # noqa: F401 - their shape rules (after the entries)
 from .registry import ATEN_OPS, AtenOp
 

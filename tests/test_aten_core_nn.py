@@ -327,6 +327,103 @@ def test_diagonal_and_as_strided_are_writable_views_sharing_memory():
     np.testing.assert_array_equal(d, [x[0, 1], x[1, 2], x[2, 3]])
 
 
+# -- the core opset's batch norms, layer-norm and convolution backwards ----------------------------
+LEGIT = "aten._native_batch_norm_legit.default"
+_bn = {"momentum": 0.1, "eps": 1e-5}
+case(LEGIT, [R(2, 3, 4, 4), R(3, seed=1), R(3, seed=2), R(3, seed=7) * 0.1, R(3, seed=8, low=0.5, high=2)],
+     dict(_bn, training=True), wrt=[0, 1, 2])
+case(LEGIT, [nc(R(4, 3)), None, R(3, seed=2), R(3, seed=7) * 0.1, R(3, seed=8, low=0.5, high=2)],
+     dict(_bn, training=False), wrt=[0, 2])
+GRADGRAD[LEGIT] = ([R(3, 2, 2), R(2, seed=1), R(2, seed=2), R(2, seed=3), R(2, seed=4, low=0.5, high=2)],
+                   dict(_bn, training=True), [0, 1, 2])
+NO_STATS = "aten._native_batch_norm_legit.no_stats"
+case(NO_STATS, [R(2, 3, 5), R(3, seed=1), None], dict(_bn, training=True))
+case(NO_STATS, [nc(R(4, 3)), None, None], dict(_bn, training=True, eps=1e-3))
+GRADGRAD[NO_STATS] = ([R(3, 2, 2), R(2, seed=1), R(2, seed=2)], dict(_bn, training=True), None)
+NO_TRAINING = "aten._native_batch_norm_legit_no_training.default"
+case(NO_TRAINING, [R(2, 3, 4), R(3, seed=1), R(3, seed=2), R(3, seed=7) * 0.1, R(3, seed=8, low=0.5, high=2)],
+     _bn, wrt=[0, 1, 2])
+case(NO_TRAINING, [nc(R(4, 3)), None, None, R(3, seed=7) * 0.1, R(3, seed=8, low=0.5, high=2)], _bn, wrt=[0])
+GRADGRAD[NO_TRAINING] = ([R(3, 2, 2), R(2, seed=1), R(2, seed=2), R(2, seed=3), R(2, seed=4, low=0.5, high=2)],
+                         _bn, [0, 1, 2])
+refused(LEGIT, [R(2, 3), R(3, seed=1).astype(np.float32), None, R(3), R(3, low=0.5, high=1)],
+        dict(_bn, training=True), "mixed dtype")
+refused(NO_TRAINING, [np.ones((2, 3), np.int64), None, None, R(3), R(3, low=0.5, high=1)], _bn,
+        "not implemented for int64")
+
+
+def test_batch_norm_without_statistics_or_training_is_refused():
+    # Note [batch norm without statistics or training]: PyTorch 2.13 crashes the process on
+    # this input (so torch is not called here); gradcli refuses it, at load and at run
+    args = dict(_bn, training=False)
+    with pytest.raises(ValueError, match="training must be true"):
+        OPS[NO_STATS](R(2, 3), None, None, **args)
+    with pytest.raises(ValueError, match="training must be true"):
+        T._inferred(NO_STATS, [R(2, 3), None, None], args)
+
+
+def test_legit_batch_norm_updates_the_running_statistics_in_place_like_torch():
+    rm, rv = R(3, seed=7) * 0.1, R(3, seed=8, low=0.5, high=2)
+    x = R(4, 3, 2)
+    ours_m, ours_v = rm.copy(), rv.copy()
+    OPS[LEGIT](x, None, None, ours_m, ours_v, training=True, **_bn)
+    assert not np.array_equal(ours_m, rm)
+    if torch is not None:
+        tm, tv = torch.tensor(rm), torch.tensor(rv)
+        torch.ops.aten._native_batch_norm_legit(torch.tensor(x), None, None, tm, tv, True, 0.1, 1e-5)
+        np.testing.assert_allclose(ours_m, tm.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(ours_v, tv.numpy(), rtol=1e-12)
+
+
+LNB = "aten.native_layer_norm_backward.default"
+_ln_x = R(2, 3, 4)
+_ln_mean = _ln_x.mean(-1, keepdims=True)
+_ln_rstd = 1 / np.sqrt(_ln_x.var(-1, keepdims=True) + 1e-5)
+# fd=False: derivatives.yaml's formula takes mean and rstd as functions of the input (not
+# the partial derivative at fixed statistics); checked against torch
+case(LNB, [R(2, 3, 4, seed=3), _ln_x, _ln_mean, _ln_rstd, R(4, seed=1), R(4, seed=2)],
+     {"normalized_shape": [4], "output_mask": [True, True, True]}, wrt=[0, 1, 4], fd=False)
+case(LNB, [R(2, 3, 4, seed=3), _ln_x, _ln_x.reshape(2, 12).mean(-1, keepdims=True)[:, :, None],
+           1 / np.sqrt(_ln_x.reshape(2, 12).var(-1, keepdims=True) + 1e-3)[:, :, None], R(3, 4, seed=1),
+           R(3, 4, seed=2)],
+     {"normalized_shape": [3, 4], "output_mask": [True, True, True]}, wrt=[0, 1, 4], fd=False)
+GRADGRAD[LNB] = ([R(2, 3, 4, seed=3), _ln_x, _ln_mean, _ln_rstd, R(4, seed=1), R(4, seed=2)],
+                 {"normalized_shape": [4], "output_mask": [True, True, True]}, [0, 4])
+refused(LNB, [R(2, 3, 4), _ln_x, _ln_mean, _ln_rstd, None, R(4, seed=2)],
+        {"normalized_shape": [4], "output_mask": [True, True, True]}, "weight and bias must be given")
+CONVB = "aten.convolution_backward.default"
+_cb = {"bias_sizes": [4], "stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "transposed": False,
+       "output_padding": [0, 0], "groups": 1, "output_mask": [True, True, True]}
+case(CONVB, [R(2, 4, 3, 3, seed=3), R(2, 3, 5, 5), R(4, 3, 3, 3, seed=1)], _cb)
+case(CONVB, [R(1, 4, 3, 2, seed=3), R(1, 4, 5, 4), R(4, 2, 2, 3, seed=1)],
+     dict(_cb, stride=[2, 1], padding=[1, 0], dilation=[1, 1], groups=2, bias_sizes=None))
+case(CONVB, [nc(R(2, 4, 6, seed=3)), R(2, 3, 8), R(4, 3, 3, seed=1)],
+     dict(_cb, stride=[1], padding=[0], dilation=[1], output_padding=[0]))
+GRADGRAD[CONVB] = ([R(1, 3, 2, 2, seed=3), R(1, 2, 4, 4), R(3, 2, 3, 3, seed=1)], dict(_cb, bias_sizes=[3]), None)
+refused(CONVB, [R(2, 4, 2, 2, seed=3), R(2, 3, 5, 5), R(4, 3, 3, 3, seed=1)], _cb, "does not match")
+NODE_NAME_DIFFERENCES[CONVB] = ("input and weight: ConvolutionBackwardBackward0 (PyTorch: ConvolutionBackward0 and "
+                                 "TransposeBackward0 of its composite _convolution_double_backward)")
+NODE_NAME_DIFFERENCES[LNB] = "AddBackward0, SumBackward1 (PyTorch: ViewBackward0 of its composite formula)"
+
+
+@pytest.mark.parametrize("op_name, inputs, args, match", [
+    # PyTorch does not check the statistics' size (its kernel reads one value per row)
+    (LNB, [R(2, 3, 4), _ln_x, _ln_mean[:1], _ln_rstd, R(4, seed=1), R(4, seed=2)],
+     {"normalized_shape": [4], "output_mask": [True, True, True]}, "must hold 6 values"),
+    # PyTorch leaves a masked-off output undefined (None); gradcli's outputs are all arrays
+    (CONVB, [R(2, 4, 3, 3, seed=3), R(2, 3, 5, 5), R(4, 3, 3, 3, seed=1)], dict(_cb, output_mask=[True, False, True]),
+     "gradcli computes every output"),
+    (LNB, [R(2, 3, 4), _ln_x, _ln_mean, _ln_rstd, R(4, seed=1), R(4, seed=2)],
+     {"normalized_shape": [4], "output_mask": [True, True, False]}, "gradcli computes every output"),
+])
+def test_backward_ops_refuse_what_gradcli_cannot_honour_where_torch_differs(op_name, inputs, args, match):
+    # deliberate differences from PyTorch, refused at load (the shape rule) and at run
+    with pytest.raises(ValueError, match=match):
+        OPS[op_name](*inputs, **args)
+    with pytest.raises(ValueError, match=match):
+        T._inferred(op_name, inputs, args)
+
+
 def _shape_depends_on_values(op_name, inputs):
     """Rows whose result shape the loader cannot know: bool-mask indexing."""
     return op_name == NONZERO or op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])

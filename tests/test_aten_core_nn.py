@@ -194,6 +194,18 @@ refused(SCATTER_ADD, [R(4, 3), np.array([[9]]), R(1, 1, seed=1)], {"dim": 0}, "i
         static=False)
 
 
+MSCAT = "aten.masked_scatter.default"
+case(MSCAT, [R(3, 4), R(3, 4, seed=2) > 0, R(12, seed=1)])
+case(MSCAT, [R(1, 4), R(3, 4, seed=2) > 0, R(4, 5, seed=1)])
+case(MSCAT, [nc(R(3, 4)), R(4, seed=2) > 0, R(3, 3, seed=1)])
+case(MSCAT, [R(0, 4), R(4, seed=2) > 0, R(2, seed=1)], id=MSCAT + "-empty")
+GRADGRAD[MSCAT] = ([R(3, 4), R(3, 4, seed=2) > 0, R(13, seed=1)], {}, [0, 2])
+NODE_NAME_DIFFERENCES[MSCAT] = "source: ViewBackward0 (PyTorch: one MaskedScatterBackwardBackward0 node)"
+refused(MSCAT, [R(3, 4), np.ones((3, 4), bool), R(5, seed=1)], {}, "Number of elements of source", static=False)
+refused(MSCAT, [R(3, 4), R(3, 4, seed=2), R(12, seed=1)], {}, "boolean masks")
+refused(MSCAT, [R(3, 4), R(3, 4, seed=2) > 0, R(12, seed=1).astype(np.float32)], {}, "same dtypes")
+
+
 # -- padding ---------------------------------------------------------------------------------------
 CPAD = "aten.constant_pad_nd.default"
 case(CPAD, [R(2, 3, 4)], {"pad": [1, 2]})

@@ -1,5 +1,5 @@
 """ATen indexing entries: ``index.Tensor``, ``index_put``, ``index_select``, ``gather``,
-``scatter.src``, ``scatter.value`` and ``scatter_add``.
+``scatter.src``, ``scatter.value``, ``scatter_add`` and ``masked_scatter``.
 
 The forwards are ``gradcli.ops.aten_kernels.index`` (every index value checked
 before use: Note [indices are checked before use]). The VJPs are these ops again
@@ -14,7 +14,7 @@ import numpy as np
 from .. import library as L
 from ..aten_kernels import index as K
 from ..library import _value
-from .pointwise import zeros
+from .pointwise import masked_fill, zeros
 from .registry import aten, defvjp
 from .shape import _dim
 
@@ -253,3 +253,41 @@ def scatter_add(self, index, src, dim):
 # self: grad; src: grad.gather(dim, index)
 defvjp(scatter_add, lambda g, ans, self, index, src, dim: g, None,
        lambda g, ans, self, index, src, dim: gather(g, _value(index), dim=dim))
+
+
+# -- masked_scatter ---------------------------------------------------------------------------------
+def _check_masked_scatter(self, mask, source):
+    if np.dtype(mask.dtype) != np.dtype(bool):
+        raise TypeError(f"masked_scatter: only supports boolean masks, but got mask with dtype {mask.dtype}")
+    if np.dtype(self.dtype) != np.dtype(source.dtype):
+        raise TypeError(f"masked_scatter: expected self and source to have same dtypes but got {self.dtype} and "
+                        f"{source.dtype}")
+    try:
+        return tuple(np.broadcast_shapes(tuple(self.shape), tuple(mask.shape)))
+    except ValueError:
+        raise ValueError(f"masked_scatter: the shape of the mask {list(mask.shape)} does not broadcast with self "
+                         f"{list(self.shape)}") from None
+
+
+@aten("masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor", "MaskedScatterBackward0",
+      meta=lambda self, mask, source: [(_check_masked_scatter(self, mask, source), self.dtype)])
+def masked_scatter(self, mask, source):
+    _check_masked_scatter(self, mask, source)
+    return K.masked_scatter(self, mask, source)
+
+
+def _masked_scatter_source_vjp(g, ans, self, mask, source):
+    # source: masked_scatter_backward_symint(grad, mask, source.sym_sizes()): the gradient's
+    # masked elements in order, padded with zeros to source's size
+    from .pad import constant_pad_nd  # noqa: PLC0415 - pad.py builds on this module
+
+    m = np.broadcast_to(_value(mask), tuple(g.shape))
+    picked = index(g, [np.ascontiguousarray(m)])
+    n = int(np.prod(source.shape, dtype=np.int64))
+    return L.reshape(constant_pad_nd(picked, pad=[0, n - int(m.sum())]), shape=tuple(source.shape))
+
+
+# self: grad.masked_fill(mask, 0), summed to self's shape; mask: not differentiable
+defvjp(masked_scatter,
+       lambda g, ans, self, mask, source: L.unbroadcast(masked_fill(g, _value(mask), value=0), tuple(self.shape)),
+       None, _masked_scatter_source_vjp)

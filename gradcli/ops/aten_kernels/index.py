@@ -216,3 +216,19 @@ def scatter_add_(self, dim, index, src):
     _check_range(i, out.shape[dim], dim)
     accumulate_at(xp, out, _positions(xp, out.shape, dim, i), _src_part(src, index))
     return out.reshape(self.shape)
+
+
+def masked_scatter(self, mask, source):
+    """``aten.masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor``: ``self`` and
+    ``mask`` broadcast together; where ``mask`` is true, the elements of ``source`` in row-major
+    order (it must hold at least as many)."""
+    xp = array_module(self, source)
+    shape = xp.broadcast_shapes(tuple(self.shape), tuple(mask.shape)) if hasattr(xp, "broadcast_shapes") \
+        else np.broadcast_shapes(tuple(self.shape), tuple(mask.shape))
+    out = xp.array(xp.broadcast_to(self, shape), order="C")
+    m = xp.broadcast_to(mask, shape)
+    count = int(m.sum())
+    if count > source.size:
+        raise ValueError("masked_scatter: Number of elements of source < number of ones in mask")
+    out[m] = source.reshape(-1)[:count]
+    return out

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import library as L
 from ..aten_kernels import index as K
+from ..aten_kernels._common import array_module
 from ..library import _value
 from .pointwise import masked_fill, zeros
 from .registry import aten, defvjp
@@ -278,13 +279,12 @@ def masked_scatter(self, mask, source):
 
 def _masked_scatter_source_vjp(g, ans, self, mask, source):
     # source: masked_scatter_backward_symint(grad, mask, source.sym_sizes()): the gradient's
-    # masked elements in order, padded with zeros to source's size
-    from .pad import constant_pad_nd  # noqa: PLC0415 - pad.py builds on this module
-
-    m = np.broadcast_to(_value(mask), tuple(g.shape))
-    picked = index(g, [np.ascontiguousarray(m)])
+    # masked elements in order, padded with zeros to source's size (an index_put into zeros)
+    m = np.ascontiguousarray(np.broadcast_to(_value(mask), tuple(g.shape)))
+    picked = index(g, [m])
     n = int(np.prod(source.shape, dtype=np.int64))
-    return L.reshape(constant_pad_nd(picked, pad=[0, n - int(m.sum())]), shape=tuple(source.shape))
+    first = array_module(_value(g)).arange(int(m.sum()), dtype=np.int64)
+    return L.reshape(index_put(zeros((n,), g), [first], picked), shape=tuple(source.shape))
 
 
 # self: grad.masked_fill(mask, 0), summed to self's shape; mask: not differentiable

@@ -194,6 +194,33 @@ refused(SCATTER_ADD, [R(4, 3), np.array([[9]]), R(1, 1, seed=1)], {"dim": 0}, "i
         static=False)
 
 
+SREDUCE = "aten.scatter_reduce.two"
+_sr_index = np.array([[0, 1, 2, 0], [0, 0, 1, 1], [2, 0, 1, 1]])
+_sr_self = R(3, 4)
+_sr_src = R(3, 4, seed=1)
+for _r in ("sum", "prod", "mean", "amax", "amin"):
+    for _inc in (True, False):
+        case(SREDUCE, [_sr_self, _sr_index, _sr_src], {"dim": 0, "reduce": _r, "include_self": _inc})
+case(SREDUCE, [nc(R(3, 4)), np.array([[1, 1], [3, 0]]), R(2, 2, seed=1)], {"dim": 1, "reduce": "mean"})
+case(SREDUCE, [R(3, 4), np.zeros((0, 4), np.int64), R(0, 4, seed=1)], {"dim": 0, "reduce": "amax"},
+     id=SREDUCE + "-empty")
+# prod with one zero scattered to a position (its gradient is the product of the others)
+_sr_zero = _sr_src.copy()
+_sr_zero[1, 0] = 0.0
+case(SREDUCE, [_sr_self, _sr_index, _sr_zero], {"dim": 0, "reduce": "prod"}, id=SREDUCE + "-prod-one-zero")
+# amax with ties: the gradient is shared equally (fd=False: no derivative at a tie)
+_sr_tie = np.array([[1.0, 2.0], [3.0, 1.0]])
+case(SREDUCE, [_sr_tie, np.array([[0, 1], [0, 1]]), np.array([[3.0, 2.0], [0.5, 2.0]])],
+     {"dim": 0, "reduce": "amax"}, fd=False, id=SREDUCE + "-amax-ties")
+case(SREDUCE, [np.arange(4).reshape(2, 2), np.array([[0, 0]]), np.array([[3, 4]])], {"dim": 0, "reduce": "mean"},
+     wrt=[], id=SREDUCE + "-int-mean")
+GRADGRAD[SREDUCE] = ([_sr_self, _sr_index, _sr_src], {"dim": 0, "reduce": "prod", "include_self": False}, None)
+NODE_NAME_DIFFERENCES[SREDUCE] = "MaskedFillBackward0, AddBackward0 (PyTorch: ScatterBackward1, WhereBackward0)"
+refused(SREDUCE, [R(3, 4), _sr_index, R(3, 4, seed=1)], {"dim": 0, "reduce": "median"}, "reduce argument")
+refused(SREDUCE, [R(3, 4), np.array([[3]]), R(1, 1, seed=1)], {"dim": 0, "reduce": "sum"}, "index 3 is out of bounds",
+        static=False)
+
+
 MSCAT = "aten.masked_scatter.default"
 case(MSCAT, [R(3, 4), R(3, 4, seed=2) > 0, R(12, seed=1)])
 case(MSCAT, [R(1, 4), R(3, 4, seed=2) > 0, R(4, 5, seed=1)])

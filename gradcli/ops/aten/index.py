@@ -1,5 +1,5 @@
 """ATen indexing entries: ``index.Tensor``, ``index_put``, ``index_select``, ``gather``,
-``scatter.src``, ``scatter.value``, ``scatter_add`` and ``masked_scatter``.
+``scatter.src``, ``scatter.value``, ``scatter_add``, ``scatter_reduce.two`` and ``masked_scatter``.
 
 The forwards are ``gradcli.ops.aten_kernels.index`` (every index value checked
 before use: Note [indices are checked before use]). The VJPs are these ops again
@@ -291,3 +291,78 @@ def _masked_scatter_source_vjp(g, ans, self, mask, source):
 defvjp(masked_scatter,
        lambda g, ans, self, mask, source: L.unbroadcast(masked_fill(g, _value(mask), value=0), tuple(self.shape)),
        None, _masked_scatter_source_vjp)
+
+
+# -- scatter_reduce ---------------------------------------------------------------------------------
+def _check_scatter_reduce(self, index, src, dim, reduce):
+    if reduce not in K.SCATTER_REDUCTIONS:
+        raise ValueError(f"scatter_reduce: reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    return _check_scatter("scatter_reduce", self, dim, index, src)
+
+
+def _scatter_reduce_meta(self, index, src, dim, reduce, include_self=True):
+    _check_scatter_reduce(self, index, src, dim, reduce)
+    return [(tuple(self.shape), self.dtype)]
+
+
+@aten("scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) "
+      "-> Tensor", "ScatterReduceBackward0", meta=_scatter_reduce_meta)
+def scatter_reduce(self, index, src, dim, reduce, include_self=True):
+    d = _check_scatter_reduce(self, index, src, dim, reduce)
+    return K.scatter_reduce(self, d, index, src, reduce, include_self)
+
+
+def _as(mask, like):
+    """A bool mask as a constant array of ``like``'s dtype."""
+    return np.asarray(mask).astype(_value(like).dtype)
+
+
+# Note [scatter_reduce's gradient]: derivatives.yaml's scatter_reduce_backward, written with
+# ops: sum passes grad on; mean divides it by each position's count; amax/amin share it
+# equally among the values equal to the result (ties); prod multiplies it by the product of
+# the others, computed with zeros masked to one so that a single zero gets the product of
+# the rest. Without include_self the positions scattered to give self no gradient.
+def _scatter_reduce_grads(g, ans, self, index, src, dim, reduce, include_self):
+    idx = _value(index)
+    sv, srcv, res = _value(self), _value(src), _value(ans)
+    if reduce == "sum":
+        gs, gsrc = g, gather(g, idx, dim=dim)
+    elif reduce == "mean":
+        n = np.ones(sv.shape, sv.dtype) if include_self else np.zeros(sv.shape, sv.dtype)
+        n = K.scatter_add_(n, _dim(dim, sv.ndim), idx, np.ones(srcv.shape, sv.dtype))
+        n = np.where(n == 0, 1, n).astype(sv.dtype)
+        gs = L.div(g, n)
+        gsrc = gather(gs, idx, dim=dim)
+    elif reduce in ("amax", "amin"):
+        value = K.gather(res, _dim(dim, sv.ndim), idx)
+        self_is = _as(sv == res, g)
+        src_is = _as(srcv == value, g)
+        count = K.scatter_add_(self_is, _dim(dim, sv.ndim), idx, src_is)
+        share = L.div(g, count)
+        gs = L.mul(share, self_is)
+        gsrc = L.mul(gather(share, idx, dim=dim), src_is)
+    else:                                           # prod
+        masked_self = masked_fill(self, sv == 0, value=1)
+        gs = L.mul(g, L.div(scatter_reduce(masked_self, idx, src, dim=dim, reduce="prod", include_self=include_self),
+                            masked_self))
+        src_zero = srcv == 0
+        zeros_at = K.gather(K.scatter_add_(np.zeros(sv.shape, sv.dtype), _dim(dim, sv.ndim), idx,
+                                           src_zero.astype(sv.dtype)), _dim(dim, sv.ndim), idx)
+        single = src_zero & (zeros_at == 1)
+        masked_src_result = scatter_reduce(self, idx, masked_fill(src, single, value=1), dim=dim, reduce="prod",
+                                           include_self=include_self)
+        through_single = gather(L.mul(g, masked_src_result), idx, dim=dim)
+        others = L.div(gather(L.mul(g, ans), idx, dim=dim), masked_fill(src, src_zero, value=1))
+        gsrc = L.add(L.mul(through_single, _as(single, g)), L.mul(others, _as(~single, g)))
+    if not include_self:
+        touched = K.scatter(np.zeros(sv.shape, bool), _dim(dim, sv.ndim), idx, True)
+        gs = masked_fill(gs, touched, value=0)
+    return gs, gsrc
+
+
+defvjp(scatter_reduce,
+       lambda g, ans, self, index, src, dim, reduce, include_self=True:
+       _scatter_reduce_grads(g, ans, self, index, src, dim, reduce, include_self)[0],
+       None,
+       lambda g, ans, self, index, src, dim, reduce, include_self=True:
+       _scatter_reduce_grads(g, ans, self, index, src, dim, reduce, include_self)[1])

@@ -232,3 +232,47 @@ def masked_scatter(self, mask, source):
         raise ValueError("masked_scatter: Number of elements of source < number of ones in mask")
     out[m] = source.reshape(-1)[:count]
     return out
+
+
+SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _segments(xp, pos, vals):
+    """``pos`` sorted (stable) with ``vals`` in the same order, and where each run of equal
+    positions starts: the layout of ``ufunc.reduceat``."""
+    order = xp.argsort(pos, kind="stable")
+    sp, sv = pos[order], vals[order]
+    starts = xp.flatnonzero(xp.concatenate([xp.ones(1, dtype=bool), sp[1:] != sp[:-1]]))
+    return sp[starts], sv, starts
+
+
+def scatter_reduce(self, dim, index, src, reduce, include_self=True):
+    """``aten.scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *,
+    bool include_self=True) -> Tensor``: each position ``index`` points at (along ``dim``)
+    reduced over the ``src`` values sent there, and its own value unless ``include_self`` is
+    false; ``mean`` divides by the count (floor division for integers, as PyTorch)."""
+    xp = array_module(self, src)
+    out = _as_1d(self).copy(order="C")
+    i = _as_1d(index)
+    _check_range(i, out.shape[dim], dim)
+    if not i.size:
+        return out.reshape(self.shape)
+    flat = out.reshape(-1)
+    pos = _positions(xp, out.shape, dim, i).reshape(-1)
+    vals = _src_part(src, index).reshape(-1)
+    if reduce in ("sum", "mean"):
+        touched = xp.zeros(flat.size, dtype=bool)
+        touched[pos] = True
+        if not include_self:
+            flat[touched] = 0
+        accumulate_at(xp, out, pos, vals)
+        if reduce == "mean":
+            counts = xp.bincount(pos, minlength=flat.size)[touched] + (1 if include_self else 0)
+            flat[touched] = (flat[touched] / counts if flat.dtype.kind in "fc"
+                             else flat[touched] // counts).astype(flat.dtype, copy=False)
+        return out.reshape(self.shape)
+    ufunc = {"prod": xp.multiply, "amax": xp.maximum, "amin": xp.minimum}[reduce]
+    where, sv, starts = _segments(xp, pos, vals)
+    reduced = ufunc.reduceat(sv, starts)
+    flat[where] = ufunc(flat[where], reduced) if include_self else reduced
+    return out.reshape(self.shape)

@@ -463,6 +463,48 @@ def test_backward_ops_refuse_what_gradcli_cannot_honour_where_torch_differs(op_n
         T._inferred(op_name, inputs, args)
 
 
+# -- 3-D pooling ---------------------------------------------------------------------------------
+MAXPOOL3D, AVGPOOL3D, ADAPTIVE3D = ("aten.max_pool3d_with_indices.default", "aten.avg_pool3d.default",
+                                    "aten._adaptive_avg_pool3d.default")
+
+
+def distinct(*shape, seed=0):
+    """Values far apart (no ties in max pooling)."""
+    return GG.distinct(*shape, seed=seed)
+
+
+case(MAXPOOL3D, [distinct(1, 2, 4, 5, 6)], {"kernel_size": [2, 2, 2]})
+case(MAXPOOL3D, [distinct(2, 5, 5, 4)], {"kernel_size": [3, 3, 2], "stride": [2, 2, 1], "padding": [1, 1, 1]})
+case(MAXPOOL3D, [distinct(1, 1, 5, 6, 5)], {"kernel_size": [2, 3, 2], "stride": [2, 2, 2], "dilation": [2, 1, 1],
+                                            "ceil_mode": True})
+case(MAXPOOL3D, [nc(distinct(2, 4, 4, 3))], {"kernel_size": [2, 2, 2], "stride": [1, 2, 1]})
+case(MAXPOOL3D, [R(0, 2, 3, 3, 3)], {"kernel_size": [2, 2, 2]}, id=MAXPOOL3D + "-empty")
+GRADGRAD[MAXPOOL3D] = ([distinct(1, 2, 4, 4, 3)], {"kernel_size": [2, 2, 2], "stride": [1, 2, 1]}, None)
+NODE_NAME_DIFFERENCES[MAXPOOL3D] = "ViewBackward0 (PyTorch: MaxPool3DWithIndicesBackwardBackward0)"
+case(AVGPOOL3D, [R(1, 2, 4, 5, 6)], {"kernel_size": [2, 2, 2]})
+case(AVGPOOL3D, [R(2, 5, 5, 4)], {"kernel_size": [3, 3, 2], "stride": [2, 2, 1], "padding": [1, 1, 1],
+                                  "count_include_pad": False})
+case(AVGPOOL3D, [R(1, 1, 5, 6, 5)], {"kernel_size": [2, 3, 2], "stride": [2, 2, 2], "padding": [1, 1, 0],
+                                     "ceil_mode": True})
+case(AVGPOOL3D, [nc(R(2, 4, 4, 3))], {"kernel_size": [2, 2, 2], "divisor_override": 3})
+case(AVGPOOL3D, [R(0, 2, 3, 3, 3)], {"kernel_size": [2, 2, 2]}, id=AVGPOOL3D + "-empty")
+GRADGRAD[AVGPOOL3D] = ([R(1, 2, 4, 4, 3)], {"kernel_size": [2, 2, 2], "stride": [1, 2, 1], "padding": [1, 0, 1]},
+                       None)
+NODE_NAME_DIFFERENCES[AVGPOOL3D] = "ViewBackward0 (PyTorch: AvgPool3DBackwardBackward0)"
+case(ADAPTIVE3D, [R(1, 2, 4, 5, 6)], {"output_size": [2, 3, 3]})
+case(ADAPTIVE3D, [nc(R(2, 3, 5, 4))], {"output_size": [1, 1, 1]})
+case(ADAPTIVE3D, [R(1, 1, 3, 4, 5)], {"output_size": [4, 5, 2]})
+GRADGRAD[ADAPTIVE3D] = ([R(1, 2, 3, 4, 5)], {"output_size": [2, 3, 2]}, None)
+NODE_NAME_DIFFERENCES[ADAPTIVE3D] = "ViewBackward0 (PyTorch: AdaptiveAvgPool3DBackwardBackward0)"
+for _op in (MAXPOOL3D, AVGPOOL3D):
+    refused(_op, [R(2, 3, 4)], {"kernel_size": [2, 2, 2]}, "4-D or 5-D")
+    refused(_op, [R(1, 2, 3, 3, 3)], {"kernel_size": [2, 2, 2], "padding": [2, 0, 0]}, "at most half")
+    refused(_op, [R(1, 2, 1, 3, 3)], {"kernel_size": [2, 2, 2]}, "too small")
+refused(AVGPOOL3D, [np.ones((1, 1, 4, 4, 4), np.int32)], {"kernel_size": [2, 2, 2]}, "not implemented for int32")
+refused(ADAPTIVE3D, [R(1, 2, 3, 3)], {"output_size": [1, 1]}, "output_size must be 3")
+refused(ADAPTIVE3D, [np.ones((1, 1, 2, 2, 2), np.int64)], {"output_size": [1, 1, 1]}, "not implemented for int64")
+
+
 def _shape_depends_on_values(op_name, inputs):
     """Rows whose result shape the loader cannot know: bool-mask indexing."""
     return op_name == NONZERO or op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])

@@ -505,6 +505,25 @@ refused(ADAPTIVE3D, [R(1, 2, 3, 3)], {"output_size": [1, 1]}, "output_size must 
 refused(ADAPTIVE3D, [np.ones((1, 1, 2, 2, 2), np.int64)], {"output_size": [1, 1, 1]}, "not implemented for int64")
 
 
+# -- fold ------------------------------------------------------------------------------------------
+COL2IM = "aten.col2im.default"
+case(COL2IM, [R(2, 12, 12)], {"output_size": [4, 5], "kernel_size": [2, 2], "dilation": [1, 1], "padding": [0, 0],
+                              "stride": [1, 1]})
+case(COL2IM, [R(12, 6)], {"output_size": [4, 5], "kernel_size": [2, 2], "dilation": [1, 1], "padding": [1, 0],
+                          "stride": [2, 2]})
+case(COL2IM, [nc(R(1, 6, 12))], {"output_size": [5, 6], "kernel_size": [3, 2], "dilation": [2, 1],
+                                "padding": [1, 1], "stride": [1, 2]})
+case(COL2IM, [R(0, 4, 9)], {"output_size": [4, 4], "kernel_size": [2, 2], "dilation": [1, 1], "padding": [0, 0],
+                            "stride": [1, 1]}, id=COL2IM + "-empty")
+GRADGRAD[COL2IM] = ([R(1, 8, 12)], {"output_size": [4, 5], "kernel_size": [2, 2], "dilation": [1, 1],
+                                    "padding": [0, 0], "stride": [1, 1]}, None)
+NODE_NAME_DIFFERENCES[COL2IM] = "ViewBackward0 (PyTorch: Im2ColBackward0)"
+refused(COL2IM, [R(2, 12, 6)], {"output_size": [4, 5], "kernel_size": [2, 2], "dilation": [1, 1],
+                                "padding": [0, 0], "stride": [1, 1]}, "sliding blocks")
+refused(COL2IM, [R(2, 5, 12)], {"output_size": [4, 5], "kernel_size": [2, 2], "dilation": [1, 1],
+                                "padding": [0, 0], "stride": [1, 1]}, "divisible by the product")
+
+
 def _shape_depends_on_values(op_name, inputs):
     """Rows whose result shape the loader cannot know: bool-mask indexing."""
     return op_name == NONZERO or op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])

@@ -524,6 +524,32 @@ refused(COL2IM, [R(2, 5, 12)], {"output_size": [4, 5], "kernel_size": [2, 2], "d
                                 "padding": [0, 0], "stride": [1, 1]}, "divisible by the product")
 
 
+# -- distances -------------------------------------------------------------------------------------
+CDIST = "aten._cdist_forward.default"
+for _p in (1.0, 2.0, 3.0, 0.5, float("inf")):
+    case(CDIST, [R(2, 3, 4), R(2, 5, 4, seed=1)], {"p": _p, "compute_mode": None})
+case(CDIST, [R(2, 3, 4), R(2, 5, 4, seed=1)], {"p": 0.0, "compute_mode": None}, fd=False)
+case(CDIST, [R(3, 4), R(2, 5, 4, seed=1)], {"p": 2.0, "compute_mode": None})
+case(CDIST, [nc(R(3, 4)), R(1, 5, 4, seed=1)], {"p": 1.5, "compute_mode": None})
+case(CDIST, [R(0, 4), R(5, 4, seed=1)], {"p": 2.0, "compute_mode": None}, id=CDIST + "-empty")
+# p = inf with a tie at the maximum: both entries get the whole gradient, as PyTorch's
+case(CDIST, [np.array([[0.0, 0.0]]), np.array([[2.0, -2.0]])], {"p": float("inf"), "compute_mode": None}, fd=False,
+     id=CDIST + "-inf-tie")
+EXCLUDED_GRADGRAD = {CDIST: "PyTorch 2.13 has no derivative for _cdist_backward"}
+refused(CDIST, [R(3, 4), R(5, 3, seed=1)], {"p": 2.0, "compute_mode": None}, "same number of columns")
+refused(CDIST, [R(3, 4), R(5, 4, seed=1)], {"p": -1.0, "compute_mode": None}, "non-negative p")
+refused(CDIST, [R(4), R(5, 4, seed=1)], {"p": 2.0, "compute_mode": None}, "at least 2D")
+
+
+def test_cdist_refuses_a_second_derivative_like_torch():
+    x1, x2 = Tensor(R(2, 3), requires_grad=True), Tensor(R(4, 3, seed=1), requires_grad=True)
+    y = OPS[CDIST](x1, x2, p=2.0, compute_mode=None)
+    (g,) = grad([y], [x1], grad_outputs=[Tensor(np.ones((2, 4)), requires_grad=True)], create_graph=True)
+    assert g.grad_fn.name == "torch::autograd::NotImplemented"
+    with pytest.raises(RuntimeError, match="derivative for aten::_cdist_backward is not implemented"):
+        grad([g], [x1], grad_outputs=[np.ones((2, 3))])
+
+
 def _shape_depends_on_values(op_name, inputs):
     """Rows whose result shape the loader cannot know: bool-mask indexing."""
     return op_name == NONZERO or op_name == IDX and any(i is not None and i.dtype == bool for i in inputs[1])
@@ -639,7 +665,7 @@ def table_ops():
 
 def gradgrad_ops():
     """The ops with a second-derivative row here, or none because PyTorch has none."""
-    return set(GRADGRAD) | NOT_DIFFERENTIABLE
+    return set(GRADGRAD) | NOT_DIFFERENTIABLE | set(EXCLUDED_GRADGRAD)
 
 
 def test_every_op_of_this_table_is_registered_with_torchs_schema():

@@ -5,7 +5,7 @@
 modules (``group_norm``, ``index``, ...), which carry their own shape rules; ``meta`` holds the others' (what the loader infers without computing).
 """
 from . import conv_pool, nn, norm_attention, pointwise, shape  # noqa: F401 - registers the entries
-from . import fold, group_norm, index, layout, pad, pool3d, upsample  # noqa: F401 - core ATen entries, each with its shape rule
+from . import cdist, fold, group_norm, index, layout, pad, pool3d, upsample  # noqa: F401 - core ATen entries, each with its shape rule
 from . import meta  # noqa: F401 - their shape rules (after the entries)
 from . import conv_backward, norm_legit  # noqa: F401 - core entries reusing the rules above
 from .registry import ATEN_OPS, AtenOp

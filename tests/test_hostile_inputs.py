@@ -107,7 +107,10 @@ def test_view_ops_say_so_and_return_views():
                     "aten.squeeze.dim": {"dim": 0}, "aten.squeeze.dims": {"dim": [0]},
                     "aten.t.default": {}, "aten.transpose.int": {"dim0": 0, "dim1": 2},
                     "aten.unbind.int": {"dim": 0}, "aten.unsqueeze.default": {"dim": 0},
-                    "aten.view.default": {"size": [6, 4]}})
+                    "aten.view.default": {"size": [6, 4]},
+                    "aten.diagonal.default": {"offset": 1, "dim1": 1, "dim2": 2},
+                    "aten.as_strided.default": {"size": [3, 2], "stride": [4, 1], "storage_offset": 1},
+                    "aten.split_with_sizes.default": {"split_sizes": [1, 1], "dim": 0}})
     views = sorted(n for n, op in OPS.items() if op.public and op.view)
     assert set(views) <= set(samples), f"add a sample for the new view op(s) {views}"
     for name in views:

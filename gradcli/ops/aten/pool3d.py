@@ -1,0 +1,122 @@
+"""ATen 3-D pooling entries: ``max_pool3d_with_indices``, ``avg_pool3d`` and
+``_adaptive_avg_pool3d`` (forwards in ``gradcli.ops.aten_kernels.pool3d``).
+
+Their VJPs are written with ops, so a second derivative follows: max pooling adds the
+gradient at the saved indices and average pooling at every window position (one
+accumulating ``index_put`` each, then the padding cropped), adaptive pooling applies
+the transposed averaging matrices.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import library as L
+from ..aten_kernels import pool3d as K
+from ..aten_kernels._common import array_module
+from ..aten_kernels.pool import check_avg_pool_dtype
+from ..library import _value
+from .index import index_put
+from .pad import constant_pad_nd
+from .pointwise import zeros
+from .registry import aten, defvjp
+
+
+def _planes(shape):
+    return int(np.prod(shape[:-3], dtype=np.int64))
+
+
+def _max_meta(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    out = K.pool3d_params("max_pool3d_with_indices", tuple(self.shape), kernel_size, stride, padding, dilation,
+                          ceil_mode)[4]
+    shape = tuple(self.shape[:-3]) + out
+    return [(shape, self.dtype), (shape, np.dtype(np.int64))]
+
+
+@aten("max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, "
+      "int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)", "MaxPool3DWithIndicesBackward0",
+      differentiable_outputs=(True, False), meta=_max_meta)
+def max_pool3d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return list(K.max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode))
+
+
+def _max_vjp(gs, ans, self, **args):
+    # self: max_pool3d_with_indices_backward(grad, self, ..., result1): the gradient added at
+    # each window's saved position
+    shape = tuple(self.shape)
+    planes = _planes(shape)
+    idx = _value(ans[1])
+    idx = idx.reshape(planes, int(np.prod(idx.shape[-3:], dtype=np.int64)))
+    rows = array_module(idx).arange(planes, dtype=np.int64)[:, None]
+    flat = index_put(zeros((planes, int(np.prod(shape[-3:]))), gs[0]), [rows, idx],
+                     L.reshape(gs[0], shape=idx.shape), accumulate=True)
+    return L.reshape(flat, shape=shape)
+
+
+defvjp(max_pool3d_with_indices, _max_vjp)
+
+
+def _avg_meta(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    check_avg_pool_dtype("avg_pool3d", self)
+    out = K.pool3d_params("avg_pool3d", tuple(self.shape), kernel_size, stride, padding, 1, ceil_mode)[4]
+    if divisor_override == 0:
+        raise ValueError("avg_pool3d: divisor must be not zero")
+    return [(tuple(self.shape[:-3]) + out, self.dtype)]
+
+
+@aten("avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, "
+      "bool count_include_pad=True, int? divisor_override=None) -> Tensor", "AvgPool3DBackward0", saves=False,
+      meta=_avg_meta)
+def avg_pool3d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return K.avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _avg_vjp(g, ans, self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
+    # self: avg_pool3d_backward(grad, self, ...): each output's gradient, divided by its
+    # divisor, added to every position of its window; the padding then cropped
+    shape = tuple(self.shape)
+    gv = _value(g)
+    xp = array_module(gv)
+    k, s, p, _, out, ext = K.pool3d_params("avg_pool3d", shape, kernel_size, stride, padding, 1, ceil_mode)
+    div = K.avg_divisor(xp, shape, k, s, p, out, count_include_pad, divisor_override, gv.dtype)
+    planes = _planes(shape)
+    pos = K.window_positions(xp, k, s, out, ext).reshape(1, -1)
+    share = L.div(L.reshape(g, shape=(planes,) + out), div)
+    values = L.reshape(L.expand(L.reshape(share, shape=(planes,) + out + (1,)),
+                                shape=(planes,) + out + (int(np.prod(k)),)), shape=(planes, pos.size))
+    rows = xp.arange(planes, dtype=np.int64)[:, None]
+    padded = L.reshape(index_put(zeros((planes, int(np.prod(ext))), g), [rows, pos], values, accumulate=True),
+                       shape=(planes,) + ext)
+    crop = []
+    for a in (2, 1, 0):
+        crop += [-p[a], -(ext[a] - p[a] - shape[-3 + a])]
+    return L.reshape(constant_pad_nd(padded, pad=crop), shape=shape)
+
+
+defvjp(avg_pool3d, _avg_vjp)
+
+
+def _adaptive_meta(self, output_size):
+    out = K.adaptive3d_output_size("_adaptive_avg_pool3d", tuple(self.shape), self.dtype, output_size)
+    return [(tuple(self.shape[:-3]) + out, self.dtype)]
+
+
+@aten("_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor", "AdaptiveAvgPool3DBackward0",
+      saves=False, meta=_adaptive_meta)
+def adaptive_avg_pool3d(self, output_size):
+    return K._adaptive_avg_pool3d(self, output_size)
+
+
+def _adaptive_vjp(g, ans, self, output_size):
+    # self: _adaptive_avg_pool3d_backward(grad, self): the transposed averaging, axis by axis
+    shape = tuple(self.shape)
+    gv = _value(g)
+    out = K.adaptive3d_output_size("_adaptive_avg_pool3d", shape, gv.dtype, output_size)
+    mats = K.adaptive_matrices(array_module(gv), shape, out, gv.dtype)
+    return K.apply_separable(L.matmul, lambda a, sh: L.reshape(a, shape=sh), g, tuple(g.shape),
+                             [m.T.copy() for m in mats])
+
+
+defvjp(adaptive_avg_pool3d, _adaptive_vjp)

@@ -1,0 +1,162 @@
+"""3-D pooling as array functions: ``max_pool3d_with_indices``, ``avg_pool3d`` and
+``_adaptive_avg_pool3d``, on inputs ``(N, C, D, H, W)`` or unbatched ``(C, D, H, W)``.
+
+They follow the 2-D kernels of ``pool.py`` one axis further: windows are strided
+slices of the padded input, one step per kernel offset over every window at once
+(Note [max pool as a scan over kernel offsets]), and adaptive pooling is one averaging
+matrix per axis. ``window_positions`` gives, for the backwards, the padded position
+each window element reads."""
+import itertools
+
+import numpy as np
+
+from ._common import array_module, check_dtype, expand_param, window_slice
+from .pool import _adaptive_matrix, _avg_divisors, _divide, _pool_out, check_avg_pool_dtype
+
+
+def pool3d_params(op, shape, kernel_size, stride, padding, dilation, ceil_mode):
+    """(kernel, stride, padding, dilation, out, padded extent), checked as PyTorch does."""
+    if len(shape) not in (4, 5):
+        raise ValueError(f"{op}: expected a 4-D or 5-D input, got shape {list(shape)}")
+    k = expand_param(kernel_size, 3, "kernel_size")
+    s = k if stride is None or len(stride) == 0 else expand_param(stride, 3, "stride")
+    p = expand_param(padding, 3, "padding")
+    d = expand_param(dilation, 3, "dilation")
+    if max(k + s + p + d) > 2 ** 31 - 1:
+        raise ValueError(f"{op}: kernel_size, stride, padding and dilation must fit in 32 bits")
+    if min(k) <= 0 or min(s) <= 0 or min(d) <= 0 or min(p) < 0:
+        raise ValueError(f"{op}: kernel_size, stride and dilation must be positive and padding non-negative, "
+                         f"got {list(k)}, {list(s)}, {list(d)}, {list(p)}")
+    if any(pp > kk // 2 for pp, kk in zip(p, k)):
+        raise ValueError(f"{op}: pad should be at most half of effective kernel size, got padding {list(p)} for "
+                         f"kernel_size {list(k)}")
+    dhw = tuple(shape[-3:])
+    out = tuple(_pool_out(i, kk, ss, pp, dd, ceil_mode) for i, kk, ss, pp, dd in zip(dhw, k, s, p, d))
+    if min(out) <= 0 or min(dhw) <= 0:
+        raise ValueError(f"{op}: output size {list(out)} is too small for input {list(shape)}")
+    ext = tuple(max(i + 2 * pp, (o - 1) * ss + dd * (kk - 1) + 1)
+                for i, pp, o, ss, dd, kk in zip(dhw, p, out, s, d, k))
+    return k, s, p, d, out, ext
+
+
+def _padded(xp, x4, p, ext, fill):
+    out = xp.full((x4.shape[0],) + ext, fill, dtype=x4.dtype)
+    out[(slice(None),) + tuple(slice(pp, pp + n) for pp, n in zip(p, x4.shape[1:]))] = x4
+    return out
+
+
+def _region(offset, out, s, d):
+    return tuple(window_slice(o * dd, n, ss) for o, n, ss, dd in zip(offset, out, s, d))
+
+
+def max_pool3d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """``aten.max_pool3d_with_indices``: (window maxima, int64 positions in each flattened
+    ``D*H*W`` plane); ties keep the first, a NaN wins, padding is ``-inf``."""
+    xp = array_module(self)
+    k, s, p, d, out, ext = pool3d_params("max_pool3d_with_indices", tuple(self.shape), kernel_size, stride,
+                                         padding, dilation, ceil_mode)
+    dhw = tuple(self.shape[-3:])
+    x4 = self.reshape((-1,) + dhw)
+    xpad = _padded(xp, x4, p, ext, -np.inf)
+    ipad = xp.full(ext, -1, dtype=np.int64)
+    ipad[tuple(slice(pp, pp + n) for pp, n in zip(p, dhw))] = xp.arange(int(np.prod(dhw)), dtype=np.int64).reshape(dhw)
+    output = xp.full((x4.shape[0],) + out, -np.inf, dtype=self.dtype)
+    idx = xp.full((x4.shape[0],) + out, -1, dtype=np.int64)
+    for offset in itertools.product(*(range(kk) for kk in k)):
+        region = _region(offset, out, s, d)
+        val = xpad[(slice(None),) + region]
+        take = (val > output) | xp.isnan(val)
+        output = xp.where(take, val, output)
+        idx = xp.where(take, ipad[region], idx)
+    untaken = idx < 0
+    if bool(untaken.any()):      # an all -inf window: its first in-bounds position
+        first = xp.full(out, -1, dtype=np.int64)
+        for offset in itertools.product(*(range(kk) for kk in k)):
+            cand = ipad[_region(offset, out, s, d)]
+            first = xp.where((first < 0) & (cand >= 0), cand, first)
+        idx = xp.where(untaken, first, idx)
+    shape = tuple(self.shape[:-3]) + out
+    return output.reshape(shape), idx.reshape(shape)
+
+
+def avg_divisor(xp, shape, k, s, p, out, count_include_pad, divisor_override, dtype):
+    """The divisor of each output window, shaped ``out`` (PyTorch's CPU rule, as 2-D)."""
+    if divisor_override is not None:
+        if divisor_override == 0:
+            raise ValueError("avg_pool3d: divisor must be not zero")
+        return xp.asarray(np.full(out, float(divisor_override)).astype(dtype))
+    f = [_avg_divisors(xp, shape[-3 + a], k[a], s[a], p[a], out[a], count_include_pad, dtype) for a in range(3)]
+    return f[0][:, None, None] * f[1][None, :, None] * f[2][None, None, :]
+
+
+def avg_pool3d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """``aten.avg_pool3d``: window sums divided as PyTorch's CPU kernel divides them."""
+    xp = array_module(self)
+    check_avg_pool_dtype("avg_pool3d", self)
+    k, s, p, d, out, ext = pool3d_params("avg_pool3d", tuple(self.shape), kernel_size, stride, padding, 1,
+                                         ceil_mode)
+    div = avg_divisor(xp, tuple(self.shape), k, s, p, out, count_include_pad, divisor_override, self.dtype)
+    x4 = self.reshape((-1,) + tuple(self.shape[-3:]))
+    xpad = _padded(xp, x4, p, ext, 0)
+    sums = xp.zeros((x4.shape[0],) + out, dtype=self.dtype)
+    for offset in itertools.product(*(range(kk) for kk in k)):
+        sums += xpad[(slice(None),) + _region(offset, out, s, d)]
+    return _divide(xp, sums, div).reshape(tuple(self.shape[:-3]) + out)
+
+
+def window_positions(xp, k, s, out, ext):
+    """``out + (prod(k),)``: the linear position in the padded ``ext`` volume that each
+    element of each window reads (no dilation: avg_pool3d has none)."""
+    step = (ext[1] * ext[2], ext[2], 1)
+    origin = xp.zeros(tuple(out), dtype=np.int64)
+    offset = xp.zeros(tuple(k), dtype=np.int64)
+    for a in range(3):
+        shape = [1, 1, 1]
+        shape[a] = out[a]
+        origin = origin + (xp.arange(out[a], dtype=np.int64) * (s[a] * step[a])).reshape(shape)
+        shape = [1, 1, 1]
+        shape[a] = k[a]
+        offset = offset + (xp.arange(k[a], dtype=np.int64) * step[a]).reshape(shape)
+    return origin[..., None] + offset.reshape(-1)
+
+
+def adaptive3d_output_size(op, shape, dtype, output_size):
+    check_dtype(op, np.empty(0, dtype), "f")
+    if len(shape) not in (4, 5):
+        raise ValueError(f"{op}: expected a 4-D or 5-D input, got shape {list(shape)}")
+    if len(output_size) != 3:
+        raise ValueError("adaptive_avg_pool3d: output_size must be 3")
+    out = tuple(int(o) for o in output_size)
+    if min(shape[-3:]) <= 0 or min(out) < 0:
+        raise ValueError(f"{op}: input {list(shape)} must have non-empty spatial dims and output_size {list(out)} "
+                         "must be non-negative")
+    return out
+
+
+def adaptive_matrices(xp, shape, out, dtype):
+    """The averaging matrix of each spatial axis (``(out, size)``)."""
+    return [_adaptive_matrix(xp, shape[-3 + a], out[a], dtype) for a in range(3)]
+
+
+def apply_separable(matmul, reshape, x, shape, mats):
+    """``x`` (spatial dims last three) contracted with one matrix per spatial axis:
+    ``W``, then ``H``, then ``D``; ``matmul``/``reshape`` are array functions or ops."""
+    lead = tuple(shape[:-3])
+    dd, hh, ww = shape[-3:]
+    md, mh, mw = mats
+    y = matmul(x, mw.T.copy())                                   # (..., D, H, ow)
+    y = matmul(mh, y)                                            # (..., D, oh, ow)
+    oh, ow = mh.shape[0], mw.shape[0]
+    y = reshape(y, lead + (dd, oh * ow))
+    y = matmul(md, y)                                            # (..., od, oh*ow)
+    return reshape(y, lead + (md.shape[0], oh, ow))
+
+
+def _adaptive_avg_pool3d(self, output_size):
+    """``aten._adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor``."""
+    xp = array_module(self)
+    out = adaptive3d_output_size("_adaptive_avg_pool3d", tuple(self.shape), self.dtype, output_size)
+    mats = adaptive_matrices(xp, tuple(self.shape), out, self.dtype)
+    return xp.ascontiguousarray(apply_separable(xp.matmul, lambda a, s: a.reshape(s), self, tuple(self.shape),
+                                                mats))

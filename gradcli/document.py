@@ -520,10 +520,15 @@ def parse_yaml(text, display="<string>", *, max_bytes=None) -> Document:
     budget = _check_budget(text, display, max_bytes)
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     max_values = budget // BYTES_PER_VALUE
+    composer = _YamlComposer(loader_cls(text), yaml, display, max_values)
     try:
-        data, composer = _compose_yaml(text, loader_cls, yaml, display, max_values)
+        data, composer = _compose_yaml(text, loader_cls, yaml, display, max_values, composer)
     except yaml.YAMLError as exc:
         # Note [Nesting is gradcli's own limit]
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        if _depth_before(text, composer, mark) >= MAX_DEPTH - LIBRARY_LOOKAHEAD:
+            raise GraphError(f"document nested too deeply (limit {MAX_DEPTH} levels)", display,
+                             mark.line + 1 if mark is not None else None) from None
         reread = _reread_in_python(text, exc, loader_cls, yaml, display, max_values)
         if reread is None:
             raise _yaml_error(exc, display) from None
@@ -533,10 +538,11 @@ def parse_yaml(text, display="<string>", *, max_bytes=None) -> Document:
     return Document(data, display, locate, composer.lines)
 
 
-def _compose_yaml(text, loader_cls, yaml, display, max_values):
-    loader = loader_cls(text)
+def _compose_yaml(text, loader_cls, yaml, display, max_values, composer=None):
+    if composer is None:
+        composer = _YamlComposer(loader_cls(text), yaml, display, max_values)
+    loader = composer.loader
     try:
-        composer = _YamlComposer(loader, yaml, display, max_values)
         with paused():   # Note [Collector pauses]
             return composer.document(), composer
     finally:
@@ -556,28 +562,49 @@ def _compose_yaml(text, loader_cls, yaml, display, max_values):
 # is read. Any other error keeps libyaml's report (the Python reader words
 # syntax errors differently). Only the error path pays, and only up to
 # REREAD_LIMIT characters: past it, the prefix up to libyaml's error is read
-# again, which is enough to find gradcli's limit there.
+# again, which is enough to find gradcli's limit there. Where the library refuses
+# while the composer already stands within LIBRARY_LOOKAHEAD levels of MAX_DEPTH (its
+# scanner reads a few tokens ahead), the text goes past gradcli's limit, and that is
+# said at once: reading a deep flow collection again in pure Python is quadratic.
 REREAD_LIMIT = 8 * 2**20
+LIBRARY_LOOKAHEAD = 8
+
+
+def _depth_before(text, composer, mark):
+    """How deep the text stands where the library refused: the composer's depth, or, where
+    the scanner refused before any event of the line came (libyaml scans a flow line
+    ahead), the composer's depth plus the flow brackets opened and not closed before the
+    error on a text of at most REREAD_LIMIT characters. Quotes are not parsed: the count
+    only decides which message a text that the library already refused gets."""
+    depth = composer.depth_at_error
+    if mark is None or not 0 < mark.index <= REREAD_LIMIT:
+        return depth
+    head = text[:mark.index]
+    flow = head.count("[") + head.count("{") - head.count("]") - head.count("}")
+    return max(depth, flow)
 
 
 def _reread_in_python(text, exc, loader_cls, yaml, display, max_values):
     """(data, composer) where the pure-Python reader reads ``text``; None to keep ``exc``.
-    Raises gradcli's GraphError where the text breaks one of gradcli's own limits."""
+    Raises gradcli's GraphError where the text breaks one of gradcli's own limits.
+
+    The prefix before libyaml's error is read first: where gradcli's limit is broken
+    there, that answers at the cost of the prefix (the Python reader is slow on deep
+    flow nesting). Only then is the whole text read, when it is small enough."""
     if loader_cls is yaml.SafeLoader:
         return None
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None and 0 < mark.index <= REREAD_LIMIT:
+        try:
+            _compose_yaml(text[:mark.index], yaml.SafeLoader, yaml, display, max_values)
+        except yaml.YAMLError:
+            pass                       # the prefix ends mid-document: as expected
     if len(text) > REREAD_LIMIT:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        if mark is None or mark.index > REREAD_LIMIT:
-            return None
-        text = text[:mark.index]
-        whole = False
-    else:
-        whole = True
+        return None
     try:
-        found = _compose_yaml(text, yaml.SafeLoader, yaml, display, max_values)
+        return _compose_yaml(text, yaml.SafeLoader, yaml, display, max_values)
     except yaml.YAMLError:
         return None
-    return found if whole else None
 
 
 def _yaml_error(exc, display):
@@ -763,6 +790,7 @@ class _YamlComposer:
         self.lines = {}
         self.anchors = {}        # name -> (value, size, height)
         self.scalars = _Scalars(loader, yaml, display)
+        self.depth_at_error = 0
 
     def fail(self, message, mark):
         raise GraphError(message, self.display, mark.line + 1 if mark is not None else None)
@@ -825,101 +853,107 @@ class _YamlComposer:
         count = 1                # values read so far, aliases counted as what they expand to
         stack = []
         push, pop = stack.append, stack.pop
-        while True:
-            ev = get()
-            kind = type(ev)
-            if kind is Scalar:
-                count += 1
-                if ev.anchor is None and ev.tag is None:
-                    value = ev.value
-                    if ev.implicit[0]:                       # plain (else quoted: a str)
-                        if value in words:
-                            value = words[value]
-                        elif value[:1] in special:
-                            value = scalar_value(ev)
-                else:
-                    value = scalar_value(ev)
-                    if ev.anchor is not None:
-                        anchors[ev.anchor] = (value, 1, 0)
-                if is_map:
-                    if key is NO_KEY:
-                        if path is None and type(value) is str and value not in container:
-                            key = value
+        try:
+            while True:
+                ev = get()
+                kind = type(ev)
+                if kind is Scalar:
+                    count += 1
+                    if ev.anchor is None and ev.tag is None:
+                        value = ev.value
+                        if ev.implicit[0]:                       # plain (else quoted: a str)
+                            if value in words:
+                                value = words[value]
+                            elif value[:1] in special:
+                                value = scalar_value(ev)
+                    else:
+                        value = scalar_value(ev)
+                        if ev.anchor is not None:
+                            anchors[ev.anchor] = (value, 1, 0)
+                    if is_map:
+                        if key is NO_KEY:
+                            if path is None and type(value) is str and value not in container:
+                                key = value
+                            else:
+                                key = key_of(container, value, ev, path)
+                            continue
+                        container[key] = value
+                        key = NO_KEY
+                    else:
+                        if path is not None:
+                            lines[path + (len(container),)] = ev.start_mark.line + 1
+                        container.append(value)
+                    continue
+                if kind is MapStart or kind is SeqStart:
+                    if is_map and key is NO_KEY:
+                        self.fail("mapping keys must be plain strings", ev.start_mark)
+                    if ev.tag is not None and ev.tag not in (_MAP_TAGS if kind is MapStart
+                                                             else _SEQ_TAGS):
+                        self.fail(f"YAML tag {ev.tag} is not supported", ev.start_mark)
+                    if len(stack) >= deepest:
+                        self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
+                                  ev.start_mark)
+                    push((container, is_map, key, path, anchor, start, height))
+                    if path is not None:
+                        if is_map:
+                            path += (key,)
                         else:
-                            key = key_of(container, value, ev, path)
+                            path += (len(container),)
+                            lines[path] = ev.start_mark.line + 1
+                        if len(path) >= EAGER_LINE_DEPTH:
+                            path = None
+                    if kind is MapStart:
+                        container, is_map = {}, True
+                    else:
+                        container, is_map = [], False
+                    key, anchor, start, height = NO_KEY, ev.anchor, count, 0
+                    count += 1
+                    continue
+                if kind is MapEnd or kind is SeqEnd:
+                    value, child = container, height + 1
+                    if anchor is not None:
+                        anchors[anchor] = (value, count - start, child)
+                    if not stack:
+                        return value
+                    container, is_map, key, path, anchor, start, height = pop()
+                elif kind is Alias:
+                    found = anchors.get(ev.anchor)
+                    if found is None:
+                        self.fail(f"invalid YAML: unknown alias *{ev.anchor} (an alias must "
+                                  "follow its anchor's complete value)", ev.start_mark)
+                    value, size, child = found
+                    count += size
+                    if count > self.max_values:
+                        self.fail(f"document too large: more than {self.max_values} values "
+                                  "after expanding aliases (an alias bomb?); the memory budget "
+                                  "(--max-document-bytes) allows "
+                                  f"{self.max_values * BYTES_PER_VALUE} bytes", ev.start_mark)
+                    if len(stack) + 1 + child > MAX_DEPTH:
+                        self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
+                                  ev.start_mark)
+                    if is_map and key is NO_KEY:
+                        if child:
+                            self.fail("mapping keys must be plain strings", ev.start_mark)
+                        key = key_of(container, value, ev, path)
                         continue
+                    if not is_map and path is not None:
+                        lines[path + (len(container),)] = ev.start_mark.line + 1
+                else:
+                    self.fail(f"invalid YAML: unexpected {kind.__name__}",
+                              getattr(ev, "start_mark", None))
+                # -- a complete container or alias: store it in the open container ---------------
+                if child > height:
+                    height = child
+                if is_map:
                     container[key] = value
                     key = NO_KEY
                 else:
-                    if path is not None:
-                        lines[path + (len(container),)] = ev.start_mark.line + 1
                     container.append(value)
-                continue
-            if kind is MapStart or kind is SeqStart:
-                if is_map and key is NO_KEY:
-                    self.fail("mapping keys must be plain strings", ev.start_mark)
-                if ev.tag is not None and ev.tag not in (_MAP_TAGS if kind is MapStart
-                                                         else _SEQ_TAGS):
-                    self.fail(f"YAML tag {ev.tag} is not supported", ev.start_mark)
-                if len(stack) >= deepest:
-                    self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
-                              ev.start_mark)
-                push((container, is_map, key, path, anchor, start, height))
-                if path is not None:
-                    if is_map:
-                        path += (key,)
-                    else:
-                        path += (len(container),)
-                        lines[path] = ev.start_mark.line + 1
-                    if len(path) >= EAGER_LINE_DEPTH:
-                        path = None
-                if kind is MapStart:
-                    container, is_map = {}, True
-                else:
-                    container, is_map = [], False
-                key, anchor, start, height = NO_KEY, ev.anchor, count, 0
-                count += 1
-                continue
-            if kind is MapEnd or kind is SeqEnd:
-                value, child = container, height + 1
-                if anchor is not None:
-                    anchors[anchor] = (value, count - start, child)
-                if not stack:
-                    return value
-                container, is_map, key, path, anchor, start, height = pop()
-            elif kind is Alias:
-                found = anchors.get(ev.anchor)
-                if found is None:
-                    self.fail(f"invalid YAML: unknown alias *{ev.anchor} (an alias must "
-                              "follow its anchor's complete value)", ev.start_mark)
-                value, size, child = found
-                count += size
-                if count > self.max_values:
-                    self.fail(f"document too large: more than {self.max_values} values "
-                              "after expanding aliases (an alias bomb?); the memory budget "
-                              "(--max-document-bytes) allows "
-                              f"{self.max_values * BYTES_PER_VALUE} bytes", ev.start_mark)
-                if len(stack) + 1 + child > MAX_DEPTH:
-                    self.fail(f"document nested too deeply (limit {MAX_DEPTH} levels)",
-                              ev.start_mark)
-                if is_map and key is NO_KEY:
-                    if child:
-                        self.fail("mapping keys must be plain strings", ev.start_mark)
-                    key = key_of(container, value, ev, path)
-                    continue
-                if not is_map and path is not None:
-                    lines[path + (len(container),)] = ev.start_mark.line + 1
-            else:
-                self.fail(f"invalid YAML: unexpected {kind.__name__}",
-                          getattr(ev, "start_mark", None))
-            # -- a complete container or alias: store it in the open container ---------------
-            if child > height:
-                height = child
-            if is_map:
-                container[key] = value
-                key = NO_KEY
-            else:
-                container.append(value)
+        except self.yaml.YAMLError:
+            # how deep the composer stood when the library refused (Note [Nesting is
+            # gradcli's own limit])
+            self.depth_at_error = len(stack) + 1
+            raise
 
     def key(self, container, key, ev, path):
         """``key`` (a scalar) as the str key of mapping ``container``, checked; its line

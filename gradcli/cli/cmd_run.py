@@ -59,14 +59,19 @@ def run(graphs, fmt, out, inputs, retain_graph, repeat, no_multithreading, deter
                     docs.append(doc)
                 advance(k + 1, len(graphs))
     else:
-        for outcome in dist.map(run_captured, list(graphs), (opts, load), load, label="run"):
-            text, err, code, doc = outcome.get()
-            if fmt != "json" and text:
-                click.echo(text, nl=False)
+        if dist.scheduler is not None and (out or trace_file):
+            fail("--out and --trace are not available with --scheduler (the file would be "
+                 "written on the worker)", EXIT_INVALID)
+        for path, outcome in zip(graphs, dist.map(run_captured, list(graphs), (opts, load),
+                                                  load, label="run")):
+            err, code, shown, doc = outcome.get()
             if code != EXIT_OK:     # the serial run stops here, with this file's error
                 core._write_stderr(err)
                 raise core.CliExit(code)
-            docs.append(doc)
+            if fmt == "json":
+                docs.append(doc)
+            else:
+                print_grad_rows(path, *shown)
     if fmt == "json":
         click.echo(core.dumps(docs[0] if len(docs) == 1 else docs))
 
@@ -83,8 +88,9 @@ class RunOptions(Record):
         self.detect_anomaly, self.check_inf, self.trace_file = detect_anomaly, check_inf, trace_file
 
 
-def run_one(path, opts: RunOptions, load: core.LoadOptions, keep=False):
-    """Run one file and print (or, for JSON, return) what it gives; a failure exits."""
+def run_one(path, opts: RunOptions, load: core.LoadOptions, keep=False, show=None):
+    """Run one file; print its gradients (or hand ``show`` what prints them), return its
+    JSON document with ``--format json``. A failure exits."""
     fmt, out, trace_file = opts.fmt, opts.out, opts.trace_file
     graph = load.load_or_exit(path)
     result = run_graph(graph, inputs=opts.inputs, retain_graph=opts.retain_graph,
@@ -102,7 +108,7 @@ def run_one(path, opts: RunOptions, load: core.LoadOptions, keep=False):
         write_out(out, result)
     doc = result.to_json() if fmt == "json" else None
     if fmt != "json":
-        print_grads(result, path)
+        (show or print_grad_rows)(path, result.graph, grad_rows(result), footer(result))
     if keep:
         # freed by the process's end, not one object at a time (Note [Exit without
         # teardown]); not with user code, whose open files only teardown flushes
@@ -114,25 +120,27 @@ _CAPTURE_LOCK = threading.Lock()
 
 
 def run_captured(path, opts: RunOptions, load: core.LoadOptions):
-    """``run_one`` in a worker: (stdout text, stderr text, exit code, JSON document).
+    """``run_one`` in a worker: (error text, exit code, (graph name, rows, footer), JSON
+    document); the parent prints the table.
 
-    Note [Captured output keeps the order]: a worker's prints would interleave
-    with the others' on the shared terminal; its output is captured instead and
-    the parent prints each file's in input order, so --jobs prints what the
-    serial run prints (without colour: the capture is not a terminal)."""
+    Note [Worker output is printed by the parent]: a worker's prints would
+    interleave with the others' on the shared terminal, and a table drawn in a
+    worker is drawn for the worker's copy of the path (a cluster's temporary
+    folder). So a worker returns the table's rows, and the parent draws each
+    file's table in input order, as the serial run does. Only the error line of a
+    failing file is captured (sys.stderr is one per process: a cluster worker that
+    runs tasks on several threads captures one file at a time)."""
     import contextlib
     import io
 
-    out, err = io.StringIO(), io.StringIO()
-    code, doc = EXIT_OK, None
-    # sys.stdout is one per process: a cluster worker running tasks on several
-    # threads captures one file's output at a time
-    with _CAPTURE_LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    err, code, doc, shown = io.StringIO(), EXIT_OK, None, []
+    with _CAPTURE_LOCK, contextlib.redirect_stderr(err):
         try:
-            doc = run_one(path, opts, load)
+            doc = run_one(path, opts, load, show=lambda *a: shown.extend(a[1:]))
         except core.CliExit as exc:
             code = exc.code
-    return out.getvalue(), err.getvalue(), code, doc
+    return err.getvalue(), code, tuple(shown), doc
+
 
 def write_out(out, result):
     """--out: FILE.json (the Results document) or FILE.npz (one member per gradient)."""
@@ -161,7 +169,8 @@ def write_npz(path, arrays):
                 np.lib.format.write_array(fh, np.asanyarray(arr), allow_pickle=False)
 
 
-def print_grads(result, path):
+def grad_rows(result):
+    """One row per gradient: tensor, shape, dtype, device, norm, min, max."""
     import numpy as np
 
     from ..devices import device_of, to_host
@@ -179,8 +188,20 @@ def print_grads(result, path):
         else:
             stats = ("0", "-", "-")
         rows.append([name, str(list(arr.shape)), str(arr.dtype), str(device_of(g)), *stats])
+    return rows
+
+
+def footer(result):
+    return (f"{result.nodes_run} nodes ran; forward {result.forward_s * 1e3:.3f} ms, "
+            f"backward {result.backward_s * 1e3:.3f} ms")
+
+
+def print_grad_rows(path, graph_name, rows, footer_line):
     columns = ["tensor", "shape", "dtype", "device"] + [
         core.Column(c, "right") for c in ("norm", "min", "max")]
-    core.print_table(f"{result.graph} ({path}): gradients", columns, rows)
-    core.echo(f"{result.nodes_run} nodes ran; forward {result.forward_s * 1e3:.3f} ms, "
-              f"backward {result.backward_s * 1e3:.3f} ms")
+    core.print_table(f"{graph_name} ({path}): gradients", columns, rows)
+    core.echo(footer_line)
+
+
+def print_grads(result, path):
+    print_grad_rows(path, result.graph, grad_rows(result), footer(result))

@@ -238,3 +238,44 @@ def test_nothing_extra_on_a_pipe_and_a_bar_on_a_terminal(gradcli_proc):
     assert proc.returncode == 0
     assert b"validate" in b"".join(chunks)          # the bar's label, on the terminal only
     assert "validate" not in piped.stderr
+
+
+def _on_a_terminal(monkeypatch, fn):
+    """Run ``fn()`` with sys.stderr a terminal (a pty); return what it showed there."""
+    import io
+    import pty
+
+    master, slave = pty.openpty()
+    tty = io.TextIOWrapper(io.FileIO(slave, "w", closefd=True), write_through=True)
+    monkeypatch.setattr(sys, "stderr", tty)
+    monkeypatch.setenv("COLUMNS", "100")
+    try:
+        fn()
+    finally:
+        tty.close()
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.timeout(60)
+def test_a_large_graphs_load_shows_a_status_on_a_terminal_only(monkeypatch):
+    from gradcli.cli import core
+
+    monkeypatch.setattr(core, "LOAD_STATUS_BYTES", 1)       # every file counts as large
+    shown = _on_a_terminal(monkeypatch, lambda: core.LoadOptions().load("graphs/diamond.yaml"))
+    assert "loading graphs/diamond.yaml" in shown
+    import io
+
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    core.LoadOptions().load("graphs/diamond.yaml")
+    assert piped.getvalue() == ""

@@ -454,7 +454,7 @@ class LoadOptions(FrozenRecord):
         from ..collector import paused
 
         # the imports and the load; the loaded graph lives as long as the command
-        with paused(freeze=True):     # (Note [Collector pauses])
+        with paused(freeze=True), loading_status(path):     # (Note [Collector pauses])
             from .. import loader
 
             return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
@@ -639,6 +639,36 @@ class Distribute(FrozenRecord):
             return parallel.map_ordered(fn, [(p, *args) for p in paths],
                                         parallel.resolve_jobs(self.jobs),
                                         on_done=advance, describe=lambda item: item[0])
+
+
+#: A graph file at least this large shows a "loading" status on a terminal's stderr.
+LOAD_STATUS_BYTES = 16 << 20
+
+
+class loading_status:
+    """While a large graph file loads: a transient spinner naming it on stderr, when
+    stderr is a terminal (a million-op file takes tens of seconds); nothing otherwise."""
+
+    def __init__(self, path):
+        self.path, self._status = path, None
+
+    def __enter__(self):
+        import os
+
+        try:
+            size = os.stat(self.path).st_size
+        except (OSError, TypeError, ValueError):
+            return self
+        if size >= LOAD_STATUS_BYTES and _is_terminal(sys.stderr):
+            self._status = console(err=True).status(
+                clean(f"loading {self.path} ({size / (1 << 20):.0f} MiB)"))
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._status is not None:
+            self._status.__exit__(*exc)
+        return False
 
 
 class progress_bar:

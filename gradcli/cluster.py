@@ -164,7 +164,11 @@ def make_bundle(path, load=None) -> Bundle:
 
 def relabel(value, old, new):
     """``value`` with ``old`` replaced by ``new`` in every string it holds (lists,
-    tuples, dicts and the attributes of plain objects, recursively)."""
+    tuples, dicts and the attributes of plain objects, recursively).
+
+    >>> relabel(["/tmp/t/g/a.yaml:3: bad"], "/tmp/t/g/a.yaml", "a.yaml")
+    ['a.yaml:3: bad']
+    """
     if isinstance(value, str):
         return value.replace(old, new) if old in value else value
     if isinstance(value, list):
@@ -184,7 +188,11 @@ def relabel(value, old, new):
 
 def run_bundle(fn, bundle: Bundle, args):
     """On a worker: write ``bundle`` to a temporary folder, return ``fn(copy, *args)``
-    with the copy's path replaced by the original one."""
+    with the copy's path replaced by the original one.
+
+    >>> run_bundle(os.path.basename, make_bundle("graphs/diamond.yaml"), ())   # doctest: +SKIP
+    'graphs/diamond.yaml'
+    """
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="gradcli-task-") as tmp:
@@ -217,7 +225,12 @@ def _host_port(address):
 
 def probe(address, deadline_s):
     """Raise ClusterError unless a Dask scheduler answers at ``address`` within
-    ``deadline_s`` (Note [A scheduler that does not answer])."""
+    ``deadline_s`` (Note [A scheduler that does not answer]).
+
+    >>> probe("tcp://127.0.0.1:1", 1.0)          # doctest: +SKIP
+    Traceback (most recent call last):
+    ClusterError: --scheduler tcp://127.0.0.1:1: cannot connect: Connection refused
+    """
     import socket
 
     scheme = address.split("://", 1)[0] if "://" in address else "tcp"
@@ -257,7 +270,10 @@ def probe(address, deadline_s):
 
 def connect(address, deadline_s):
     """A ``distributed.Client`` with at least one worker, or ClusterError within about
-    ``deadline_s`` twice (the connection, then the first worker)."""
+    ``deadline_s`` twice (the connection, then the first worker).
+
+    >>> client = connect("tcp://127.0.0.1:8786", 10.0)     # doctest: +SKIP
+    """
     import threading
 
     try:

@@ -65,7 +65,11 @@ class Outcome:
 
 
 def cpu_count() -> int:
-    """The cores this process may run on (``--jobs 0``)."""
+    """The cores this process may run on (``--jobs 0``).
+
+    >>> cpu_count() >= 1
+    True
+    """
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):

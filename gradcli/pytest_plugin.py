@@ -94,7 +94,11 @@ def pytest_configure(config):
 
 
 def gradcli_options(config) -> dict:
-    """The ``validate`` options given on the command line, else in the ini file."""
+    """The ``validate`` options given on the command line, else in the ini file.
+
+    >>> gradcli_options(config)       # pytest --gradcli-numeric  # doctest: +SKIP
+    {'numeric': True}
+    """
     out = {}
     for name, key, kind, _ in OPTIONS:
         value = config.getoption(f"gradcli_{name.replace('-', '_')}")
@@ -128,7 +132,11 @@ def _bool(value):
 
 
 def has_expect(path) -> bool:
-    """Whether the graph file at ``path`` has an ``expect`` section."""
+    """Whether the graph file at ``path`` has an ``expect`` section.
+
+    >>> has_expect("graphs/diamond.yaml")       # doctest: +SKIP
+    True
+    """
     try:
         with open(path, "rb") as fh:
             return _EXPECT.search(fh.read()) is not None

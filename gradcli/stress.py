@@ -702,7 +702,12 @@ def stress_graph_file(path, load, threads, iterations, budget_s, seed, determini
 def merge_results(name, results, seconds):
     """One ScenarioResult of the per-file ``results``, as a serial run over all the
     files reports it: iterations, failures, latencies and leaked threads add up, the
-    peak is the largest, ``seconds`` the wall time of the whole run."""
+    peak is the largest, ``seconds`` the wall time of the whole run.
+
+    >>> merge_results("graphs", [ScenarioResult("graphs", iterations=2),
+    ...                          ScenarioResult("graphs", iterations=3)], 1.0).iterations
+    5
+    """
     merged = ScenarioResult(name, seconds=seconds)
     for r in results:
         merged.iterations += r.iterations

@@ -623,7 +623,11 @@ class Distribute(FrozenRecord):
     def map(self, fn, paths, args, load: LoadOptions, *, label="files"):
         """``[Outcome of fn(path, *args)]`` for every path, in the order of ``paths``, on
         worker processes or the cluster; a progress bar on a terminal's stderr.
-        A cluster that cannot be reached is one error line and exit 2."""
+        A cluster that cannot be reached is one error line and exit 2.
+
+        >>> Distribute(jobs=2).map(validate_file, ["a.yaml"], (Options(), load.load), load)
+        ... # doctest: +SKIP
+        """
         with progress_bar(len(paths), label) as advance:
             if self.scheduler is not None:
                 from .. import cluster
@@ -673,7 +677,11 @@ class loading_status:
 
 class progress_bar:
     """A context giving ``advance(done, total)``: a transient progress bar on stderr when
-    it is a terminal, nothing at all when it is not (piped, CI logs)."""
+    it is a terminal, nothing at all when it is not (piped, CI logs).
+
+    >>> with progress_bar(10, "validate") as advance:
+    ...     advance(1, 10)
+    """
 
     def __init__(self, total, label):
         self.total, self.label, self._bar = total, label, None

@@ -227,6 +227,10 @@ def map_ordered(fn, items, jobs, *, on_done=None, describe=str) -> list:
                         got, ok, value = w.conn.recv()
                     except (EOFError, OSError):
                         got = None              # it died while sending: lost, below
+                    except Exception as exc:  # noqa: BLE001 - a result that does not unpickle
+                        got, ok, value = index, False, RuntimeError(
+                            f"{describe(items[index])}: its result cannot be read back: "
+                            f"{type(exc).__name__}: {exc}")
                     if got is not None:
                         outcomes[got] = Outcome(value) if ok else Outcome(error=value)
                 if outcomes[index] is None:

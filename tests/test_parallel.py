@@ -279,3 +279,14 @@ def test_a_large_graphs_load_shows_a_status_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr(sys, "stderr", piped)
     core.LoadOptions().load("graphs/diamond.yaml")
     assert piped.getvalue() == ""
+
+
+def test_jobs_where_it_does_not_apply_is_a_usage_error(gradcli_cli):
+    res = gradcli_cli("stress", "--jobs", "2", "--scenario", "errors")
+    assert res.exit_code == 2
+    assert "--jobs and --scheduler stress GRAPHS" in res.stderr
+    res = gradcli_cli("validate", "--jobs", "2", "--against", "torch", "graphs/diamond.yaml")
+    assert res.exit_code == 2
+    assert "not available with --against torch" in res.stderr
+    res = gradcli_cli("validate", "--jobs", "-1", "graphs/diamond.yaml")
+    assert res.exit_code == 2

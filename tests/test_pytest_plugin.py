@@ -1,9 +1,10 @@
 """The pytest plugin (``pytest --gradcli PATH``) and ``gradcli.testing``.
 
 The plugin is registered through the ``pytest11`` entry point of an installed
-gradcli; these tests load it explicitly (``-p gradcli.pytest_plugin``) in a pytest
-subprocess started in a scratch folder, so that the repository's own settings
-do not apply."""
+gradcli; where that entry point is not installed (an editable install made before
+it existed), these tests load it explicitly (``-p gradcli.pytest_plugin``). Each
+runs pytest in a subprocess started in a scratch folder, so that the repository's
+own settings do not apply."""
 from __future__ import annotations
 
 import os
@@ -21,8 +22,20 @@ DIAMOND = (ROOT / "graphs" / "diamond.yaml").read_text()
 WRONG = DIAMOND.replace("x: {value: [5.0, 7.0, 9.0]}", "x: {value: [5.0, 7.5, 9.0]}")
 
 
+def _entry_point_installed():
+    from importlib import metadata
+
+    return any(ep.value == "gradcli.pytest_plugin"
+               for ep in metadata.entry_points(group="pytest11"))
+
+
+# Where gradcli is installed with its entry point, pytest loads the plugin itself
+# (and naming it again with -p would register it twice).
+PLUGIN = [] if _entry_point_installed() else ["-p", "gradcli.pytest_plugin"]
+
+
 def _pytest(cwd, *args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "gradcli.pytest_plugin",
+    return subprocess.run([sys.executable, "-m", "pytest", *PLUGIN,
                            "-p", "no:cacheprovider", *map(str, args)], cwd=cwd, text=True,
                           capture_output=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -36,7 +36,7 @@ test: bytecode
 test-latest:
 	test -x .venv-latest/bin/python || $(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/python -m pip install --quiet --upgrade pip
-	.venv-latest/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev,torch]'
+	.venv-latest/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev,torch,onnx,dask]'
 	.venv-latest/bin/python -m pip list --format freeze | grep -i -E '^(numpy|pyyaml|click|rich|torch|pytest|hypothesis)=='
 	.venv-latest/bin/python -m pytest -q -p no:cacheprovider
 
@@ -61,7 +61,7 @@ test-gpu: bytecode
 lock:
 	test -x .venv-lock/bin/python || $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet 'pip-tools==7.6.2'
-	.venv-lock/bin/pip-compile --quiet --upgrade --extra dev --extra torch --strip-extras \
+	.venv-lock/bin/pip-compile --quiet --upgrade --extra dev --extra torch --extra onnx --extra dask --strip-extras \
 	    --allow-unsafe --no-emit-index-url --no-emit-find-links -c requirements/torch.txt \
 	    -o $(LOCK) pyproject.toml
 	sed -i -e 's/^torch==\([^+]*\)+cpu$$/torch==\1/' $(LOCK)

@@ -667,3 +667,52 @@ def run_scenarios(names, ctx, progress=None):
         if progress:
             progress(result)
     return results
+
+
+# -- one graph file per worker (--jobs, --scheduler) ----------------------------------------
+def stress_graph_file(path, load, threads, iterations, budget_s, seed, deterministic,
+                      watchdog_s=None):
+    """Stress one graph file where it was sent (a worker process or a cluster worker):
+    ``("ok", ScenarioResult)``, or ``("invalid", message)`` for a file that does not load,
+    is too big for ``threads`` runs at once, or whose forward fails. ``load(path)`` reads it
+    (the command's load options). The worker arms its own watchdog: a hang ends it too.
+
+    >>> kind, result = stress_graph_file("graphs/diamond.yaml", gradcli.load, 2, 1, 1.0, 0,
+    ...                                  False)            # doctest: +SKIP
+    """
+    import faulthandler
+    import functools
+
+    if watchdog_s:
+        faulthandler.dump_traceback_later(watchdog_s, exit=True)
+    try:
+        graph = load(path)
+        check_concurrent_budget(graph, threads)
+        graph.forward()
+        ctx = Context(threads, iterations, time.monotonic() + budget_s, seed, deterministic,
+                      [(path, functools.partial(load, path))])
+        return "ok", run_scenarios(["graphs"], ctx)[0]
+    except GraphError as exc:
+        return "invalid", str(exc)
+    finally:
+        if watchdog_s:
+            faulthandler.cancel_dump_traceback_later()
+
+
+def merge_results(name, results, seconds):
+    """One ScenarioResult of the per-file ``results``, as a serial run over all the
+    files reports it: iterations, failures, latencies and leaked threads add up, the
+    peak is the largest, ``seconds`` the wall time of the whole run.
+
+    >>> merge_results("graphs", [ScenarioResult("graphs", iterations=2),
+    ...                          ScenarioResult("graphs", iterations=3)], 1.0).iterations
+    5
+    """
+    merged = ScenarioResult(name, seconds=seconds)
+    for r in results:
+        merged.iterations += r.iterations
+        merged.failures.extend(r.failures)
+        merged.latencies.extend(r.latencies)
+        merged.peak_threads = max(merged.peak_threads, r.peak_threads)
+        merged.leaked_threads += r.leaked_threads
+    return merged

@@ -34,8 +34,12 @@ LAYERS = {
     "gradcli.validate": 4,  # the command cores: click-free, below the CLI that prints them
     "gradcli.stress": 4,
     "gradcli.verdict": 4,   # the float32 policy of validate (norm-wise, against float64)
+    "gradcli.parallel": 4,  # --jobs: spawned worker processes, results in input order
+    "gradcli.cluster": 4,   # --scheduler: graph files as Dask tasks (dask imported lazily)
     "gradcli.cli": 5,       # the CLI layer: how its modules call each other is its own design
     "gradcli.__main__": 6,
+    "gradcli.testing": 6,        # front ends beside the CLI: print what `validate` prints
+    "gradcli.pytest_plugin": 6,
     "gradcli": 6,       # the package's lazy __getattr__ may reach anything
 }
 

@@ -1,10 +1,13 @@
 """``gradcli run``: run the backward pass of graph files and print the gradients."""
 from __future__ import annotations
 
+import threading
+
 import click
 
 from . import core
-from .core import EXIT_INVALID, fail, run_graph
+from ..records import Record
+from .core import EXIT_INVALID, EXIT_OK, fail, run_graph
 from .process_exit import keep_until_exit
 
 
@@ -28,9 +31,14 @@ from .process_exit import keep_until_exit
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False),
               help="Write a Chrome trace (Perfetto, chrome://tracing) of the backward.")
 @core.load_options
+@core.distribute_options
 def run(graphs, fmt, out, inputs, retain_graph, repeat, no_multithreading, deterministic,
-        detect_anomaly, check_inf, trace_file, load: core.LoadOptions):
-    """Run the backward pass of GRAPHS and print the gradients."""
+        detect_anomaly, check_inf, trace_file, load: core.LoadOptions, dist: core.Distribute):
+    """Run the backward pass of GRAPHS and print the gradients.
+
+    With --jobs or --scheduler the files run elsewhere; the output and the exit
+    status are those of the serial run (which stops at the first file that fails).
+    """
     if out and len(graphs) > 1:
         fail("--out takes a single graph file", EXIT_INVALID)
     if trace_file and len(graphs) > 1:
@@ -40,31 +48,98 @@ def run(graphs, fmt, out, inputs, retain_graph, repeat, no_multithreading, deter
     core.check_writable("--out", out)
     core.check_writable("--trace", trace_file)
     input_list = [s.strip() for s in inputs.split(",") if s.strip()] if inputs else None
+    opts = RunOptions(fmt, out, input_list, retain_graph, repeat, not no_multithreading,
+                      deterministic, detect_anomaly, check_inf, trace_file)
     docs = []
-    for path in graphs:
-        graph = load.load_or_exit(path)
-        result = run_graph(graph, inputs=input_list, retain_graph=retain_graph, repeat=repeat,
-                           multithreading=not no_multithreading, deterministic=deterministic,
-                           anomaly=(True, check_inf) if detect_anomaly else None,
-                           # records per node only for what prints or writes them
-                           order=bool(fmt == "json" or trace_file
-                                      or (out and out.lower().endswith(".json"))))
-        if trace_file:
-            from ..trace import chrome_trace
-
-            core.write_text("--trace", trace_file, core.dumps(chrome_trace(result)))
-        if out:
-            write_out(out, result)
-        if fmt == "json":
-            docs.append(result.to_json())
-        else:
-            print_grads(result, path)
-        if not load.allow_code:
-            # freed by the process's end, not one object at a time (Note [Exit without
-            # teardown]); not with user code, whose open files only teardown flushes
-            keep_until_exit(graph, result)
+    if dist.serial:
+        with core.progress_bar(len(graphs), "run") as advance:
+            for k, path in enumerate(graphs):
+                doc = run_one(path, opts, load, keep=not load.allow_code)
+                if doc is not None:
+                    docs.append(doc)
+                advance(k + 1, len(graphs))
+    else:
+        if dist.scheduler is not None and (out or trace_file):
+            fail("--out and --trace are not available with --scheduler (the file would be "
+                 "written on the worker)", EXIT_INVALID)
+        for path, outcome in zip(graphs, dist.map(run_captured, list(graphs), (opts, load),
+                                                  load, label="run")):
+            err, code, shown, doc = outcome.get()
+            if code != EXIT_OK:     # the serial run stops here, with this file's error
+                core._write_stderr(err)
+                raise core.CliExit(code)
+            if fmt == "json":
+                docs.append(doc)
+            else:
+                print_grad_rows(path, *shown)
     if fmt == "json":
         click.echo(core.dumps(docs[0] if len(docs) == 1 else docs))
+
+
+class RunOptions(Record):
+    """The options of ``gradcli run`` that shape one file's run and output."""
+    _fields = ("fmt", "out", "inputs", "retain_graph", "repeat", "multithreading",
+               "deterministic", "detect_anomaly", "check_inf", "trace_file")
+
+    def __init__(self, fmt, out, inputs, retain_graph, repeat, multithreading, deterministic,
+                 detect_anomaly, check_inf, trace_file):
+        self.fmt, self.out, self.inputs, self.retain_graph = fmt, out, inputs, retain_graph
+        self.repeat, self.multithreading, self.deterministic = repeat, multithreading, deterministic
+        self.detect_anomaly, self.check_inf, self.trace_file = detect_anomaly, check_inf, trace_file
+
+
+def run_one(path, opts: RunOptions, load: core.LoadOptions, keep=False, show=None):
+    """Run one file; print its gradients (or hand ``show`` what prints them), return its
+    JSON document with ``--format json``. A failure exits."""
+    fmt, out, trace_file = opts.fmt, opts.out, opts.trace_file
+    graph = load.load_or_exit(path)
+    result = run_graph(graph, inputs=opts.inputs, retain_graph=opts.retain_graph,
+                       repeat=opts.repeat, multithreading=opts.multithreading,
+                       deterministic=opts.deterministic,
+                       anomaly=(True, opts.check_inf) if opts.detect_anomaly else None,
+                       # records per node only for what prints or writes them
+                       order=bool(fmt == "json" or trace_file
+                                  or (out and out.lower().endswith(".json"))))
+    if trace_file:
+        from ..trace import chrome_trace
+
+        core.write_text("--trace", trace_file, core.dumps(chrome_trace(result)))
+    if out:
+        write_out(out, result)
+    doc = result.to_json() if fmt == "json" else None
+    if fmt != "json":
+        (show or print_grad_rows)(path, result.graph, grad_rows(result), footer(result))
+    if keep:
+        # freed by the process's end, not one object at a time (Note [Exit without
+        # teardown]); not with user code, whose open files only teardown flushes
+        keep_until_exit(graph, result)
+    return doc
+
+
+_CAPTURE_LOCK = threading.Lock()
+
+
+def run_captured(path, opts: RunOptions, load: core.LoadOptions):
+    """``run_one`` in a worker: (error text, exit code, (graph name, rows, footer), JSON
+    document); the parent prints the table.
+
+    Note [Worker output is printed by the parent]: a worker's prints would
+    interleave with the others' on the shared terminal, and a table drawn in a
+    worker is drawn for the worker's copy of the path (a cluster's temporary
+    folder). So a worker returns the table's rows, and the parent draws each
+    file's table in input order, as the serial run does. Only the error line of a
+    failing file is captured (sys.stderr is one per process: a cluster worker that
+    runs tasks on several threads captures one file at a time)."""
+    import contextlib
+    import io
+
+    err, code, doc, shown = io.StringIO(), EXIT_OK, None, []
+    with _CAPTURE_LOCK, contextlib.redirect_stderr(err):
+        try:
+            doc = run_one(path, opts, load, show=lambda *a: shown.extend(a[1:]))
+        except core.CliExit as exc:
+            code = exc.code
+    return err.getvalue(), code, tuple(shown), doc
 
 
 def write_out(out, result):
@@ -94,7 +169,8 @@ def write_npz(path, arrays):
                 np.lib.format.write_array(fh, np.asanyarray(arr), allow_pickle=False)
 
 
-def print_grads(result, path):
+def grad_rows(result):
+    """One row per gradient: tensor, shape, dtype, device, norm, min, max."""
     import numpy as np
 
     from ..devices import device_of, to_host
@@ -112,8 +188,20 @@ def print_grads(result, path):
         else:
             stats = ("0", "-", "-")
         rows.append([name, str(list(arr.shape)), str(arr.dtype), str(device_of(g)), *stats])
+    return rows
+
+
+def footer(result):
+    return (f"{result.nodes_run} nodes ran; forward {result.forward_s * 1e3:.3f} ms, "
+            f"backward {result.backward_s * 1e3:.3f} ms")
+
+
+def print_grad_rows(path, graph_name, rows, footer_line):
     columns = ["tensor", "shape", "dtype", "device"] + [
         core.Column(c, "right") for c in ("norm", "min", "max")]
-    core.print_table(f"{result.graph} ({path}): gradients", columns, rows)
-    core.echo(f"{result.nodes_run} nodes ran; forward {result.forward_s * 1e3:.3f} ms, "
-              f"backward {result.backward_s * 1e3:.3f} ms")
+    core.print_table(f"{graph_name} ({path}): gradients", columns, rows)
+    core.echo(footer_line)
+
+
+def print_grads(result, path):
+    print_grad_rows(path, result.graph, grad_rows(result), footer(result))

@@ -38,10 +38,15 @@ MAX_SECONDS = 7 * 24 * 3600.0
               show_default=True)
 @click.option("--junit", type=click.Path(dir_okay=False), help="Write a JUnit XML report.")
 @core.load_options
+@core.distribute_options
 def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, deterministic, fmt,
-           junit, load: core.LoadOptions):
+           junit, load: core.LoadOptions, dist: core.Distribute):
     """Stress the engine (and GRAPHS, if given) under reentrancy, concurrency,
-    errors, shutdown and jitter. Exit 0 only if every check passed."""
+    errors, shutdown and jitter. Exit 0 only if every check passed.
+
+    With GRAPHS, --jobs N or --scheduler stresses each file where it is sent, with
+    --duration x N / files of the time budget (x 1 / files on a cluster); the results
+    merge into the one `graphs` row of the serial run."""
     import faulthandler
     import functools
     import time
@@ -50,6 +55,12 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
     from ..errors import GraphError
 
     core.check_writable("--junit", junit)
+    if not dist.serial and not graphs:
+        fail("--jobs and --scheduler stress GRAPHS (the built-in scenarios run in one process)",
+             EXIT_INVALID)
+    if not dist.serial:
+        raise core.CliExit(_stress_elsewhere(graphs, threads, iterations, duration, seed,
+                                             timeout, deterministic, fmt, junit, load, dist))
     loaded = []
     for path in graphs:
         graph = load.load_or_exit(path)     # fail fast, exit 2, on a bad file
@@ -97,6 +108,41 @@ def stress(graphs, scenarios, threads, iterations, duration, seed, timeout, dete
             core.echo(f"note: the run took {elapsed:.1f}s, over --duration {duration:g}s "
                       "(every scenario runs at least one iteration)")
     raise core.CliExit(EXIT_OK if ok else EXIT_CHECK_FAILED)
+
+
+def _stress_elsewhere(graphs, threads, iterations, duration, seed, timeout, deterministic, fmt,
+                      junit, load, dist) -> int:
+    """stress GRAPHS, one file per worker process or cluster task; one merged result."""
+    import time
+
+    from .. import stress as S
+    from ..parallel import resolve_jobs
+
+    slots = 1 if dist.scheduler is not None else min(resolve_jobs(dist.jobs), len(graphs))
+    budget = duration * slots / len(graphs)
+    watchdog = (timeout or duration + 120)
+    started = time.monotonic()
+    outcomes = dist.map(S.stress_graph_file, list(graphs),
+                        (load.load, threads, iterations, budget, seed, deterministic, watchdog),
+                        load, label="stress")
+    results = []
+    for outcome in outcomes:
+        kind, value = outcome.get()
+        if kind == "invalid":       # as the serial run: the first bad file, exit 2
+            fail(value, EXIT_INVALID)
+        results.append(value)
+    elapsed = time.monotonic() - started
+    merged = S.merge_results("graphs", results, elapsed)
+    if merged.iterations == 0 and merged.ok:
+        merged.failures.append("no iteration completed")
+    if junit:
+        core.write_junit(junit, "gradcli stress", junit_suites([merged]))
+    if fmt == "json":
+        click.echo(core.dumps({"ok": merged.ok, "seconds": elapsed, "duration": duration,
+                               "scenarios": [merged.to_json()]}))
+    else:
+        print_results([merged])
+    return EXIT_OK if merged.ok else EXIT_CHECK_FAILED
 
 
 def _fault_file():

@@ -61,8 +61,10 @@ def to_json(reports):
               help="Replay GRAPHS in PyTorch (the gradcli[torch] extra) and show its gradients "
                    "and node order beside gradcli's, the first difference highlighted.")
 @core.load_options
+@core.distribute_options
 def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_order, repeat,
-             no_multithreading, elementwise, detect_anomaly, check_inf, against, load: core.LoadOptions):
+             no_multithreading, elementwise, detect_anomaly, check_inf, against,
+             load: core.LoadOptions, dist: core.Distribute):
     """Check GRAPHS against the format, run them and compare with their `expect`.
 
     With --against torch, compare them with PyTorch instead (tolerances: the file's
@@ -73,6 +75,8 @@ def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_orde
     from ..validate import Options, validate_file
 
     if against == "torch":
+        if not dist.serial:
+            core.fail("--jobs and --scheduler are not available with --against torch", EXIT_INVALID)
         if junit_file:
             core.fail("--junit is not available with --against torch", EXIT_INVALID)
         raise core.CliExit(against_torch(graphs, fmt, load, not no_multithreading))
@@ -81,12 +85,19 @@ def validate(graphs, fmt, junit_file, numeric, fast, eps, atol, rtol, check_orde
                    check_order=check_order, repeat=repeat, detect_anomaly=detect_anomaly,
                    check_inf=check_inf, multithreading=not no_multithreading,
                    elementwise=elementwise)
-    reports = []
-    for path in graphs:
-        report = validate_file(path, opts, load.load)
+    if dist.serial:
+        reports = []
+        with core.progress_bar(len(graphs), "validate") as advance:
+            for path in graphs:
+                reports.append(validate_file(path, opts, load.load))
+                advance(len(reports), len(graphs))
+    else:
+        # the same reports, computed elsewhere and merged in input order
+        reports = [o.get() for o in dist.map(validate_file, list(graphs), (opts, load.load), load,
+                                             label="validate")]
+    for report in reports:
         if report.invalid is not None:
             core.error_line(report.invalid)
-        reports.append(report)
     if fmt == "json":
         click.echo(core.dumps(to_json(reports)))
     else:

@@ -444,12 +444,17 @@ class LoadOptions(FrozenRecord):
         init(self, "max_document_bytes", max_document_bytes)
         init(self, "max_graph_bytes", max_graph_bytes)
 
+    def __reduce__(self):
+        # To worker processes and cluster workers (--jobs, --scheduler): the frozen
+        # record is rebuilt through __init__ (pickle's default would set each slot).
+        return (type(self), tuple(getattr(self, f) for f in self._fields))
+
     def load(self, path):
         """``gradcli.loader.load`` with these options (GraphError propagates)."""
         from ..collector import paused
 
         # the imports and the load; the loaded graph lives as long as the command
-        with paused(freeze=True):     # (Note [Collector pauses])
+        with paused(freeze=True), loading_status(path):     # (Note [Collector pauses])
             from .. import loader
 
             return loader.load(path, device_map=self.device_map, allow_code=self.allow_code,
@@ -567,3 +572,138 @@ def load_options(fn):
 
 def graph_path_type():
     return click.Path(dir_okay=False)
+
+
+# -- --jobs and --scheduler ------------------------------------------------------------------------
+#: Seconds a --scheduler gets to answer before the command gives up (--connect-timeout).
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
+
+def distribute_options(fn):
+    """``--jobs N``, ``--scheduler tcp://HOST:PORT`` and ``--connect-timeout``, given to
+    the command as one ``dist: Distribute`` argument."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, jobs, scheduler, connect_timeout, **kwargs):
+        if jobs is not None and scheduler is not None:
+            fail("--jobs and --scheduler cannot be given together", EXIT_INVALID)
+        return fn(*args, dist=Distribute(jobs, scheduler, connect_timeout), **kwargs)
+
+    wrapper = click.option(
+        "--connect-timeout", type=FiniteFloat(0.1, 3600), default=DEFAULT_CONNECT_TIMEOUT_S,
+        show_default=True, metavar="SECONDS",
+        help="With --scheduler: give up (exit 2) when the scheduler has not answered, "
+             "or no worker has joined, within this time.")(wrapper)
+    wrapper = click.option(
+        "--scheduler", default=None, metavar="tcp://HOST:PORT",
+        help="Run each graph file as a task on this Dask cluster (the gradcli[dask] extra); "
+             "files and their `file:` data travel with the task.")(wrapper)
+    wrapper = click.option(
+        "--jobs", "-j", type=click.IntRange(min=0), default=None, metavar="N",
+        help="Run the graph files in N spawned worker processes (0: one per core); "
+             "results keep the input order.")(wrapper)
+    return wrapper
+
+
+class Distribute(FrozenRecord):
+    """Where the files of one command run: here (jobs None), in worker processes, on a cluster."""
+    __slots__ = _fields = ("jobs", "scheduler", "connect_timeout")
+
+    def __init__(self, jobs=None, scheduler=None, connect_timeout=DEFAULT_CONNECT_TIMEOUT_S):
+        init = object.__setattr__
+        init(self, "jobs", jobs)
+        init(self, "scheduler", scheduler)
+        init(self, "connect_timeout", connect_timeout)
+
+    @property
+    def serial(self):
+        return self.jobs is None and self.scheduler is None
+
+    def map(self, fn, paths, args, load: LoadOptions, *, label="files"):
+        """``[Outcome of fn(path, *args)]`` for every path, in the order of ``paths``, on
+        worker processes or the cluster; a progress bar on a terminal's stderr.
+        A cluster that cannot be reached is one error line and exit 2.
+
+        >>> Distribute(jobs=2).map(validate_file, ["a.yaml"], (Options(), load.load), load)
+        ... # doctest: +SKIP
+        """
+        with progress_bar(len(paths), label) as advance:
+            if self.scheduler is not None:
+                from .. import cluster
+
+                try:
+                    return cluster.map_files(fn, paths, args, self.scheduler, load=load,
+                                             connect_timeout=self.connect_timeout,
+                                             on_done=advance)
+                except cluster.ClusterError as exc:
+                    fail(str(exc), EXIT_INVALID)
+            from .. import parallel
+
+            return parallel.map_ordered(fn, [(p, *args) for p in paths],
+                                        parallel.resolve_jobs(self.jobs),
+                                        on_done=advance, describe=lambda item: item[0])
+
+
+#: A graph file at least this large shows a "loading" status on a terminal's stderr.
+LOAD_STATUS_BYTES = 16 << 20
+
+
+class loading_status:
+    """While a large graph file loads: a transient spinner naming it on stderr, when
+    stderr is a terminal (a million-op file takes tens of seconds); nothing otherwise."""
+
+    def __init__(self, path):
+        self.path, self._status = path, None
+
+    def __enter__(self):
+        import os
+
+        try:
+            size = os.stat(self.path).st_size
+        except (OSError, TypeError, ValueError):
+            return self
+        if size >= LOAD_STATUS_BYTES and _is_terminal(sys.stderr):
+            self._status = console(err=True).status(
+                clean(f"loading {self.path} ({size / (1 << 20):.0f} MiB)"))
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._status is not None:
+            self._status.__exit__(*exc)
+        return False
+
+
+class progress_bar:
+    """A context giving ``advance(done, total)``: a transient progress bar on stderr when
+    it is a terminal, nothing at all when it is not (piped, CI logs).
+
+    >>> with progress_bar(10, "validate") as advance:
+    ...     advance(1, 10)
+    """
+
+    def __init__(self, total, label):
+        self.total, self.label, self._bar = total, label, None
+
+    def __enter__(self):
+        if not _is_terminal(sys.stderr) or self.total < 2:
+            return lambda done, total: None
+        from rich.progress import Progress
+
+        self._bar = Progress(console=console(err=True), transient=True)
+        self._bar.__enter__()
+        task = self._bar.add_task(clean(self.label), total=self.total)
+        return lambda done, total: self._bar.update(task, completed=done)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -24,10 +24,37 @@ class LeafSpec(Record):
         self.requires_grad = requires_grad
         self.make = make                # make(shape) -> np.ndarray on the CPU
         self.line = line
+        self._made = {}                 # shape -> the host array, read-only (Note [Leaves made once])
+
+    # Note [Leaves made once]: a leaf's array (read from a weight file, drawn from its
+    # seeded initializer or given inline) is the same at every run of a loaded graph,
+    # so it is made at the first run and shared, read-only, by the runs after it: a
+    # run cannot alter the next one (an op that writes into an input copies it first,
+    # Note [Copy on write of leaves]). ``make`` is still there for whoever wants an
+    # array of their own (gradcheck's replay).
+    def shared(self, shape=None):
+        """The leaf's host array for ``shape`` (its own shape when it has one), made
+        once per loaded graph and read-only (Note [Leaves made once]).
+
+        >>> leaf = LeafSpec("w", (2,), np.float64, None, True, lambda s: np.zeros(s))
+        >>> leaf.shared() is leaf.shared(), leaf.shared().flags.writeable
+        (True, False)
+        """
+        key = self.shape if self.shape is not None else (None if shape is None else tuple(shape))
+        make = self.make
+        made = self._made.get(key)
+        if made is not None and made[0] is make:    # (a ``make`` replaced since: made again)
+            return made[1]
+        data = make(key)
+        if isinstance(data, np.ndarray) and data.flags.writeable:
+            data = data.view()          # read-only here, whoever else holds the array
+            data.flags.writeable = False
+        self._made[key] = (make, data)
+        return data
 
     def array(self, shape=None):
-        data = self.make(self.shape if self.shape is not None else shape)
-        return to_device(data, self.device)
+        """The leaf's array on its device (shared on the host: ``shared``)."""
+        return to_device(self.shared(shape), self.device)
 
 
 # Note [Lines on demand for ops]: the line of an entry of a JSON file is found

@@ -626,3 +626,24 @@ def test_a_graph_that_does_not_replay_as_the_module_is_an_exporter_bug(tmp_path,
     res = CliRunner().invoke(gradcli_main, ["export", f"{path}:build_model", "--input-shape", "2,3",
                                               "-o", str(tmp_path / "out")])
     assert res.exit_code == 3 and "bug in gradcli export" in res.output, res.output
+
+
+def test_exported_weights_are_stored_for_mapping(tmp_path):
+    """The export writes its weights uncompressed, so that a run maps them (Note
+    [Weights read once]): every member is stored, and the loaded leaves share the map."""
+    import mmap
+    import zipfile
+
+    from gradcli.loader import load
+
+    torch.manual_seed(0)
+    path = from_module(torch.nn.Linear(3, 2), (torch.randn(4, 3),), dtype="float64").write(str(tmp_path))
+    with zipfile.ZipFile(tmp_path / "weights.npz") as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+    graph = load(path)
+    graph.run()
+    leaf = next(t.data for t in graph.values.values() if t.is_leaf and t.requires_grad)
+    base = leaf
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    assert isinstance(base.base.obj, mmap.mmap)

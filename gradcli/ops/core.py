@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
+from ..autograd.input_buffer import FreshGrads
+from ..autograd.node import ERR_BACKWARD_TWICE, AccumulateGrad, InputMetadata, Node
 from ..autograd.saved import unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
@@ -379,8 +380,11 @@ class OpBackward(Node):
             if g is None:
                 return [None] * len(self.next_edges)
         args = self.args
+        to_leaf = False
         if op.vjp_all is not None:    # Note [one call for all inputs' gradients]
             out = list(op.vjp_all(g, ans, inputs, [edge is not None for edge in self.next_edges], args))
+            to_leaf = any(edge is not None and type(edge[0]) is AccumulateGrad
+                          for edge in self.next_edges)
         else:
             # A loop rather than a comprehension: no extra frame per node on Python
             # 3.11 (about 3% of a chain's backward); most ops have no keyword dict.
@@ -391,15 +395,49 @@ class OpBackward(Node):
             for edge in self.next_edges:
                 if edge is None:
                     append(None)
-                elif args:
-                    append(vjps[i](g, ans, *inputs, **args))
                 else:
-                    append(vjps[i](g, ans, *inputs))
+                    if type(edge[0]) is AccumulateGrad:
+                        to_leaf = True
+                    if args:
+                        append(vjps[i](g, ans, *inputs, **args))
+                    else:
+                        append(vjps[i](g, ans, *inputs))
                 i += 1
         devices = self.input_devices
         if devices is not None:
             out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])
                    for i, o in enumerate(out)]
+        if to_leaf and not (op.needs_code or op.runs_backward):
+            return self._mark_fresh(out, grads, saved)
+        return out
+
+    # Note [Stealing gradients] (the producer's side): an array a VJP returns for an
+    # edge into a leaf's AccumulateGrad is fresh when the VJP created it and nothing
+    # else holds it: a plain ndarray that owns its memory and is writable (no view of
+    # the incoming gradient, a saved input or anything else), and not the very object
+    # of an incoming gradient (``AddBackward0`` hands its ``g`` on), of a saved array
+    # or Tensor (the leaf's own data, the forward's output) or of another of the
+    # node's outputs. PyTorch asks the tensor's use count; a reference count is not a
+    # stable fact across interpreters, so the node that made the array says so. Ops
+    # running user code or a backward of their own (``custom``, ``grad``) never do:
+    # their results may be held by what they called.
+    def _mark_fresh(self, out, grads, saved):
+        fresh = 0
+        for i, edge in enumerate(self.next_edges):
+            o = out[i]
+            if (edge is None or type(edge[0]) is not AccumulateGrad or type(o) is not np.ndarray
+                    or o.base is not None or not o.flags.writeable):
+                continue
+            if any(o is x for x in grads) or any(o is x for j, x in enumerate(out) if j != i):
+                continue
+            if any(o is x or (type(x) is Tensor and o is x.data)
+                   or (type(x) is list and any(o is y for y in x)) for x in saved):
+                continue
+            fresh |= 1 << i
+        if not fresh:
+            return out
+        out = FreshGrads(out)
+        out.fresh = fresh
         return out
 
     def _zeros(self, i):

@@ -89,7 +89,7 @@ class LineOnDemand:
 class OpSpec(Record, LineOnDemand):
     # one per op of the file: no __dict__ each
     __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
-                 "lineno", "find_line", "_stamp")
+                 "lineno", "find_line", "_stamp", "call")
     _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
                "lineno", "find_line")
     _repr_fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
@@ -109,6 +109,9 @@ class OpSpec(Record, LineOnDemand):
         self.lineno = lineno            # the entry's line, once known (see ``line``)
         self.find_line = find_line
         self._stamp = None
+        # run(inputs, proved): the op with ``args`` bound at load, or None (Note
+        # [ATen calls bound at load]; Note [Checks proved at load] in loader.py)
+        self.call = None
 
     def _values(self):
         # equality as the dataclass had it: the locator of lines is not compared
@@ -290,14 +293,22 @@ class Graph:
         from .autograd import Tensor, set_grad_enabled
 
         values = {}
+        proved = True        # the leaves are those the file declares (Note [Checks proved at load])
         for name, leaf in self.leaves.items():
             t = values[name] = Tensor(leaf.array(), requires_grad=leaf.requires_grad, name=name)
+            if proved and (leaf.shape is None or t.data.shape != tuple(leaf.shape)
+                           or t.data.dtype != leaf.dtype):
+                proved = False
             if t.requires_grad:
                 t.grad_accumulator.metadata.update(op_id=name, line=leaf.line, leaf=True)
         with set_grad_enabled(True):
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.
-                out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
+                call = spec.call
+                if call is not None:
+                    out = call([values[n] for n in spec.inputs], proved)
+                else:
+                    out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
                 if type(out) is Tensor and not spec.retain_grad and len(spec.outputs) == 1:
                     # the common case of the code below, without its lists
                     node = out.grad_fn

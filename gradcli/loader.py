@@ -269,9 +269,15 @@ class _Loader:
         checked_op = _CheckedOp(op, label, self.file, line, inputs,
                                 self.options.max_tensor_bytes, find_line, i)
         checked_op.checked = checked
-        return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
+        spec = OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
                       outputs=list(outputs), args=args, retain_grad=retain, lineno=line,
                       find_line=find_line)
+        bind_args = getattr(op, "bind_args", None)
+        if bind_args is not None:      # Note [ATen calls bound at load]
+            checked_op.bound = bind_args(args)
+            checked_op.args = args
+            spec.call = checked_op.run
+        return spec
 
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
@@ -1035,7 +1041,7 @@ class _CheckedOp(LineOnDemand):
     attributes are the op's."""
 
     __slots__ = ("op", "label", "file", "lineno", "input_names", "max_bytes", "checked",
-                 "find_line", "index")
+                 "find_line", "index", "bound", "args")
 
     def __init__(self, op, label, file, line, input_names, max_bytes, find_line=None, index=None):
         self.op = op
@@ -1047,6 +1053,8 @@ class _CheckedOp(LineOnDemand):
         self.checked = None      # [(shape, dtype)] of inputs the loader already inferred on
         self.find_line = find_line   # with ``index``: the line on demand (LineOnDemand)
         self.index = index
+        self.bound = None        # the op with the entry's args bound at load, or None
+        self.args = None         # those args (``run`` is for them only)
 
     def __getattr__(self, name):
         return getattr(self.op, name)
@@ -1062,6 +1070,30 @@ class _CheckedOp(LineOnDemand):
                          for n, t in zip(self.input_names, inputs))
 
     def __call__(self, *inputs, **args):
+        self.check_inputs(inputs, args)
+        try:
+            return self.op(*inputs, **args)
+        except Exception as exc:  # noqa: BLE001 - sorted by ``failed``
+            self.failed(exc, inputs)
+
+    # Note [Checks proved at load]: a graph run on the leaves it was loaded with (the
+    # Graph checks their shapes and dtypes, ``proved``) gives every op the inputs the
+    # loader inferred its outputs from (``checked``): the op's shape rules are exact
+    # (every op's row in the op tables checks ``infer`` against the forward), so the
+    # check of the inputs' shapes and dtypes against the memory budget is not repeated
+    # at every call. Any other run (other leaves, another precision, an op the loader
+    # could not infer) checks every call, as before.
+    def run(self, inputs, proved):
+        """The entry's op on ``inputs`` with its args bound at load (``bound``; the
+        Graph calls it for the args the entry was loaded with)."""
+        if not proved or self.checked is None:
+            self.check_inputs(inputs, self.args)
+        try:
+            return self.bound(*inputs)
+        except Exception as exc:  # noqa: BLE001 - sorted by ``failed``
+            self.failed(exc, inputs)
+
+    def check_inputs(self, inputs, args):
         checked = self.checked
         if checked is None or len(checked) != len(inputs):
             self.precheck(inputs, args)
@@ -1074,8 +1106,11 @@ class _CheckedOp(LineOnDemand):
                         and getattr(data, "dtype", None) != dtype):
                     self.precheck(inputs, args)
                     break
+
+    def failed(self, exc, inputs):
+        """Raise what a failure of the op on ``inputs`` means (see the class)."""
         try:
-            return self.op(*inputs, **args)
+            raise exc
         except (GraphError, BackwardError):   # BackwardError: user code or a grad op's backward
             raise
         except MemoryError:

@@ -486,8 +486,11 @@ def _common_device(datas):
 # without the device bookkeeping; and the backward node's input metadata for a
 # CPU output is shared between nodes (InputMetadata.cpu): it is never mutated,
 # and a million-node graph then keeps one instead of a million.
-def record(op, inputs, args):
-    """Run ``op`` on Tensors; record an OpBackward node if a gradient is needed."""
+def record(op, inputs, args, forward=None):
+    """Run ``op`` on Tensors; record an OpBackward node if a gradient is needed.
+    ``forward``: what computes the outputs in place of ``op.fn`` (a call bound at load,
+    Note [ATen calls bound at load]); the node is the op's all the same."""
+    fn = op.fn if forward is None else forward
     if not op.multi_output:
         datas = []
         requires_grad = False
@@ -500,7 +503,7 @@ def record(op, inputs, args):
                 break                 # an accelerator array: the general code
             datas.append(x)
         else:
-            o = op.fn(*datas, **args)
+            o = fn(*datas, **args)
             if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
@@ -526,7 +529,7 @@ def record(op, inputs, args):
     datas = [x.data if type(x) is Tensor else x for x in inputs]
     on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
     dev = _common_device(datas) if on_accel and not op.moves_device else CPU
-    out = op.fn(*datas, **args)
+    out = fn(*datas, **args)
     outs = list(out) if op.multi_output else [out]
     for i, o in enumerate(outs):
         if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar

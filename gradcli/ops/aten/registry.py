@@ -402,6 +402,55 @@ class AtenCall:
     def __call__(self, *flat, **args):
         return self.op(*self.structure(flat), **args)
 
+    def bind_args(self, args):
+        """This call with its args bound (Note [ATen calls bound at load]): a function of
+        the entry's tensors alone that does what ``__call__`` does, the schema's
+        defaults merged once and the layout's work done at load."""
+        # Note [ATen calls bound at load]: what a call would work out from the layout
+        # every time is worked out here once: whether the entry's tensors are the
+        # schema's inputs as they are (no list, null or number to place), which flat
+        # inputs the node has edges to (Note [non-differentiable inputs]) and the args
+        # with the schema's defaults. The node recorded, its edges and its outputs are
+        # those ``AtenOp.__call__`` makes.
+        op = self.op
+        layout = self.layout
+        full = {**op.defaults, **args}
+        forward = op.forward
+        keep_out = op.differentiable_outputs if op.multi_output else None
+        if (op._list_pos is not None or op.mutated
+                or not all(type(v) is Slot and v == k for k, v in enumerate(layout))):
+            def general(*flat):
+                return op(*self.structure(flat), **args)
+            return general
+        diff = op.differentiable_flat(len(layout))
+        keep = None if all(diff) else tuple(diff)
+        edges = None if keep is None else [i for i, d in enumerate(keep) if d]
+
+        def fn(*inputs, **_):
+            return forward(*inputs, **full)
+
+        def call(*flat):
+            for x in flat:
+                if type(x) is Tensor:
+                    break
+            else:
+                return forward(*flat, **full)
+            passed = flat if keep is None else [
+                x if d or type(x) is not Tensor else x.data for x, d in zip(flat, keep)]
+            out = record(op, passed, full, fn)
+            if edges is not None:
+                node = out.grad_fn if type(out) is Tensor else next(
+                    (o.grad_fn for o in out if o.grad_fn is not None), None)
+                if node is not None:
+                    node.next_edges = [node.next_edges[i] for i in edges]
+                    if node.input_devices is not None:
+                        node.input_devices = [node.input_devices[i] for i in edges]
+            if keep_out is not None:
+                out = [o if k < len(keep_out) and keep_out[k] or not o.requires_grad else Tensor(o.data)
+                       for k, o in enumerate(out)]
+            return out
+        return call
+
     def fn(self, *flat, **args):
         return self.op.fn(*self.structure(flat), **args)
 

@@ -422,18 +422,24 @@ class OpBackward(Node):
     # running user code or a backward of their own (``custom``, ``grad``) never do:
     # their results may be held by what they called.
     def _mark_fresh(self, out, grads, saved):
+        # (plain loops, no generators: every node of a fan-in into one leaf comes here)
         fresh = 0
-        for i, edge in enumerate(self.next_edges):
+        edges = self.next_edges
+        for i in range(len(out)):
             o = out[i]
-            if (edge is None or type(edge[0]) is not AccumulateGrad or type(o) is not np.ndarray
-                    or o.base is not None or not o.flags.writeable):
+            if type(o) is not np.ndarray or o.base is not None:
                 continue
-            if any(o is x for x in grads) or any(o is x for j, x in enumerate(out) if j != i):
+            edge = edges[i]
+            if edge is None or type(edge[0]) is not AccumulateGrad or not o.flags.writeable:
                 continue
-            if any(o is x or (type(x) is Tensor and o is x.data)
-                   or (type(x) is list and any(o is y for y in x)) for x in saved):
+            if _holds(grads, o) or _holds(saved, o):
                 continue
-            fresh |= 1 << i
+            k = 0
+            for x in out:
+                if x is o:
+                    k += 1
+            if k == 1:
+                fresh |= 1 << i
         if not fresh:
             return out
         out = FreshGrads(out)
@@ -449,6 +455,22 @@ class OpBackward(Node):
     def release_variables(self):
         if self.op.saves:
             self.saved = None
+
+
+def _holds(items, o):
+    """Is ``o`` one of ``items``, the data of a Tensor among them or in a list among them?"""
+    for x in items:
+        if x is o:
+            return True
+        t = type(x)
+        if t is Tensor:
+            if x.data is o:
+                return True
+        elif t is list:
+            for y in x:
+                if y is o or (type(y) is Tensor and y.data is o):
+                    return True
+    return False
 
 
 class DeviceMismatch(ValueError):

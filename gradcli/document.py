@@ -1015,8 +1015,12 @@ class _YamlLines:
             kind = type(ev)
             if kind is MapEnd or kind is SeqEnd:
                 frame = stack.pop()
-                if frame[3] is not None or not stack:
-                    return best                  # the deepest container on the path ended
+                if not stack or (frame[3] is not None and len(frame[3]) < len(target)):
+                    # a container above the target ended: its children, the target's
+                    # siblings among them, are indexed (the target's own value ending
+                    # stops nothing: asking for every entry of a mapping in turn then
+                    # streams the document once, not once per entry)
+                    return best
                 _YamlLines._stored(stack[-1])
                 continue
             if kind is not Scalar and kind is not Alias and kind is not MapStart \

@@ -24,10 +24,37 @@ class LeafSpec(Record):
         self.requires_grad = requires_grad
         self.make = make                # make(shape) -> np.ndarray on the CPU
         self.line = line
+        self._made = {}                 # shape -> the host array, read-only (Note [Leaves made once])
+
+    # Note [Leaves made once]: a leaf's array (read from a weight file, drawn from its
+    # seeded initializer or given inline) is the same at every run of a loaded graph,
+    # so it is made at the first run and shared, read-only, by the runs after it: a
+    # run cannot alter the next one (an op that writes into an input copies it first,
+    # Note [Copy on write of leaves]). ``make`` is still there for whoever wants an
+    # array of their own (gradcheck's replay).
+    def shared(self, shape=None):
+        """The leaf's host array for ``shape`` (its own shape when it has one), made
+        once per loaded graph and read-only (Note [Leaves made once]).
+
+        >>> leaf = LeafSpec("w", (2,), np.float64, None, True, lambda s: np.zeros(s))
+        >>> leaf.shared() is leaf.shared(), leaf.shared().flags.writeable
+        (True, False)
+        """
+        key = self.shape if self.shape is not None else (None if shape is None else tuple(shape))
+        make = self.make
+        made = self._made.get(key)
+        if made is not None and made[0] is make:    # (a ``make`` replaced since: made again)
+            return made[1]
+        data = make(key)
+        if isinstance(data, np.ndarray) and data.flags.writeable:
+            data = data.view()          # read-only here, whoever else holds the array
+            data.flags.writeable = False
+        self._made[key] = (make, data)
+        return data
 
     def array(self, shape=None):
-        data = self.make(self.shape if self.shape is not None else shape)
-        return to_device(data, self.device)
+        """The leaf's array on its device (shared on the host: ``shared``)."""
+        return to_device(self.shared(shape), self.device)
 
 
 # Note [Lines on demand for ops]: the line of an entry of a JSON file is found
@@ -62,7 +89,7 @@ class LineOnDemand:
 class OpSpec(Record, LineOnDemand):
     # one per op of the file: no __dict__ each
     __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
-                 "lineno", "find_line", "_stamp")
+                 "lineno", "find_line", "_stamp", "call")
     _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
                "lineno", "find_line")
     _repr_fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
@@ -82,6 +109,9 @@ class OpSpec(Record, LineOnDemand):
         self.lineno = lineno            # the entry's line, once known (see ``line``)
         self.find_line = find_line
         self._stamp = None
+        # run(inputs, proved): the op with ``args`` bound at load, or None (Note
+        # [ATen calls bound at load]; Note [Checks proved at load] in loader.py)
+        self.call = None
 
     def _values(self):
         # equality as the dataclass had it: the locator of lines is not compared
@@ -283,14 +313,22 @@ class Graph:
         from .autograd import Tensor, set_grad_enabled
 
         values = {}
+        proved = True        # the leaves are those the file declares (Note [Checks proved at load])
         for name, leaf in self.leaves.items():
             t = values[name] = Tensor(leaf.array(), requires_grad=leaf.requires_grad, name=name)
+            if proved and (leaf.shape is None or t.data.shape != tuple(leaf.shape)
+                           or t.data.dtype != leaf.dtype):
+                proved = False
             if t.requires_grad:
                 t.grad_accumulator.metadata.update(op_id=name, line=leaf.line, leaf=True)
         with set_grad_enabled(True):
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.
-                out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
+                call = spec.call
+                if call is not None:
+                    out = call([values[n] for n in spec.inputs], proved)
+                else:
+                    out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
                 if type(out) is Tensor and not spec.retain_grad and len(spec.outputs) == 1:
                     # the common case of the code below, without its lists
                     node = out.grad_fn

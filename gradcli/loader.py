@@ -26,6 +26,7 @@ from .document import Document, decode_text, parse_json, parse_yaml, read_docume
 from .errors import BackwardError, GraphError, OpBugError
 from .errors import first_line as _first_line
 from .graph import BackwardSpec, ExpectSpec, ForwardSpec, Graph, LeafSpec, LineOnDemand, OpSpec
+from .weights import WeightFiles
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")     # whole names only: fullmatch
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
@@ -155,6 +156,7 @@ class _Loader:
         self._plain = {}             # op name -> (op, min, max inputs) or False (Note [Plain op entries])
         self._plain_results = {}     # (op, *input metas) -> (output meta, sizes, checked)
         self._line_finders = {}      # path of a list of ops -> _OpLines
+        self.weights = WeightFiles()  # Note [Weights read once]
 
     # -- errors -------------------------------------------------------------------
     def fail(self, message, path=(), where=None):
@@ -269,9 +271,15 @@ class _Loader:
         checked_op = _CheckedOp(op, label, self.file, line, inputs,
                                 self.options.max_tensor_bytes, find_line, i)
         checked_op.checked = checked
-        return OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
+        spec = OpSpec(index=i, id=op_id, label=label, op=checked_op, inputs=inputs,
                       outputs=list(outputs), args=args, retain_grad=retain, lineno=line,
                       find_line=find_line)
+        bind_args = getattr(op, "bind_args", None)
+        if bind_args is not None:      # Note [ATen calls bound at load]
+            checked_op.bound = bind_args(args)
+            checked_op.args = args
+            spec.call = checked_op.run
+        return spec
 
     # -- top level ------------------------------------------------------------------
     def graph(self) -> Graph:
@@ -554,7 +562,7 @@ class _Loader:
         if ext == ".npy" and key is not None:
             self.fail("key is only valid with an .npz file", path + ("key",), where)
         try:
-            file_shape, file_dtype = _peek_array(full, key)
+            file_shape, file_dtype = self.weights.peek(full, key)
         except KeyError:
             self.fail(f"no array {key!r} in {rel!r}", path + ("key",), where)
         except (ValueError, OSError) as exc:
@@ -585,11 +593,14 @@ class _Loader:
         self.check_size(file_shape, file_dtype, path, where)
         fail = self.fail
 
+        weights = self.weights
+
         def make(shape=None):
             # The same member the header was read from (Note [One member, checked and
-            # loaded]), and the array it holds must still be what was checked at load.
+            # loaded]), read once and shared read-only (Note [Weights read once]); the
+            # array it holds must still be what was checked at load.
             try:
-                arr = _read_array(full, key)
+                arr = weights.array(full, key)
             except MemoryError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any malformed or unreadable file
@@ -597,7 +608,7 @@ class _Loader:
             if arr.shape != file_shape or arr.dtype != file_dtype:
                 fail(f"{rel!r} changed since the graph was loaded (now {list(arr.shape)} "
                      f"{arr.dtype}, was {list(file_shape)} {file_dtype})", path + ("file",), where)
-            return np.asarray(arr, dtype=dtype)
+            return arr
 
         return make, file_shape, dtype
 
@@ -1083,7 +1094,7 @@ class _CheckedOp(LineOnDemand):
     attributes are the op's."""
 
     __slots__ = ("op", "label", "file", "lineno", "input_names", "max_bytes", "checked",
-                 "find_line", "index")
+                 "find_line", "index", "bound", "args")
 
     def __init__(self, op, label, file, line, input_names, max_bytes, find_line=None, index=None):
         self.op = op
@@ -1095,6 +1106,8 @@ class _CheckedOp(LineOnDemand):
         self.checked = None      # [(shape, dtype)] of inputs the loader already inferred on
         self.find_line = find_line   # with ``index``: the line on demand (LineOnDemand)
         self.index = index
+        self.bound = None        # the op with the entry's args bound at load, or None
+        self.args = None         # those args (``run`` is for them only)
 
     def __getattr__(self, name):
         return getattr(self.op, name)
@@ -1110,6 +1123,30 @@ class _CheckedOp(LineOnDemand):
                          for n, t in zip(self.input_names, inputs))
 
     def __call__(self, *inputs, **args):
+        self.check_inputs(inputs, args)
+        try:
+            return self.op(*inputs, **args)
+        except Exception as exc:  # noqa: BLE001 - sorted by ``failed``
+            self.failed(exc, inputs)
+
+    # Note [Checks proved at load]: a graph run on the leaves it was loaded with (the
+    # Graph checks their shapes and dtypes, ``proved``) gives every op the inputs the
+    # loader inferred its outputs from (``checked``): the op's shape rules are exact
+    # (every op's row in the op tables checks ``infer`` against the forward), so the
+    # check of the inputs' shapes and dtypes against the memory budget is not repeated
+    # at every call. Any other run (other leaves, another precision, an op the loader
+    # could not infer) checks every call, as before.
+    def run(self, inputs, proved):
+        """The entry's op on ``inputs`` with its args bound at load (``bound``; the
+        Graph calls it for the args the entry was loaded with)."""
+        if not proved or self.checked is None:
+            self.check_inputs(inputs, self.args)
+        try:
+            return self.bound(*inputs)
+        except Exception as exc:  # noqa: BLE001 - sorted by ``failed``
+            self.failed(exc, inputs)
+
+    def check_inputs(self, inputs, args):
         checked = self.checked
         if checked is None or len(checked) != len(inputs):
             self.precheck(inputs, args)
@@ -1122,8 +1159,11 @@ class _CheckedOp(LineOnDemand):
                         and getattr(data, "dtype", None) != dtype):
                     self.precheck(inputs, args)
                     break
+
+    def failed(self, exc, inputs):
+        """Raise what a failure of the op on ``inputs`` means (see the class)."""
         try:
-            return self.op(*inputs, **args)
+            raise exc
         except (GraphError, BackwardError):   # BackwardError: user code or a grad op's backward
             raise
         except MemoryError:
@@ -1335,96 +1375,6 @@ def _initializer(dist, spec, dtype, seed_seq):
             data = rng.uniform(spec.get("low", 0.0), spec.get("high", 1.0), size=shape)
         return data.astype(dtype)
     return make
-
-
-# Note [One member, checked and loaded]: np.load's NpzFile reads key ``a`` from
-# member ``a`` when there is one and from ``a.npy`` otherwise, so an archive holding
-# both had its header checked on one member and its data loaded from the other
-# (shape and budget checks walked around). Here one function picks the member, for
-# the header at load and for the data at run; a key that could mean two members
-# (``a`` and ``a.npy``, or a name repeated in the zip directory) is refused. Every
-# failure of zipfile on a hostile archive (unsupported compression, encryption, an
-# unknown zip version, patched-data flags, bad CRCs, truncation) is a ValueError
-# with zipfile's own first line.
-def _npz_member(zf, key):
-    """The ZipInfo of the array ``key`` names in an open .npz archive."""
-    names = zf.namelist()
-    candidates = [key] if key.endswith(".npy") else [key + ".npy", key]
-    found = [c for c in candidates if c in names]
-    if not found:
-        raise KeyError(key)
-    if len(found) > 1:
-        raise ValueError(f"ambiguous key {key!r}: the archive holds both {found[1]!r} and "
-                         f"{found[0]!r}")
-    if names.count(found[0]) > 1:
-        raise ValueError(f"ambiguous key {key!r}: the archive holds {found[0]!r} "
-                         f"{names.count(found[0])} times")
-    info = zf.getinfo(found[0])
-    if info.flag_bits & 0x1:
-        raise ValueError(f"member {info.filename!r} is encrypted (not supported)")
-    return info
-
-
-def _open_npz(full):
-    import zipfile  # noqa: PLC0415
-
-    try:
-        return zipfile.ZipFile(full)
-    except zipfile.BadZipFile as exc:
-        raise ValueError(f"not a valid .npz archive ({_first_line(exc)})") from None
-    except (OSError, MemoryError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - an unknown zip version, a bad directory, ...
-        raise _zip_error(exc) from None
-
-
-def _zip_error(exc):
-    return ValueError(f"not a valid .npz archive ({type(exc).__name__}: {_first_line(exc)})")
-
-
-def _peek_array(full, key):
-    """Shape and dtype of an array in a .npy/.npz file, without loading it."""
-    if key is None:
-        with open(full, "rb") as fh:
-            return _read_npy_header(fh)
-    with _open_npz(full) as zf:
-        info = _npz_member(zf, key)
-        try:
-            with zf.open(info) as fh:
-                return _read_npy_header(fh)
-        except (KeyError, MemoryError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
-            raise _zip_error(exc) from None
-
-
-def _read_array(full, key):
-    """The array of a .npy file, or of member ``key`` of an .npz (the member
-    ``_peek_array`` read the header of), without pickles."""
-    if key is None:
-        return np.load(full, allow_pickle=False)
-    with _open_npz(full) as zf:
-        info = _npz_member(zf, key)
-        try:
-            with zf.open(info) as fh:
-                return np.lib.format.read_array(fh, allow_pickle=False)
-        except MemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
-            raise _zip_error(exc) from None
-
-
-def _read_npy_header(fh):
-    fmt = np.lib.format
-    try:
-        version = fmt.read_magic(fh)
-        if version == (1, 0):
-            shape, _, dtype = fmt.read_array_header_1_0(fh)
-        else:
-            shape, _, dtype = fmt.read_array_header_2_0(fh)
-    except Exception as exc:  # noqa: BLE001 - any malformed header
-        raise ValueError(f"not a valid .npy file ({exc})") from None
-    return tuple(shape), np.dtype(dtype)
 
 
 def checkpoint_body(body, input_names, output_names):

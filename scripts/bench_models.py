@@ -11,21 +11,26 @@ from ``transformers`` configs with random weights, no downloads) it
    file's ``expect`` (PyTorch's own gradients and node order): the largest
    relative gradient error (must be within rtol 1e-7) and whether the order of
    the op nodes is PyTorch's;
-3. times forward+backward: gradcli (``Graph.run``: the forward of the ATen ops
-   and the engine's backward) and PyTorch (the module's forward, the same
-   projection loss, ``backward()``), the median of ``--repeat`` runs after one
-   warm-up, both with their default thread counts, or ``--threads N`` for both
-   (``torch.set_num_threads`` and the BLAS thread variables, set before NumPy
-   loads): on a shared, loaded machine ``--threads 1`` gives stable figures.
-   gradcli's time includes reading the weights from ``weights.npz`` (leaves are
-   made at the start of each forward); that part is also shown on its own.
+3. times forward+backward, gradcli (``Graph.run``: the forward of the ATen ops and
+   the engine's backward) against PyTorch (the module's forward, the same
+   projection loss, ``backward()``), both with one thread (``--threads``, default
+   1: ``torch.set_num_threads`` and the BLAS thread variables, set before NumPy
+   loads), in ``--rounds`` rounds that interleave the two and the models:
+   - steady: the median of ``--repeat`` runs after one warm-up;
+   - first run: gradcli's ``load`` plus its first run, against PyTorch reading
+     the same weights (``weights.npz`` through ``numpy.load`` into
+     ``load_state_dict``) into a fresh copy of the module plus its first step;
+   each row shows the median ratio over the rounds and its spread (min-max);
+4. with ``--memory``, the peak memory of load plus three runs, in a fresh
+   process for each side: the peak of the resident set (sampled every
+   millisecond) over what it was after the imports and the model's making.
 
 and prints a Markdown table (model, ops, nodes, times, checks). Needs torch
 2.13, torchvision and transformers, which gradcli does not depend on: run it
 from a throwaway environment (README "Running a real model").
 
-    python scripts/bench_models.py [--repeat 5] [--threads 1] [--out /tmp/gradcli-models]
-                                   [--models resnet18,vit_tiny]
+    python scripts/bench_models.py [--repeat 5] [--rounds 3] [--threads 1] [--memory]
+                                   [--out /tmp/gradcli-models] [--models resnet18,vit_tiny]
 
 torchvision's C++ extension may not load with a CPU torch; its model
 definitions are plain Python, so the extension's operator registration
@@ -40,8 +45,8 @@ import sys
 import time
 import types
 
-if __name__ == "__main__" and "--threads" in sys.argv[:-1]:
-    _n = sys.argv[sys.argv.index("--threads") + 1]
+if __name__ == "__main__":
+    _n = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv[:-1] else "1"
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[_var] = _n
 
@@ -130,23 +135,34 @@ def median_time(fn, repeat):
     return statistics.median(times)
 
 
-def torch_time(torch, module, inputs, train, repeat):
-    """The module's forward, a projection loss and backward() at float64."""
+def torch_side(torch, module, inputs, train, weights):
+    """(first(): a fresh copy of the module reading ``weights`` plus its first step,
+    step(): one steady step): the module's forward, a projection loss and backward()
+    at float64."""
     import copy
 
-    m = copy.deepcopy(module).to(torch.float64).train(train)
+    base = copy.deepcopy(module).to(torch.float64).train(train)
     xs = [x.to(torch.float64) if x.is_floating_point() else x for x in inputs]
     with torch.no_grad():
-        out = m(*xs)
+        out = base(*xs)
     proj = torch.randn_like(out)
+    names = set(base.state_dict())
 
-    def step():
+    def step(m):
         m.zero_grad(set_to_none=True)
         (m(*xs) * proj).sum().backward()
-    return median_time(step, repeat)
+
+    def first():
+        m = copy.deepcopy(module).to(torch.float64).train(train)
+        with np.load(weights) as npz:
+            state = {k: torch.from_numpy(npz[k]) for k in npz.files if k in names}
+        m.load_state_dict(state, strict=False)
+        step(m)
+    return first, lambda: step(base)
 
 
-def gradcli_check(path, repeat):
+def gradcli_check(path):
+    """Load, run once and compare with the file's ``expect``."""
     from gradcli import loader
 
     graph = loader.load(path)
@@ -161,35 +177,104 @@ def gradcli_check(path, repeat):
         scale = np.maximum(np.abs(e), expect.atol / 1e-7 if expect.atol else 1e-300)
         worst = max(worst, float(np.max(np.abs(a - e) / scale, initial=0.0)))
     order = [r.node for r in result.order]
-    same_order = order == expect.order
-
-    def step():
-        r = graph.run()
-        return r.forward_s + r.backward_s
-    times = sorted(step() for _ in range(repeat))
-    leaves = sorted(median_time(lambda: [leaf.make(leaf.shape) for leaf in graph.leaves.values()], 1)
-                    for _ in range(repeat))
     return dict(ops=len(graph.ops), nodes=len(order), grads_ok=ok, worst_rel=worst,
-                order_ok=same_order, gradcli_s=times[len(times) // 2],
-                leaves_s=leaves[len(leaves) // 2])
+                order_ok=order == expect.order)
+
+
+def gradcli_side(path):
+    from gradcli import loader
+
+    def first():
+        loader.load(path).run(order=False)
+    graph = loader.load(path)
+    return first, lambda: graph.run(order=False)
+
+
+def peak_memory(side, name, path):
+    """Peak resident growth (bytes) of load + three runs in a fresh process."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_memory", side, name, path],
+                         capture_output=True, text=True, check=True, env=os.environ)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _memory_child(side, name, path):
+    """The peak of the resident set over what it was before, sampled every millisecond
+    by a thread while one side loads and runs three times."""
+    import json
+    import threading
+
+    import torch
+
+    torch.set_num_threads(1)
+    from gradcli import loader
+
+    torch.manual_seed(0)
+    module, inputs, train = MODELS[name](torch)
+    if side == "torch":
+        first, step = torch_side(torch, module, inputs, train,
+                                 os.path.join(os.path.dirname(path), "weights.npz"))
+    import gc
+
+    gc.collect()
+    before = peak = _rss()
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.wait(0.001):
+            peak = max(peak, _rss())
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    if side == "torch":
+        first()
+        step()
+        step()
+    else:
+        graph = loader.load(path)
+        for _ in range(3):
+            graph.run(order=False)
+    peak = max(peak, _rss())
+    done.set()
+    sampler.join()
+    print(json.dumps(peak - before))
+
+
+def _spread(values):
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+
+def _geomean(values):
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="/tmp/gradcli-models")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args._memory:
+        _memory_child(*args._memory)
+        return
 
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
+    torch.set_num_threads(args.threads)
     from gradcli.bridges.torch import from_module
 
-    rows = []
+    models, rows, failed = {}, {}, []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         torch.manual_seed(0)
         try:
@@ -198,25 +283,68 @@ def main():
             exported = from_module(module, inputs, dtype="float64", train=train, name=name)
             path = exported.write(os.path.join(args.out, name))
             export_s = time.perf_counter() - t0
-            row = gradcli_check(path, args.repeat)
-            row["torch_s"] = torch_time(torch, module, inputs, train, args.repeat)
+            row = gradcli_check(path)
+            weights = os.path.join(os.path.dirname(path), "weights.npz")
+            models[name] = (path, torch_side(torch, module, inputs, train, weights),
+                            gradcli_side(path), inputs, train)
         except Exception as exc:  # noqa: BLE001 - a model that fails is a row saying why
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            rows.append(f"| {name} | - | - | - | - | failed: {type(exc).__name__}: {msg} |")
-            print(rows[-1], file=sys.stderr, flush=True)
+            failed.append(f"| {name} | failed: {type(exc).__name__}: {msg} |")
+            print(failed[-1], file=sys.stderr, flush=True)
             continue
-        shape = "x".join(str(s) for s in inputs[0].shape)
+        row.update(steady=[], first=[], g_steady=[], t_steady=[], g_first=[], t_first=[])
+        rows[name] = row
+        print(f"{name}: exported in {export_s:.1f} s", file=sys.stderr, flush=True)
+
+    for r in range(args.rounds):        # interleaved: every model, both sides, each round
+        for name, (path, (t_first, t_step), (g_first, g_step), _, _) in models.items():
+            row = rows[name]
+            ts = median_time(t_step, args.repeat)
+            gs = median_time(g_step, args.repeat)
+            t0 = time.perf_counter()
+            g_first()
+            gf = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            t_first()
+            tf = time.perf_counter() - t0
+            row["g_steady"].append(gs)
+            row["t_steady"].append(ts)
+            row["g_first"].append(gf)
+            row["t_first"].append(tf)
+            row["steady"].append(gs / ts)
+            row["first"].append(gf / tf)
+            print(f"round {r + 1} {name}: steady {gs * 1e3:.1f} / {ts * 1e3:.1f} ms, first "
+                  f"{gf * 1e3:.1f} / {tf * 1e3:.1f} ms", file=sys.stderr, flush=True)
+
+    memory = {}
+    if args.memory:
+        for name, (path, *_rest) in models.items():
+            memory[name] = (peak_memory("gradcli", name, path), peak_memory("torch", name, path))
+
+    print("| model | ops | nodes | gradcli steady (ms) | PyTorch steady (ms) | steady ratio (min-max) | "
+          "gradcli load + first run (ms) | PyTorch read + first step (ms) | first-run ratio (min-max) | "
+          + ("peak memory gradcli / PyTorch (MB) | " if memory else "")
+          + "vs PyTorch (float64, rtol 1e-7) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if memory else "") + "---|")
+    for name, row in rows.items():
+        med = statistics.median
         check = (f"grads {'equal' if row['grads_ok'] else 'DIFFER'} (max rel err "
                  f"{row['worst_rel']:.1e}), order {'equal' if row['order_ok'] else 'DIFFERS'}")
-        rows.append(f"| {name} ({'train' if train else 'eval'}, {shape}) | {row['ops']} | "
-                    f"{row['nodes']} | {row['gradcli_s']:.3f} ({row['leaves_s']:.3f}) | {row['torch_s']:.3f} | "
-                    f"{check} |")
-        print(rows[-1] + f"  (export {export_s:.1f} s)", file=sys.stderr, flush=True)
-    print("| model (mode, input) | ops | nodes | gradcli fwd+bwd (s) (reading weights) | "
-          "PyTorch fwd+bwd (s) | "
-          "vs PyTorch (float64, rtol 1e-7) |")
-    print("|---|---:|---:|---:|---:|---|")
-    print("\n".join(rows))
+        mem = (f" {memory[name][0] / 2**20:.1f} / {memory[name][1] / 2**20:.1f} |" if memory else "")
+        print(f"| {name} | {row['ops']} | {row['nodes']} | {med(row['g_steady']) * 1e3:.1f} | "
+              f"{med(row['t_steady']) * 1e3:.1f} | {_spread(row['steady'])} | "
+              f"{med(row['g_first']) * 1e3:.1f} | {med(row['t_first']) * 1e3:.1f} | "
+              f"{_spread(row['first'])} |{mem} {check} |")
+    for line in failed:
+        print(line)
+    if rows:
+        steady = [statistics.median(r["steady"]) for r in rows.values()]
+        first = [statistics.median(r["first"]) for r in rows.values()]
+        per_round = [_geomean([r["steady"][k] for r in rows.values()]) for k in range(args.rounds)]
+        per_round_first = [_geomean([r["first"][k] for r in rows.values()]) for k in range(args.rounds)]
+        print(f"\nsteady geomean {_geomean(steady):.2f}x (rounds {min(per_round):.2f}-{max(per_round):.2f}), "
+              f"worst {max(steady):.2f}x; first-run geomean {_geomean(first):.2f}x "
+              f"(rounds {min(per_round_first):.2f}-{max(per_round_first):.2f})")
 
 
 if __name__ == "__main__":

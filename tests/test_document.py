@@ -442,3 +442,20 @@ def test_a_large_text_is_read_again_only_up_to_the_librarys_error(shallow_libyam
 def test_other_yaml_errors_keep_their_report(shallow_libyaml):
     with pytest.raises(GraphError, match=r"^<string>:2: invalid YAML: "):
         parse_yaml("a: [1, 2\nb: }\n")
+
+
+def test_lines_of_every_entry_of_a_deep_mapping_stream_the_document_once(monkeypatch):
+    """Asking the line of each entry of a mapping below the top two levels in turn (the
+    loader does it for every expected gradient) walks the document once: the first walk
+    indexes the asked entry's siblings too."""
+    from gradcli import document as D
+
+    names = [f"w{i}" for i in range(30)]
+    text = "version: 1\nexpect:\n  grads:\n" + "".join(
+        f"    {n}: {{file: weights.npz, key: 'grad:{n}'}}\n" for n in names)
+    doc = D.parse_yaml(text, "<t>")
+    walks = []
+    real = D._YamlLines._walk
+    monkeypatch.setattr(D._YamlLines, "_walk", lambda self, *a: walks.append(1) or real(self, *a))
+    assert [doc.line("expect", "grads", n) for n in names] == list(range(4, 34))
+    assert len(walks) == 1

@@ -1338,16 +1338,108 @@ def test_a_hook_result_is_never_stolen():
     assert not np.shares_memory(x.grad, kept[0])
 
 
-def test_summed_leaf_gradient_is_stolen_in_a_real_backward():
+def test_summed_leaf_gradient_is_stolen_in_a_real_backward(monkeypatch):
     """x feeds two ops: its buffer sums two contributions into a fresh array,
-    which AccumulateGrad keeps instead of copying (checked with a post hook
-    on the accumulator that sees the very array stored)."""
+    which AccumulateGrad keeps instead of copying (the sums the buffers made are
+    recorded: no hook may see the array, a hook would make it a copy)."""
+    from gradcli.autograd.input_buffer import InputBuffer
+
+    sums = []
+    real_add = InputBuffer.add
+
+    def add(self, pos, grad, *rest):
+        before = self[pos]
+        real_add(self, pos, grad, *rest)
+        if before is not None:
+            sums.append(self[pos])
+    monkeypatch.setattr(InputBuffer, "add", add)
     x = leaf([1.0, 2.0])
-    seen = []
-    acc = x.grad_accumulator
-    acc.register_prehook(lambda grads: seen.append(grads[0]))
     (x * 2.0 + x * 3.0).sum().backward()
-    assert x.grad is seen[0]
+    assert any(x.grad is s for s in sums)
+
+
+def _recorded_mul_vjps(monkeypatch, vjp=None):
+    """mul's VJPs, recording what they return (or ``vjp`` in place of them)."""
+    mul = O.OPS["mul"]
+    real, made = mul.vjps, []
+
+    def recording(k):
+        def call(g, ans, *inputs, **args):
+            out = (vjp or real[k])(g, ans, *inputs, **args)
+            made.append(out)
+            return out
+        return call
+    monkeypatch.setattr(mul, "vjps", tuple(recording(k) for k in range(len(real))))
+    return made
+
+
+def test_a_fresh_vjp_result_becomes_grad_without_a_copy(monkeypatch):
+    """Note [Stealing gradients]: the array mul's VJP made for x, which nothing else
+    holds, is x.grad itself, in the fast path and in the general one."""
+    made = _recorded_mul_vjps(monkeypatch)
+    x = leaf([1.0, 2.0])
+    (x * 3.0).sum().backward()
+    assert x.grad is made[0]
+    made.clear()
+    y = leaf([1.0, 2.0])
+    with set_multithreading_enabled(False):
+        backward((y * 3.0).sum(), deterministic=False)
+    assert y.grad is made[0]
+    np.testing.assert_array_equal(y.grad, [3.0, 3.0])
+
+
+def test_a_stolen_gradient_never_aliases_a_saved_array_or_leaf(monkeypatch):
+    """A VJP that hands back a saved input (here the other leaf's own data) or the
+    forward's output: not fresh, so .grad is a copy."""
+    _recorded_mul_vjps(monkeypatch, vjp=lambda g, ans, a, b: b)
+    x, y = leaf([1.0, 2.0]), leaf([5.0, 7.0])
+    (x * y).sum().backward()
+    assert not np.shares_memory(x.grad, y.data) and not np.shares_memory(y.grad, y.data)
+    np.testing.assert_array_equal(x.grad, [5.0, 7.0])
+    monkeypatch.undo()
+    _recorded_mul_vjps(monkeypatch, vjp=lambda g, ans, a, b: ans)
+    x, y = leaf([1.0, 2.0]), leaf([5.0, 7.0])
+    p = x * y
+    p.sum().backward()
+    assert not np.shares_memory(x.grad, p.data) and not np.shares_memory(x.grad, y.grad)
+
+
+def test_a_stolen_gradient_never_aliases_a_retained_or_incoming_gradient(monkeypatch):
+    """A VJP that passes its incoming gradient on (as AddBackward0 does): that array is
+    the root's gradient or a retained one, so .grad is a copy."""
+    made = _recorded_mul_vjps(monkeypatch, vjp=lambda g, ans, a, b: g)
+    x = leaf([1.0, 2.0])
+    root = np.array([4.0, 4.0])
+    backward(x * 2.0, root)
+    assert x.grad is not root and not np.shares_memory(x.grad, root)
+    x = leaf([1.0, 2.0])
+    z = x * 2.0
+    z.retain_grad()
+    (z * 3.0).sum().backward()
+    assert made and not np.shares_memory(x.grad, z.grad)
+    np.testing.assert_array_equal(x.grad, [1.0, 1.0])
+
+
+def test_a_gradient_a_hook_was_shown_is_never_stolen():
+    """A tensor hook, an accumulator pre-hook and a producer's post hook may keep the
+    gradient they see: .grad never aliases what they kept."""
+    x = leaf([1.0, 2.0])
+    kept = []
+    x.register_hook(lambda g: kept.append(g))
+    (x * 3.0).sum().backward()
+    assert not np.shares_memory(x.grad, kept[0])
+    y = leaf([1.0, 2.0])
+    seen = []
+    y.grad_accumulator.register_prehook(lambda grads: seen.append(grads[0]))
+    (y * 2.0 + y * 3.0).sum().backward()
+    assert not np.shares_memory(y.grad, seen[0])
+    w = leaf([1.0, 2.0])
+    out = w * 3.0
+    given = []
+    out.grad_fn.register_hook(lambda grad_inputs, grad_outputs: given.append(grad_inputs[0]))
+    out.sum().backward()
+    assert not np.shares_memory(w.grad, given[0])
+    np.testing.assert_array_equal(w.grad, [3.0, 3.0])
 
 
 # -- GraphRoot is the engine's own node -------------------------------------------------------

@@ -660,3 +660,24 @@ def test_export_and_against_torch_warn_once_outside_the_tested_range(tmp_path, m
                              f"{tested_range()}; going on, but node names or formulas may differ"]
         else:
             assert lines == []
+
+
+def test_exported_weights_are_stored_for_mapping(tmp_path):
+    """The export writes its weights uncompressed, so that a run maps them (Note
+    [Weights read once]): every member is stored, and the loaded leaves share the map."""
+    import mmap
+    import zipfile
+
+    from gradcli.loader import load
+
+    torch.manual_seed(0)
+    path = from_module(torch.nn.Linear(3, 2), (torch.randn(4, 3),), dtype="float64").write(str(tmp_path))
+    with zipfile.ZipFile(tmp_path / "weights.npz") as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+    graph = load(path)
+    graph.run()
+    leaf = next(t.data for t in graph.values.values() if t.is_leaf and t.requires_grad)
+    base = leaf
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    assert isinstance(base.base.obj, mmap.mmap)

@@ -26,6 +26,7 @@ LAYERS = {
     "gradcli.ops": 2,
     "gradcli.graph": 3,
     "gradcli.loader": 3,
+    "gradcli.weights": 3,       # weight files, read once per loaded graph
     "gradcli.gradcheck": 3,
     "gradcli.document": 3,
     "gradcli.trace": 3,

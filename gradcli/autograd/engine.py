@@ -19,7 +19,7 @@ import numpy as np
 from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, accelerator_types, device_of,
                        set_current_device, to_device, to_host)
 from .graph_task import GraphTask
-from .input_buffer import DeterministicInputBuffer, InputBuffer
+from .input_buffer import DeterministicInputBuffer, FreshGrads, InputBuffer
 from .node import GraphRoot
 from .ready_queue import RUN, SHUTDOWN, ReadyQueue, _tiebreak, node_task, wakeup_task
 from .graph_task import NodeCounter, _graph_task_ids
@@ -396,7 +396,10 @@ class Engine:
                     fn.release_variables()
                 if outputs:
                     # (outputs and next_edges have one length: validated above)
+                    fresh = outputs.fresh if type(outputs) is FreshGrads else 0
+                    i = -1
                     for output, edge in zip(outputs, fn.next_edges):
+                        i += 1
                         if edge is None:
                             continue
                         nxt = edge[0]
@@ -409,10 +412,12 @@ class Engine:
                             buffer = InputBuffer([None] * len(nxt.input_metadata))
                             if output is not None:
                                 buffer[edge[1]] = output
+                                if fresh and fresh >> i & 1:   # Note [Stealing gradients]
+                                    buffer._owned = 1 << edge[1]
                             if count != 1:
                                 not_ready[nxt] = buffer
                         else:
-                            buffer.add(edge[1], output)
+                            buffer.add(edge[1], output, 0, 0, fresh and fresh >> i & 1)
                             if count == 1:
                                 del not_ready[nxt]
                         if count == 1:
@@ -473,17 +478,17 @@ class Engine:
                 if not keep_graph:
                     fn.release_variables()
                 if outputs:
+                    fresh = outputs.fresh if type(outputs) is FreshGrads else 0
+                    i = -1
                     for output, target in zip(outputs, targets[k]):
+                        i += 1
                         if target is None:
                             continue
                         j, pos = target
                         buf = buffers[j]
                         if buf is None:
                             buf = buffers[j] = InputBuffer([None] * slots[j])
-                            if output is not None:
-                                buf[pos] = output
-                        else:
-                            buf.add(pos, output)
+                        buf.add(pos, output, 0, 0, fresh and fresh >> i & 1)
             graph_task.outstanding_tasks = 0
             graph_task.mark_as_completed_and_run_post_processing()
         finally:
@@ -519,6 +524,8 @@ class Engine:
                 with graph_task.lock:
                     for input_idx, output_idx in info.captures:
                         graph_task.captured_vars[output_idx] = inputs[input_idx]
+                        if isinstance(inputs, InputBuffer):    # returned: never stolen
+                            inputs.disown(input_idx)
                     if fn.stream is not None:
                         graph_task.leaf_streams.add(fn.stream)
             if not info.needed:
@@ -557,6 +564,7 @@ class Engine:
         seq = fn.sequence_nr
         next_edges = fn.next_edges
         stream = fn.stream
+        fresh = outputs.fresh if type(outputs) is FreshGrads else 0
         with graph_task.lock:
             dependencies = graph_task.dependencies
             not_ready = graph_task.not_ready
@@ -586,12 +594,12 @@ class Engine:
                         if info is None or not info.should_execute():
                             continue      # not on a path to an input of grad()
                     buffer = buffer_type([None] * len(nxt.input_metadata))
-                    buffer.add(edge[1], output, seq, i)
+                    buffer.add(edge[1], output, seq, i, fresh and fresh >> i & 1)
                     if not is_ready:
                         not_ready[nxt] = buffer
                         continue
                 else:
-                    buffer.add(edge[1], output, seq, i)
+                    buffer.add(edge[1], output, seq, i, fresh and fresh >> i & 1)
                     if not is_ready:
                         continue
                     del not_ready[nxt]
@@ -910,6 +918,7 @@ def call_tensor_pre_hooks(fn, inputs):
     hooks = fn.tensor_pre_hooks
     if hooks:
         for input_nr, hook in list(hooks):
+            _shown(inputs, input_nr)
             result = hook(inputs[input_nr])
             if result is not None:
                 _replace(inputs, input_nr, result)
@@ -917,10 +926,18 @@ def call_tensor_pre_hooks(fn, inputs):
     if retains:
         for input_nr, hook in list(retains.items()):
             if inputs[input_nr] is not None:
+                _shown(inputs, input_nr)
                 result = hook(inputs[input_nr])
                 if result is not None:
                     _replace(inputs, input_nr, result)
     return inputs
+
+
+def _shown(inputs, input_nr):
+    """A hook sees the gradient and may keep it: the buffer no longer owns that slot
+    (Note [Stealing gradients])."""
+    if isinstance(inputs, InputBuffer):
+        inputs.disown(input_nr)
 
 
 def _replace(inputs, input_nr, value):
@@ -928,12 +945,13 @@ def _replace(inputs, input_nr, value):
     (Note [Stealing gradients])."""
     if value is not inputs[input_nr]:
         inputs[input_nr] = value
-        if isinstance(inputs, InputBuffer):
-            inputs.disown(input_nr)
+        _shown(inputs, input_nr)
 
 
 def call_pre_hooks(fn, inputs):
     for hook in list(fn.pre_hooks):
+        for pos in range(len(inputs)):
+            _shown(inputs, pos)
         result = hook(tuple(inputs))
         if result is not None:
             inputs = list(result)
@@ -941,6 +959,7 @@ def call_pre_hooks(fn, inputs):
 
 
 def call_post_hooks(fn, outputs, inputs):
+    outputs = list(outputs)       # a hook sees them and may keep them: none is fresh now
     for hook in list(fn.post_hooks):
         result = hook(tuple(outputs), tuple(inputs))
         if result is not None:

@@ -13,14 +13,17 @@ class InputBuffer(list):
 
     __slots__ = ("_owned",)
 
-    def add(self, pos, grad, producer_nr=0, index=0):
+    def add(self, pos, grad, producer_nr=0, index=0, fresh=False):
         """Sum ``grad`` into slot ``pos`` (the producer is only used by the
-        deterministic buffer)."""
+        deterministic buffer); ``fresh``: the producer created ``grad`` and nothing
+        else holds it (Note [Stealing gradients])."""
         if grad is None:
             return
         old = self[pos]
         if old is None:
-            self[pos] = grad         # a slot is filled once from None: never owned before
+            self[pos] = grad         # a slot is filled once from None: owned if fresh
+            if fresh:
+                self._owned = self._bits() | (1 << pos)
         else:
             self[pos] = old + grad
             self._owned = self._bits() | (1 << pos)
@@ -29,7 +32,7 @@ class InputBuffer(list):
         return getattr(self, "_owned", 0)
 
     def owns(self, pos) -> bool:
-        """True when slot ``pos`` holds a sum this buffer created."""
+        """True when slot ``pos`` holds a sum this buffer created or a fresh gradient."""
         return bool(self._bits() >> pos & 1)
 
     def disown(self, pos) -> None:
@@ -37,6 +40,13 @@ class InputBuffer(list):
         bits = self._bits()
         if bits >> pos & 1:
             self._owned = bits & ~(1 << pos)
+
+
+class FreshGrads(list):
+    """A node's outputs, ``fresh`` a bit per output its node created for a leaf's
+    accumulator and nothing else holds (Note [Stealing gradients] in ops/core.py)."""
+
+    __slots__ = ("fresh",)
 
 
 class DeterministicInputBuffer(list):
@@ -51,7 +61,8 @@ class DeterministicInputBuffer(list):
 
     __slots__ = ()
 
-    def add(self, pos, grad, producer_nr=0, index=0):
+    def add(self, pos, grad, producer_nr=0, index=0, fresh=False):
+        # (a single contribution is never owned here: variables() owns only its sums)
         if grad is None:
             return
         entry = ((producer_nr, index), grad)

@@ -246,16 +246,22 @@ class AccumulateGrad(Node):
         with self.lock:
             old = var.grad
             if old is None:
-                # Note [Stealing gradients]: keep the incoming array itself only
-                # when the engine created it and nothing outside the engine can
-                # hold it: the InputBuffer that delivered it summed several
-                # contributions into a fresh array (``grads.owns(0)``). Any
-                # other array (a node's output, which it may hand to several
-                # edges; the caller's root gradient; a hook's result) is copied,
-                # so .grad never aliases another leaf's gradient or the caller's
-                # array. PyTorch steals when the tensor's use count is 1; a
-                # reference count is not a stable fact across interpreters, so
-                # ownership is tracked instead.
+                # Note [Stealing gradients]: keep the incoming array itself, without
+                # a copy, exactly when the buffer that delivered it owns it
+                # (``grads.owns(0)``): a sum the InputBuffer made of several
+                # contributions, or the one array a node's VJP created for this edge
+                # that nothing else holds (the producer's side of this Note is in
+                # ops/core.py: not the node's incoming gradient, a saved array or
+                # Tensor, another of its outputs, or a view). A slot a hook or
+                # pre-hook was shown (it may keep it), a captured gradient, a hook's
+                # result, the caller's root gradient and a deterministic buffer's
+                # single contribution are not owned and are copied, so .grad never
+                # aliases a leaf, a saved tensor, a retained or hooked gradient, or
+                # another leaf's gradient. PyTorch steals when the tensor's use count
+                # is 1; a reference count is not a stable fact across interpreters,
+                # so ownership is tracked instead (a hook that was shown the
+                # gradient but kept nothing still costs a copy here: deliberately
+                # more careful than PyTorch).
                 owns = getattr(grads, "owns", None)
                 if (owns is not None and owns(0) and isinstance(new_grad, np.ndarray)
                         and new_grad.flags.owndata and new_grad.flags.writeable):

@@ -129,11 +129,14 @@ class ExportedGraph:
         return "\n".join(lines) + "\n"
 
     def write(self, directory):
-        """Write ``DIR/graph.yaml`` and ``DIR/weights.npz``; returns the graph file's path."""
+        """Write ``DIR/graph.yaml`` and ``DIR/weights.npz``; returns the graph file's path.
+
+        The archive stores its members uncompressed: the loader maps them without a
+        copy and inflates nothing at a run (Note [Weights read once] in gradcli/weights.py)."""
         os.makedirs(directory, exist_ok=True)
         weights = os.path.join(directory, WEIGHTS_FILE)
         with open(weights, "wb") as fh:
-            np.savez_compressed(fh, **self.arrays)
+            np.savez(fh, **self.arrays)
         path = os.path.join(directory, GRAPH_FILE)
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(self.yaml_text())

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
+from ..autograd.input_buffer import FreshGrads
+from ..autograd.node import ERR_BACKWARD_TWICE, AccumulateGrad, InputMetadata, Node
 from ..autograd.saved import unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
@@ -379,8 +380,11 @@ class OpBackward(Node):
             if g is None:
                 return [None] * len(self.next_edges)
         args = self.args
+        to_leaf = False
         if op.vjp_all is not None:    # Note [one call for all inputs' gradients]
             out = list(op.vjp_all(g, ans, inputs, [edge is not None for edge in self.next_edges], args))
+            to_leaf = any(edge is not None and type(edge[0]) is AccumulateGrad
+                          for edge in self.next_edges)
         else:
             # A loop rather than a comprehension: no extra frame per node on Python
             # 3.11 (about 3% of a chain's backward); most ops have no keyword dict.
@@ -391,15 +395,55 @@ class OpBackward(Node):
             for edge in self.next_edges:
                 if edge is None:
                     append(None)
-                elif args:
-                    append(vjps[i](g, ans, *inputs, **args))
                 else:
-                    append(vjps[i](g, ans, *inputs))
+                    if type(edge[0]) is AccumulateGrad:
+                        to_leaf = True
+                    if args:
+                        append(vjps[i](g, ans, *inputs, **args))
+                    else:
+                        append(vjps[i](g, ans, *inputs))
                 i += 1
         devices = self.input_devices
         if devices is not None:
             out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])
                    for i, o in enumerate(out)]
+        if to_leaf and not (op.needs_code or op.runs_backward):
+            return self._mark_fresh(out, grads, saved)
+        return out
+
+    # Note [Stealing gradients] (the producer's side): an array a VJP returns for an
+    # edge into a leaf's AccumulateGrad is fresh when the VJP created it and nothing
+    # else holds it: a plain ndarray that owns its memory and is writable (no view of
+    # the incoming gradient, a saved input or anything else), and not the very object
+    # of an incoming gradient (``AddBackward0`` hands its ``g`` on), of a saved array
+    # or Tensor (the leaf's own data, the forward's output) or of another of the
+    # node's outputs. PyTorch asks the tensor's use count; a reference count is not a
+    # stable fact across interpreters, so the node that made the array says so. Ops
+    # running user code or a backward of their own (``custom``, ``grad``) never do:
+    # their results may be held by what they called.
+    def _mark_fresh(self, out, grads, saved):
+        # (plain loops, no generators: every node of a fan-in into one leaf comes here)
+        fresh = 0
+        edges = self.next_edges
+        for i in range(len(out)):
+            o = out[i]
+            if type(o) is not np.ndarray or o.base is not None:
+                continue
+            edge = edges[i]
+            if edge is None or type(edge[0]) is not AccumulateGrad or not o.flags.writeable:
+                continue
+            if _holds(grads, o) or _holds(saved, o):
+                continue
+            k = 0
+            for x in out:
+                if x is o:
+                    k += 1
+            if k == 1:
+                fresh |= 1 << i
+        if not fresh:
+            return out
+        out = FreshGrads(out)
+        out.fresh = fresh
         return out
 
     def _zeros(self, i):
@@ -411,6 +455,22 @@ class OpBackward(Node):
     def release_variables(self):
         if self.op.saves:
             self.saved = None
+
+
+def _holds(items, o):
+    """Is ``o`` one of ``items``, the data of a Tensor among them or in a list among them?"""
+    for x in items:
+        if x is o:
+            return True
+        t = type(x)
+        if t is Tensor:
+            if x.data is o:
+                return True
+        elif t is list:
+            for y in x:
+                if y is o or (type(y) is Tensor and y.data is o):
+                    return True
+    return False
 
 
 class DeviceMismatch(ValueError):
@@ -448,8 +508,11 @@ def _common_device(datas):
 # without the device bookkeeping; and the backward node's input metadata for a
 # CPU output is shared between nodes (InputMetadata.cpu): it is never mutated,
 # and a million-node graph then keeps one instead of a million.
-def record(op, inputs, args):
-    """Run ``op`` on Tensors; record an OpBackward node if a gradient is needed."""
+def record(op, inputs, args, forward=None):
+    """Run ``op`` on Tensors; record an OpBackward node if a gradient is needed.
+    ``forward``: what computes the outputs in place of ``op.fn`` (a call bound at load,
+    Note [ATen calls bound at load]); the node is the op's all the same."""
+    fn = op.fn if forward is None else forward
     if not op.multi_output:
         datas = []
         requires_grad = False
@@ -462,7 +525,7 @@ def record(op, inputs, args):
                 break                 # an accelerator array: the general code
             datas.append(x)
         else:
-            o = op.fn(*datas, **args)
+            o = fn(*datas, **args)
             if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
@@ -488,7 +551,7 @@ def record(op, inputs, args):
     datas = [x.data if type(x) is Tensor else x for x in inputs]
     on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
     dev = _common_device(datas) if on_accel and not op.moves_device else CPU
-    out = op.fn(*datas, **args)
+    out = fn(*datas, **args)
     outs = list(out) if op.multi_output else [out]
     for i, o in enumerate(outs):
         if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar

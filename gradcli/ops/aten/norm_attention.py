@@ -18,7 +18,7 @@ from .shape import contiguous
 # -- batch norm ------------------------------------------------------------------------
 @aten("native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
       "bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)", "NativeBatchNormBackward0",
-      differentiable_outputs=(True, False, False))
+      differentiable_outputs=(True, False, False), mutates=("running_mean", "running_var"))
 def native_batch_norm_op(input, weight, bias, running_mean, running_var, training, momentum, eps):
     return [contiguous(o) for o in K.native_batch_norm(input, weight, bias, running_mean, running_var, training,
                                                          momentum, eps)]

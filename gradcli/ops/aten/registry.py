@@ -55,9 +55,10 @@ class AtenOp(Op):
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
-                 "numbers_as_tensors")
+                 "numbers_as_tensors", "mutated")
 
-    def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None):
+    def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None,
+                 mutates=()):
         multi = schema.list_output or schema.n_outputs > 1
         n = len(schema.tensors)
         list_pos = [i for i, p in enumerate(schema.tensors) if p.is_list]
@@ -78,6 +79,9 @@ class AtenOp(Op):
         self._list_pos = list_pos[0] if list_pos else None
         # a Python number may stand for a Tensor input (Note [numbers as tensors])
         self.numbers_as_tensors = schema.name.split(".")[1].rstrip("_") in NUMBERS_AS_TENSORS
+        # the schema positions of the tensor inputs the forward writes into
+        names = [p.name for p in schema.tensors]
+        self.mutated = tuple(names.index(m) for m in mutates)
 
     # -- as a graph file names it -----------------------------------------------------
     @property
@@ -122,15 +126,37 @@ class AtenOp(Op):
     def _forward_any(self, *inputs, **args):
         if self._list_pos is not None and not self._is_structured(inputs):
             inputs = self.structure(inputs)
+        if self.mutated:
+            inputs = self._writable(inputs)
         full = self.defaults.copy()
         full.update(args)
         return self.forward(*inputs, **full)
+
+    # Note [Copy on write of leaves]: a loaded graph's leaves share read-only arrays
+    # between runs (Note [Leaves made once] in graph.py). An op that writes into an
+    # input (``mutates``: batch norm's running statistics, as PyTorch's training
+    # forward updates the module's buffers) first gives a read-only input a copy of
+    # its own: the Tensor's data for a Tensor, so the run sees the update; a new
+    # array for a raw read-only one (its caller cannot see the update, as it could
+    # not have written it).
+    def _writable(self, inputs):
+        inputs = list(inputs)
+        for p in self.mutated:
+            x = inputs[p]
+            if type(x) is Tensor:
+                if not x.data.flags.writeable:
+                    x.data = x.data.copy()
+            elif isinstance(x, np.ndarray) and not x.flags.writeable:
+                inputs[p] = x.copy()
+        return inputs
 
     # -- calling --------------------------------------------------------------------
     def __call__(self, *inputs, **args):
         if not self._is_structured(inputs):
             raise TypeError(f"{self.name} takes {len(self.schema.tensors)} tensor inputs "
                             f"({self.schema.text}), got {len(inputs)}")
+        if self.mutated:
+            self._writable(inputs)
         full = self.defaults.copy()
         full.update(args)
         flat = self.flatten(inputs)
@@ -266,7 +292,7 @@ def _not_differentiable(op, vjp, g, ans, flat, args):
     return record(marker, [raw] + deps, {})
 
 
-def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
+def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None, mutates=()):
     """Register ``forward(*inputs, **args)`` as the ATen overload ``schema`` declares.
 
     ``meta``: how the loader infers the outputs without computing them (Note [ATen
@@ -277,6 +303,8 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
     ``differentiable_outputs``: one bool per output (PyTorch's
     ``output_differentiability``); outputs marked False get no ``grad_fn``.
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
+    ``mutates``: the names of the tensor inputs the forward writes into (Note [Copy on
+    write of leaves]).
     """
     parsed = Schema(schema)
     if differentiable_outputs is not None and len(differentiable_outputs) != parsed.n_outputs:
@@ -284,7 +312,7 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None):
                          f"{parsed.n_outputs} outputs")
 
     def decorate(forward):
-        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs, meta)
+        op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs, meta, mutates)
         OPS[op.name] = op
         ATEN_OPS[op.name] = op
         return op
@@ -373,6 +401,55 @@ class AtenCall:
 
     def __call__(self, *flat, **args):
         return self.op(*self.structure(flat), **args)
+
+    def bind_args(self, args):
+        """This call with its args bound (Note [ATen calls bound at load]): a function of
+        the entry's tensors alone that does what ``__call__`` does, the schema's
+        defaults merged once and the layout's work done at load."""
+        # Note [ATen calls bound at load]: what a call would work out from the layout
+        # every time is worked out here once: whether the entry's tensors are the
+        # schema's inputs as they are (no list, null or number to place), which flat
+        # inputs the node has edges to (Note [non-differentiable inputs]) and the args
+        # with the schema's defaults. The node recorded, its edges and its outputs are
+        # those ``AtenOp.__call__`` makes.
+        op = self.op
+        layout = self.layout
+        full = {**op.defaults, **args}
+        forward = op.forward
+        keep_out = op.differentiable_outputs if op.multi_output else None
+        if (op._list_pos is not None or op.mutated
+                or not all(type(v) is Slot and v == k for k, v in enumerate(layout))):
+            def general(*flat):
+                return op(*self.structure(flat), **args)
+            return general
+        diff = op.differentiable_flat(len(layout))
+        keep = None if all(diff) else tuple(diff)
+        edges = None if keep is None else [i for i, d in enumerate(keep) if d]
+
+        def fn(*inputs, **_):
+            return forward(*inputs, **full)
+
+        def call(*flat):
+            for x in flat:
+                if type(x) is Tensor:
+                    break
+            else:
+                return forward(*flat, **full)
+            passed = flat if keep is None else [
+                x if d or type(x) is not Tensor else x.data for x, d in zip(flat, keep)]
+            out = record(op, passed, full, fn)
+            if edges is not None:
+                node = out.grad_fn if type(out) is Tensor else next(
+                    (o.grad_fn for o in out if o.grad_fn is not None), None)
+                if node is not None:
+                    node.next_edges = [node.next_edges[i] for i in edges]
+                    if node.input_devices is not None:
+                        node.input_devices = [node.input_devices[i] for i in edges]
+            if keep_out is not None:
+                out = [o if k < len(keep_out) and keep_out[k] or not o.requires_grad else Tensor(o.data)
+                       for k, o in enumerate(out)]
+            return out
+        return call
 
     def fn(self, *flat, **args):
         return self.op.fn(*self.structure(flat), **args)

@@ -1,0 +1,266 @@
+"""Weight files: the arrays of ``.npy`` files and ``.npz`` archives that a graph's
+leaves name, each file opened once per loaded graph and each array read once.
+
+Note [Weights read once]: the loader reads every member's header through one
+``WeightFiles`` (one zip directory parse per archive, however many leaves name it;
+each leaf re-opening the archive and parsing its whole directory was quadratic in
+the number of weights). The data is read the first time a run needs it and kept,
+read-only, for the graph's life: an uncompressed member (``np.savez``, gradcli's
+own export) and a ``.npy`` file are memory-mapped without a copy; a compressed
+member is inflated once. Read-only is what keeps one run from altering the next
+(an op that writes into an input, batch norm's running statistics, copies it
+first: Note [Copy on write of leaves] in ops/aten/registry.py). The check that the
+array is still the one the header promised happens at that first read, with the
+messages it always had. A file truncated while a graph maps it is outside the
+contract, as with ``numpy.load(mmap_mode="r")`` and ``torch.load(mmap=True)``.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+
+import numpy as np
+
+from .errors import first_line as _first_line
+
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")   # zipfile's structFileHeader
+_LOCAL_MAGIC = b"PK\x03\x04"
+
+
+class WeightFiles:
+    """The weight files of one loaded graph: ``peek`` (shape and dtype, at load) and
+    ``array`` (the read-only data, at the first run), each file opened once.
+
+    >>> files = WeightFiles()
+    >>> shape, dtype = files.peek("weights.npz", "fc.weight")     # doctest: +SKIP
+    >>> w = files.array("weights.npz", "fc.weight")               # doctest: +SKIP
+    """
+
+    def __init__(self):
+        self._archives = {}      # path -> _Archive (while loading, then on first read)
+        self._arrays = {}        # (path, key) -> read-only array
+        self._lock = threading.Lock()   # concurrent runs of one graph read a file once
+
+    def peek(self, full, key):
+        """Shape and dtype of an array in a .npy/.npz file, without loading it."""
+        if key is None:
+            with open(full, "rb") as fh:
+                return read_npy_header(fh)
+        archive = self._archive(full)
+        info = archive.member(key)
+        try:
+            with archive.zf.open(info) as fh:
+                return read_npy_header(fh)
+        except (KeyError, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+            raise _zip_error(exc) from None
+
+    def array(self, full, key):
+        """The array of a .npy file, or of member ``key`` of an .npz (the member
+        ``peek`` read the header of), without pickles: read once, then shared
+        read-only (Note [Weights read once])."""
+        cached = self._arrays.get((full, key))
+        if cached is not None:
+            return cached
+        with self._lock:
+            cached = self._arrays.get((full, key))
+            return cached if cached is not None else self._read(full, key)
+
+    def _read(self, full, key):
+        if key is None:
+            arr = _map_npy(full)
+        else:
+            archive = self._archive(full)
+            info = archive.member(key)
+            arr = archive.mapped(info)
+            if arr is None:
+                try:
+                    with archive.zf.open(info) as fh:
+                        arr = np.lib.format.read_array(fh, allow_pickle=False)
+                except MemoryError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+                    raise _zip_error(exc) from None
+        arr.flags.writeable = False
+        self._arrays[(full, key)] = arr
+        return arr
+
+    def close(self):
+        """Close the open archives (their mapped arrays stay valid)."""
+        for archive in self._archives.values():
+            archive.close()
+        self._archives.clear()
+
+    def _archive(self, full):
+        archive = self._archives.get(full)
+        if archive is not None and archive.stamp != _stamp(full):
+            archive.close()             # replaced since: its directory is read again
+            archive = None
+        if archive is None:
+            archive = self._archives[full] = _Archive(full)
+        return archive
+
+
+def _stamp(full):
+    """What tells a file replaced or rewritten: its inode, size and modification time."""
+    try:
+        st = os.stat(full)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class _Archive:
+    """One open .npz: its zip directory parsed once, members by name."""
+
+    def __init__(self, full):
+        self.full = full
+        self.stamp = _stamp(full)
+        self.zf = _open_npz(full)
+        self.counts = {}
+        for name in self.zf.namelist():
+            self.counts[name] = self.counts.get(name, 0) + 1
+        self.map = None
+
+    # Note [One member, checked and loaded]: np.load's NpzFile reads key ``a`` from
+    # member ``a`` when there is one and from ``a.npy`` otherwise, so an archive holding
+    # both had its header checked on one member and its data loaded from the other
+    # (shape and budget checks walked around). Here one function picks the member, for
+    # the header at load and for the data at run; a key that could mean two members
+    # (``a`` and ``a.npy``, or a name repeated in the zip directory) is refused. Every
+    # failure of zipfile on a hostile archive (unsupported compression, encryption, an
+    # unknown zip version, patched-data flags, bad CRCs, truncation) is a ValueError
+    # with zipfile's own first line.
+    def member(self, key):
+        """The ZipInfo of the array ``key`` names."""
+        counts = self.counts
+        candidates = [key] if key.endswith(".npy") else [key + ".npy", key]
+        found = [c for c in candidates if c in counts]
+        if not found:
+            raise KeyError(key)
+        if len(found) > 1:
+            raise ValueError(f"ambiguous key {key!r}: the archive holds both {found[1]!r} and "
+                             f"{found[0]!r}")
+        if counts[found[0]] > 1:
+            raise ValueError(f"ambiguous key {key!r}: the archive holds {found[0]!r} "
+                             f"{counts[found[0]]} times")
+        info = self.zf.getinfo(found[0])
+        if info.flag_bits & 0x1:
+            raise ValueError(f"member {info.filename!r} is encrypted (not supported)")
+        return info
+
+    # Note [Mapping a stored member]: a member the archive stores uncompressed is the
+    # bytes of a .npy file at an offset of the archive: its local header (30 bytes,
+    # the name, the extra field) comes first. It is mapped only when the local and
+    # the central headers agree that it is stored, unencrypted, under the same name,
+    # and its .npy header is a plain one whose data fits inside the member; anything
+    # else (a compressed member, a patched header) is read through zipfile, which
+    # checks it and raises its own error. Mapping skips zipfile's CRC check of the
+    # data: a flipped bit in a stored member gives its (wrong) value, as np.load with
+    # mmap_mode does for a .npy file.
+    def mapped(self, info):
+        """The member's array mapped from the archive, or None to read it through zipfile."""
+        import zipfile  # noqa: PLC0415
+
+        if (info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1
+                or info.compress_size != info.file_size):
+            return None
+        try:
+            if self.map is None:
+                with open(self.full, "rb") as fh:
+                    self.map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            mm = self.map
+            start = info.header_offset
+            head = mm[start:start + _LOCAL_HEADER.size]
+            if len(head) != _LOCAL_HEADER.size:
+                return None
+            fields = _LOCAL_HEADER.unpack(head)
+            magic, flags, method, name_len, extra_len = (fields[0], fields[3], fields[4],
+                                                         fields[10], fields[11])
+            name = mm[start + _LOCAL_HEADER.size:start + _LOCAL_HEADER.size + name_len]
+            if (magic != _LOCAL_MAGIC or flags & 0x1 or method != zipfile.ZIP_STORED
+                    or name != info.orig_filename.encode("utf-8" if flags & 0x800 else "cp437")):
+                return None
+            begin = start + _LOCAL_HEADER.size + name_len + extra_len
+            end = begin + info.file_size
+            if end > len(mm):
+                return None
+            return _array_at(mm, begin, end)
+        except (OSError, ValueError, UnicodeEncodeError, OverflowError):
+            return None
+
+    def close(self):
+        self.zf.close()
+        self.map = None
+
+
+def _array_at(buffer, begin, end):
+    """The .npy file in ``buffer[begin:end]`` as an array over the buffer, or None."""
+    import io  # noqa: PLC0415
+
+    fmt = np.lib.format
+    fh = io.BytesIO(buffer[begin:min(end, begin + 65536 + 16)])
+    try:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
+        else:
+            return None
+    except Exception:  # noqa: BLE001 - zipfile reads it again and reports it
+        return None
+    dtype = np.dtype(dtype)
+    if dtype.hasobject or not all(isinstance(n, int) and n >= 0 for n in shape):
+        return None
+    count = 1
+    for n in shape:
+        count *= n
+    offset = begin + fh.tell()
+    if offset + count * dtype.itemsize > end:
+        return None
+    flat = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
+
+
+def _map_npy(full):
+    """A .npy file mapped read-only (read whole when it cannot be mapped: an empty array)."""
+    try:
+        arr = np.load(full, mmap_mode="r", allow_pickle=False)
+    except ValueError:
+        return np.load(full, allow_pickle=False)   # the error np.load gives, or a 0-byte array
+    return arr.view(np.ndarray)       # a plain ndarray over the map: the engine's fast paths
+
+
+def _open_npz(full):
+    import zipfile  # noqa: PLC0415
+
+    try:
+        return zipfile.ZipFile(full)
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"not a valid .npz archive ({_first_line(exc)})") from None
+    except (OSError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - an unknown zip version, a bad directory, ...
+        raise _zip_error(exc) from None
+
+
+def _zip_error(exc):
+    return ValueError(f"not a valid .npz archive ({type(exc).__name__}: {_first_line(exc)})")
+
+
+def read_npy_header(fh):
+    """``(shape, dtype)`` from an open .npy stream's header (ValueError if malformed)."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(fh)
+        else:
+            shape, _, dtype = fmt.read_array_header_2_0(fh)
+    except Exception as exc:  # noqa: BLE001 - any malformed header
+        raise ValueError(f"not a valid .npy file ({exc})") from None
+    return tuple(shape), np.dtype(dtype)

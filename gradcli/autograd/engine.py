@@ -19,6 +19,7 @@ import numpy as np
 from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, accelerator_types, device_of,
                        set_current_device, to_device, to_host)
 from .graph_task import GraphTask
+from .hooks import check_tensor_hook_result, check_tuple_result
 from .input_buffer import DeterministicInputBuffer, InputBuffer
 from .node import GraphRoot
 from .ready_queue import RUN, SHUTDOWN, ReadyQueue, _tiebreak, node_task, wakeup_task
@@ -910,9 +911,10 @@ def call_tensor_pre_hooks(fn, inputs):
     hooks = fn.tensor_pre_hooks
     if hooks:
         for input_nr, hook in list(hooks):
-            result = hook(inputs[input_nr])
-            if result is not None:
-                _replace(inputs, input_nr, result)
+            original = inputs[input_nr]
+            result = hook(original)
+            if result is not None:       # Note [Hook results]
+                _replace(inputs, input_nr, check_tensor_hook_result(original, result, hook))
     retains = fn.retains_grad_hooks
     if retains:
         for input_nr, hook in list(retains.items()):
@@ -934,17 +936,19 @@ def _replace(inputs, input_nr, value):
 
 def call_pre_hooks(fn, inputs):
     for hook in list(fn.pre_hooks):
-        result = hook(tuple(inputs))
-        if result is not None:
-            inputs = list(result)
+        grads = tuple(inputs)
+        result = hook(grads)
+        if result is not None:           # Note [Hook results]
+            inputs = check_tuple_result(grads, result, hook)
     return inputs
 
 
 def call_post_hooks(fn, outputs, inputs):
     for hook in list(fn.post_hooks):
-        result = hook(tuple(outputs), tuple(inputs))
-        if result is not None:
-            outputs = list(result)
+        grads = tuple(outputs)
+        result = hook(grads, tuple(inputs))
+        if result is not None:           # Note [Hook results]
+            outputs = check_tuple_result(grads, result, hook)
     return outputs
 
 

@@ -1,6 +1,8 @@
 """Tensor: an array plus the autograd metadata PyTorch keeps on a Variable."""
 from __future__ import annotations
 
+import weakref
+
 from ..devices import device_of, to_host
 from . import dispatch
 from .node import AccumulateGrad, differentiable_accumulate
@@ -97,7 +99,15 @@ class Tensor:
         if self.retains_grad:
             return
 
-        def retain(grad, _tensor=self):
+        # Note [retain_grad holds its tensor weakly]: the hook lives on the grad_fn,
+        # which lives as long as any graph built from this tensor; a strong reference
+        # would keep the tensor (and its .grad) alive that long too.
+        ref = weakref.ref(self)
+
+        def retain(grad):
+            _tensor = ref()
+            if _tensor is None:
+                return grad
             if STATE.grad_enabled or type(_tensor.grad) is Tensor:   # create_graph
                 _tensor.grad = differentiable_accumulate(_tensor.grad, grad)
             else:

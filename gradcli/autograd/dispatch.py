@@ -30,6 +30,9 @@ from __future__ import annotations
 import types
 
 Tensor = None           # the Tensor class (set by tensor.py)
+# True once any in-place op has run in this process (Note [Version counters]): until
+# then every saved tensor is at version 0 and no node checks versions.
+VERSIONS_IN_USE = False
 ops = types.SimpleNamespace(clone=None, grad_copy=None, unbroadcast=None, cast=None, to=None)
 
 

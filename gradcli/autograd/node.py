@@ -159,6 +159,10 @@ class Node:
     def release_variables(self) -> None:
         """Free saved tensors (a backward without ``retain_graph``)."""
 
+    def note_output_version(self, output_nr, vc, version) -> None:
+        """Output ``output_nr`` now has version counter ``vc`` at ``version`` (Note
+        [Version counters]); a node that saved that output checks it when unpacking."""
+
     def will_release_variables(self) -> None:
         """Called before ``apply`` when saved tensors will be released after it."""
 

@@ -52,3 +52,42 @@ class SavedVariable:
         if self.is_output:
             return unpack_output(self.data, node, self.output_nr)
         return self.tensor if self.tensor is not None else self.data
+
+
+def modified_message(data, version, expected, output_of=None, saved_by=None) -> str:
+    """PyTorch's error for a saved tensor an in-place op changed (Note [Version counters])."""
+    shape = ", ".join(str(int(n)) for n in data.shape)
+    from ..devices import device_of  # noqa: PLC0415
+
+    what = f"[{device_of(data)} {data.dtype} [{shape}]]"
+    if output_of is not None:
+        output_nr, fn_name = output_of
+        what += f", which is output {output_nr} of {_forward_name(fn_name)},"
+    hint = f" Hint: the tensor was saved by {saved_by}." if saved_by else ""
+    return (f"one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: {what} is at version {version}; expected version "
+            f"{expected} instead.{hint}")
+
+
+def _forward_name(fn_name) -> str:
+    """``ExpBackward0`` -> ``Exp``: PyTorch 2.13 names the op, not its node."""
+    import re  # noqa: PLC0415
+
+    return re.sub(r"Backward\d*$", "", fn_name) or fn_name
+
+
+def check_saved_version(tensor, expected, node, vc=None, data=None, output_of=None):
+    """Raise when ``tensor`` (or the counter ``vc``) moved past ``expected``."""
+    if vc is None:
+        vc = tensor._vc
+        if vc is None and tensor._base is not None:
+            vc = tensor._base._vc
+        if vc is None:
+            return
+    if vc[0] == expected:
+        return
+    if tensor is not None:
+        data = tensor.data
+        if tensor.grad_fn is not None:
+            output_of = (tensor.output_nr, tensor.grad_fn.name)
+    raise RuntimeError(modified_message(data, vc[0], expected, output_of, node.name))

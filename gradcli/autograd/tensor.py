@@ -19,7 +19,8 @@ class Tensor:
     """
 
     __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "grad", "name",
-                 "retains_grad", "_grad_accumulator", "__weakref__")
+                 "retains_grad", "_grad_accumulator", "_vc", "_base", "_post_acc_hooks",
+                 "__weakref__")
 
     # NumPy defers to the Tensor's reflected operators (``array + tensor``
     # calls ``Tensor.__radd__``) instead of making an object array.
@@ -37,6 +38,9 @@ class Tensor:
         self.name = name
         self.retains_grad = False
         self._grad_accumulator = None
+        self._vc = None              # Note [Version counters]
+        self._base = None            # the tensor this one is a view of
+        self._post_acc_hooks = None
 
     # -- array-like properties ----------------------------------------------
     @property
@@ -58,6 +62,23 @@ class Tensor:
     @property
     def is_leaf(self) -> bool:
         return self.grad_fn is None
+
+    @property
+    def _version(self) -> int:
+        """How many in-place ops changed this tensor's memory (shared with its views).
+
+        Example::
+
+            x = Tensor(np.ones(3))
+            x.add_(1.0)
+            assert x._version == 1
+        """
+        vc = version_counter(self, create=False)
+        return 0 if vc is None else vc[0]
+
+    @property
+    def is_view(self) -> bool:
+        return self._base is not None
 
     def numpy(self):
         return to_host(self.data)
@@ -124,7 +145,44 @@ class Tensor:
                  create_graph=create_graph, inputs=inputs)
 
     def detach(self):
-        return Tensor(self.data, False, self.name)
+        """A Tensor sharing this one's memory and version counter, outside the graph."""
+        t = Tensor(self.data, False, self.name)
+        t._vc = version_counter(self)
+        return t
+
+
+# Note [Version counters]: PyTorch counts the in-place ops on each tensor's memory, and
+# a saved tensor remembers the count it saw, so a backward that would read memory an
+# in-place op has changed since fails instead of computing a wrong gradient. A tensor's
+# counter is a one-element list shared by the tensor, its views (``_base``) and its
+# detached copies; it is made on first need, so a tensor that no in-place op touches
+# costs nothing (its version is 0). When the counter of an op's output is made after
+# the op recorded its node, the node is told (``note_output_version``): a node that
+# saved its output checks that output's version too.
+def version_counter(t, create=True):
+    """``t``'s shared version counter (a one-element list), made when ``create``."""
+    vc = t._vc
+    if vc is not None:
+        return vc
+    base = t._base
+    if base is not None:
+        vc = version_counter(base, create)
+    elif create:
+        vc = [0]
+        fn = t.grad_fn
+        if fn is not None:
+            fn.note_output_version(t.output_nr, vc, 0)
+    if vc is not None:
+        t._vc = vc
+    return vc
+
+
+def bump_version(t) -> int:
+    """Count one in-place op on ``t``'s memory; returns the new version."""
+    vc = version_counter(t)
+    vc[0] += 1
+    dispatch.VERSIONS_IN_USE = True
+    return vc[0]
 
 
 # Tensor's operators are ops, installed on the class by gradcli.ops. Until the

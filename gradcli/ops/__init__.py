@@ -65,5 +65,12 @@ OP_FUNCTIONS = sorted(n for n, op in dict.items(OPS)
                       if op.public and op.fn is not None and n.isidentifier())
 globals().update({_name: OPS[_name] for _name in OP_FUNCTIONS})
 
-__all__ = ["OPS", "Arg", "BackwardFailure", "Op", "OpBackward", "ShapeMismatch", "declare",
+# In-place variants (``relu_``, ``add_``, ...): functions here and Tensor methods.
+from . import inplace as _inplace  # noqa: E402
+from .inplace import INPLACE_FUNCTIONS  # noqa: E402
+
+_inplace.install(Tensor)
+globals().update(INPLACE_FUNCTIONS)
+
+__all__ = ["OPS", *INPLACE_FUNCTIONS, "Arg", "BackwardFailure", "Op", "OpBackward", "ShapeMismatch", "declare",
            "defvjp", "expand_reduced", "primitive", "unbroadcast", *OP_FUNCTIONS]

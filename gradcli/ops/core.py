@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import dispatch
 from ..autograd.node import ERR_BACKWARD_TWICE, InputMetadata, Node
-from ..autograd.saved import unpack_output
+from ..autograd.saved import check_saved_version, unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
@@ -352,13 +353,15 @@ class _OneOfAll:
 class OpBackward(Node):
     """The backward node of one recorded op."""
 
-    __slots__ = ("op", "args", "saved", "input_devices")
+    __slots__ = ("op", "args", "saved", "input_devices", "versions")
 
     def apply(self, grads):
         saved = self.saved
         if saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
         op = self.op
+        if dispatch.VERSIONS_IN_USE and op.saves:   # Note [Version counters]
+            self._check_versions(saved)
         if not op.saves:                # (metadata..., None) (Note [Saved layout])
             inputs, ans = saved[:-1], None
         elif STATE.grad_enabled:
@@ -401,6 +404,42 @@ class OpBackward(Node):
             out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])
                    for i, o in enumerate(out)]
         return out
+
+    def _check_versions(self, saved):
+        """Raise PyTorch's error when a saved input or output was changed in place since
+        this node was recorded (its ``versions``: None when nothing was ever changed)."""
+        versions = getattr(self, "versions", None)      # unset: recorded at version 0
+        expected = versions[0] if versions is not None else None
+        n = len(saved) >> 1
+        used = None
+        for k, x in enumerate(saved[n + 1:]):
+            if type(x) is Tensor and (x._vc is not None or x._base is not None):
+                if used is None:                         # Note [What a node saved]
+                    used = self._saved_uses()[1]
+                if k in used:
+                    check_saved_version(x, 0 if expected is None else expected[k], self)
+        if versions is not None and versions[1]:
+            for output_nr, (vc, version) in versions[1].items():
+                if vc[0] != version:
+                    out = saved[n][output_nr] if self.op.multi_output else saved[n]
+                    check_saved_version(None, version, self, vc=vc, data=out,
+                                        output_of=(output_nr, self.name))
+
+    def _saved_uses(self):
+        from .uses import saved_uses  # noqa: PLC0415 - only once in-place ops are in use
+
+        n = len(self.saved) >> 1
+        valid = tuple(e is not None for e in self.next_edges)
+        if len(valid) != n:                  # an ATen op dropped edges: read them all
+            return True, frozenset(range(n))
+        return saved_uses(self.op, valid)
+
+    def note_output_version(self, output_nr, vc, version):
+        if self.op.saves and self.saved is not None and self._saved_uses()[0]:
+            versions = getattr(self, "versions", None)
+            if versions is None or versions[1] is None:
+                versions = self.versions = (None if versions is None else versions[0], {})
+            versions[1][output_nr] = (vc, version)
 
     def _zeros(self, i):
         meta = self.input_metadata[i]
@@ -466,7 +505,10 @@ def record(op, inputs, args):
             if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
-                return Tensor(o)
+                t = Tensor(o)
+                if op.view:
+                    _mark_view(t, inputs)
+                return t
             # (a tuple of edges and of saved arrays: smaller than lists, read-only here)
             node = OpBackward(op.node_name_for(datas, args),
                               tuple([x.gradient_edge() if type(x) is Tensor and x.requires_grad
@@ -482,8 +524,12 @@ def record(op, inputs, args):
                                 else InputMetadata.of(d) if hasattr(d, "shape") else d
                                 for d in datas], None)
             node.input_devices = None
+            if dispatch.VERSIONS_IN_USE and op.saves:
+                node.versions = (saved_versions(inputs), None)
             t = Tensor(o, requires_grad=True)
             t.grad_fn = node
+            if op.view:
+                _mark_view(t, inputs)
             return t
     datas = [x.data if type(x) is Tensor else x for x in inputs]
     on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
@@ -499,6 +545,9 @@ def record(op, inputs, args):
                   and any(o.dtype.kind == "f" for o in outs))
     if not needs_grad:
         tensors = [Tensor(o) for o in outs]
+        if op.view:
+            for t in tensors:
+                _mark_view(t, inputs)
         return tensors if op.multi_output else tensors[0]
 
     edges = [x.gradient_edge() if type(x) is Tensor and x.requires_grad else None for x in inputs]
@@ -510,11 +559,38 @@ def record(op, inputs, args):
     else:
         node.saved = (*[InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas], None)
     node.input_devices = [device_of(d) for d in datas] if on_accel else None
+    if dispatch.VERSIONS_IN_USE and op.saves:
+        node.versions = (saved_versions(inputs), None)
     tensors = []
     for i, o in enumerate(outs):
         t = Tensor(o, requires_grad=o.dtype.kind == "f")
         if t.requires_grad:
             t.grad_fn = node
             t.output_nr = i
+        if op.view:
+            _mark_view(t, inputs)
         tensors.append(t)
     return tensors if op.multi_output else tensors[0]
+
+
+def saved_versions(inputs):
+    """The version each Tensor input is at as a node saves it (Note [Version counters])."""
+    return tuple(x._version if type(x) is Tensor else 0 for x in inputs)
+
+
+def _mark_view(t, inputs):
+    """Make ``t`` a view of ``inputs[0]`` when its array is a view of that one's memory
+    (an op flagged ``view`` may still copy: a reshape of a transposed array). A view
+    shares its base's version counter; ``_base`` is the root base, as PyTorch's."""
+    x = inputs[0] if inputs else None
+    if type(x) is not Tensor:
+        return
+    o, d = t.data, x.data
+    b = getattr(o, "base", None)
+    if b is not None and (b is d or b is getattr(d, "base", None) or o is d):
+        t._base = x._base if x._base is not None else x
+        if x._vc is not None:
+            t._vc = x._vc
+    elif o is d:
+        t._base = x._base if x._base is not None else x
+        t._vc = x._vc

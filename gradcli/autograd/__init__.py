@@ -19,6 +19,8 @@ _LAZY = {
     "no_grad": "state", "set_grad_enabled": "state", "set_multithreading_enabled": "state",
     "is_multithreading_enabled": "state",
     "Tensor": "tensor",
+    "checkpoint": "checkpoint",
+    "disable_saved_tensors_hooks": "graph", "saved_tensors_hooks": "graph",
     # The custom-Function API: a graph without a ``custom`` op never needs it.
     "BackwardCFunction": "function", "Function": "function", "as_function": "function",
 }

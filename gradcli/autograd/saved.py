@@ -17,7 +17,8 @@ time".
 """
 from __future__ import annotations
 
-from .tensor import Tensor
+from . import dispatch
+from .tensor import Tensor, version_counter
 
 
 def unpack_output(data, node, output_nr):
@@ -31,22 +32,49 @@ def unpack_output(data, node, output_nr):
 
 
 class SavedVariable:
-    """One saved value: a Tensor input (kept), a Tensor output (array + number), or a raw array."""
+    """One saved value: a Tensor input (kept), a Tensor output (array + number), or a raw
+    array; packed instead when saved-tensor hooks are active (Note [Saved-tensor hooks]),
+    and checked against its version counter when unpacked (Note [Version counters])."""
 
-    __slots__ = ("data", "tensor", "output_nr", "is_output")
+    __slots__ = ("data", "tensor", "output_nr", "is_output", "version", "packed")
 
     def __init__(self, value, is_output=False, output_nr=0):
         self.is_output = is_output and type(value) is Tensor and value.requires_grad
         self.output_nr = output_nr
+        self.packed = None
+        self.version = None
         if type(value) is Tensor:
             self.data = value.data
             self.tensor = None if self.is_output else value
+            if dispatch.SAVED_CHECKS:
+                from .graph import Packed, current_hooks  # noqa: PLC0415
+
+                hooks = current_hooks()
+                if hooks is not None:
+                    self.packed = Packed(value, hooks, is_output=self.is_output)
+                    self.data = self.tensor = None
+                else:
+                    self.version = (value._version, version_counter(value),
+                                    None if self.is_output else value)
         else:
             self.data = value
             self.tensor = None
 
     def unpack(self, node=None, as_tensor=False):
         """The raw array, or with ``as_tensor`` the Tensor (outputs get ``grad_fn=node``)."""
+        if self.packed is not None:
+            t = self.packed.unpack()
+            if self.is_output:
+                t.requires_grad, t.grad_fn, t.output_nr = True, node, self.output_nr
+            return t if as_tensor else t.data
+        if self.version is not None:
+            expected, vc, value = self.version
+            if vc[0] != expected:
+                output_of = (self.output_nr, node.name) if self.is_output else None
+                if self.is_output:
+                    raise RuntimeError(modified_message(self.data, vc[0], expected, output_of,
+                                                        node.name if node else None))
+                check_saved_version(value, expected, node)
         if not as_tensor:
             return self.data
         if self.is_output:

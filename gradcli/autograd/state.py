@@ -17,6 +17,8 @@ class _AutogradState(threading.local):
     anomaly_nan = False          # check node outputs for NaN (anomaly mode)
     anomaly_inf = False          # also check for Inf
     sequence_nr = 0              # next sequence number of a node recorded here
+    saved_hooks = ()             # the saved-tensor hooks stack (Note [Saved-tensor hooks])
+    saved_hooks_disabled = None  # disable_saved_tensors_hooks' message
 
 
 STATE = _AutogradState()

@@ -182,6 +182,7 @@ def bump_version(t) -> int:
     vc = version_counter(t)
     vc[0] += 1
     dispatch.VERSIONS_IN_USE = True
+    dispatch.SAVED_CHECKS = True
     return vc[0]
 
 

@@ -24,8 +24,11 @@ from .reentrant import reenter  # noqa: F401 - registers reenter
 from ..autograd import dispatch as _dispatch
 
 # The ops a create_graph backward records with inside the core (Note [Core dispatch]).
+from .reentrant import checkpoint as _reentrant_checkpoint  # noqa: E402
+
 _dispatch.register_ops(clone=_library.clone, grad_copy=_library.grad_copy,
-                       unbroadcast=_library.unbroadcast, cast=_library.cast, to=_library.to)
+                       unbroadcast=_library.unbroadcast, cast=_library.cast, to=_library.to,
+                       checkpoint=_reentrant_checkpoint)
 
 
 def _binary(op, reverse=False):

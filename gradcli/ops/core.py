@@ -360,8 +360,11 @@ class OpBackward(Node):
         if saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
         op = self.op
-        if dispatch.VERSIONS_IN_USE and op.saves:   # Note [Version counters]
-            self._check_versions(saved)
+        if dispatch.SAVED_CHECKS and op.saves:      # Note [Version counters]
+            if type(saved) is not tuple:            # Note [Saved-tensor hooks]
+                saved = saved.values()
+            else:
+                self._check_versions(saved)
         if not op.saves:                # (metadata..., None) (Note [Saved layout])
             inputs, ans = saved[:-1], None
         elif STATE.grad_enabled:
@@ -435,7 +438,8 @@ class OpBackward(Node):
         return saved_uses(self.op, valid)
 
     def note_output_version(self, output_nr, vc, version):
-        if self.op.saves and self.saved is not None and self._saved_uses()[0]:
+        if (self.op.saves and type(self.saved) is tuple   # (not packed by hooks)
+                and self._saved_uses()[0]):
             versions = getattr(self, "versions", None)
             if versions is None or versions[1] is None:
                 versions = self.versions = (None if versions is None else versions[0], {})
@@ -524,12 +528,12 @@ def record(op, inputs, args):
                                 else InputMetadata.of(d) if hasattr(d, "shape") else d
                                 for d in datas], None)
             node.input_devices = None
-            if dispatch.VERSIONS_IN_USE and op.saves:
-                node.versions = (saved_versions(inputs), None)
             t = Tensor(o, requires_grad=True)
             t.grad_fn = node
             if op.view:
                 _mark_view(t, inputs)
+            if dispatch.SAVED_CHECKS and op.saves:
+                _save_checked(node, inputs, [t])
             return t
     datas = [x.data if type(x) is Tensor else x for x in inputs]
     on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
@@ -559,8 +563,6 @@ def record(op, inputs, args):
     else:
         node.saved = (*[InputMetadata.of(d) if hasattr(d, "shape") else d for d in datas], None)
     node.input_devices = [device_of(d) for d in datas] if on_accel else None
-    if dispatch.VERSIONS_IN_USE and op.saves:
-        node.versions = (saved_versions(inputs), None)
     tensors = []
     for i, o in enumerate(outs):
         t = Tensor(o, requires_grad=o.dtype.kind == "f")
@@ -570,7 +572,24 @@ def record(op, inputs, args):
         if op.view:
             _mark_view(t, inputs)
         tensors.append(t)
+    if dispatch.SAVED_CHECKS and op.saves:
+        _save_checked(node, inputs, tensors)
     return tensors if op.multi_output else tensors[0]
+
+
+def _save_checked(node, inputs, outputs):
+    """Record the saved inputs' versions (Note [Version counters]), or pack the saved
+    values through the thread's saved-tensor hooks (Note [Saved-tensor hooks])."""
+    from ..autograd.graph import PackedSaved, current_hooks  # noqa: PLC0415
+
+    hooks = current_hooks()
+    if hooks is not None:
+        saved = node.saved
+        n = len(saved) >> 1
+        node.saved = PackedSaved(saved[:n], saved[n], inputs, outputs, hooks,
+                                 node._saved_uses())
+    elif dispatch.VERSIONS_IN_USE:
+        node.versions = (saved_versions(inputs), None)
 
 
 def saved_versions(inputs):

@@ -117,7 +117,7 @@ def apply_inplace(op, x, *others, **args):
 
 def _keep_output(op, node, result, x, version):
     """The node's saved output is ``x``'s memory at ``version`` (Note [Version counters])."""
-    if op.saves and node is not None and getattr(node, "saved", None) is not None:
+    if op.saves and node is not None and type(getattr(node, "saved", None)) is tuple:
         saved = node.saved
         n = len(saved) >> 1
         if saved[n] is result.data and result.data.dtype == x.data.dtype:

@@ -20,7 +20,7 @@ _LAZY = {
     "is_multithreading_enabled": "state",
     "Tensor": "tensor",
     "checkpoint": "checkpoint",
-    "disable_saved_tensors_hooks": "graph", "saved_tensors_hooks": "graph",
+    "disable_saved_tensors_hooks": "graph", "register_multi_grad_hook": "graph", "saved_tensors_hooks": "graph",
     # The custom-Function API: a graph without a ``custom`` op never needs it.
     "BackwardCFunction": "function", "Function": "function", "as_function": "function",
 }

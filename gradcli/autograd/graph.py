@@ -172,3 +172,118 @@ class PackedSaved:
                 tensors.append(e)
         outs = [e.unpack().data if type(e) is Packed else e for e in self.out]
         return (*datas, outs if self.multi else outs[0], *tensors)
+
+
+# Note [Multi-grad hooks]: ``register_multi_grad_hook`` puts one tensor hook on each of
+# the tensors. In a backward (one graph task), mode "all" calls ``fn`` once, with one
+# gradient per tensor (None for those this backward computes none for), as soon as the
+# last of the tensors that will get one has got it; which will is read off the graph
+# task the first time one of the hooks fires (the nodes reachable from its roots, or
+# under grad() those it runs or captures: PyTorch's _will_engine_execute_node, which
+# refuses leaves under grad(); gradcli answers for them too). Mode "any" calls
+# ``fn(grad)`` once, with the first of the gradients. State is kept per graph task, so
+# concurrent backwards each get their own call.
+class _MultiHandle:
+    __slots__ = ("handles",)
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _will_execute(graph_task, nodes):
+    """For each node: will this graph task run it (or capture its gradient)?"""
+    exec_info = graph_task.exec_info
+    if exec_info:
+        out = []
+        for fn in nodes:
+            info = exec_info.get(fn)
+            out.append(info is not None and (info.should_execute() or info.captures is not None))
+        return out
+    seen = set()
+    stack = list(graph_task.graph_roots)
+    while stack:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        stack.extend(e[0] for e in fn.next_edges if e is not None)
+    return [fn in seen for fn in nodes]
+
+
+def register_multi_grad_hook(tensors, fn, *, mode="all"):
+    """Call ``fn`` once per backward when the gradients of ``tensors`` are computed.
+
+    ``mode="all"``: ``fn(grads)``, a tuple with each tensor's gradient (None where this
+    backward computes none), after the last one is computed. ``mode="any"``:
+    ``fn(grad)`` with the first gradient computed. Returns a handle with ``remove()``.
+
+    Example::
+
+        handle = register_multi_grad_hook((a, b), lambda grads: print(len(grads)))
+        (a * b).sum().backward()        # prints 2
+        handle.remove()
+    """
+    if mode not in ("all", "any"):
+        raise ValueError(f"Expects mode to be one of ('all', 'any') but got {mode}")
+    import threading  # noqa: PLC0415
+
+    from .state import ENGINE_TLS  # noqa: PLC0415
+
+    tensors = tuple(tensors)
+    nodes = []
+    for t in tensors:
+        edge = t.gradient_edge() if t.requires_grad else None
+        if edge is None:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require "
+                               "gradient")
+        nodes.append(edge[0])
+    lock = threading.Lock()
+    pending = {}           # graph task id -> [expected count, grads] ("all"), or True ("any")
+
+    def make_hook(i):
+        def hook(grad):
+            task = ENGINE_TLS.current_graph_task
+            key = task.id if task is not None else None
+            with lock:
+                if mode == "any":
+                    if key in pending:
+                        return None
+                    pending[key] = True
+                    call = (grad,)
+                else:
+                    state = pending.get(key)
+                    if state is None:
+                        expected = (sum(_will_execute(task, nodes)) if task is not None
+                                    else len(tensors))
+                        state = pending[key] = [expected, [None] * len(tensors)]
+                    state[1][i] = grad
+                    state[0] -= 1
+                    if state[0] > 0:
+                        return None
+                    del pending[key]
+                    call = (tuple(state[1]),)
+            if mode == "any":
+                _forget_later(pending, key, lock)
+            fn(*call)
+            return None
+        return hook
+
+    return _MultiHandle([t.register_hook(make_hook(i)) for i, t in enumerate(tensors)])
+
+
+def _forget_later(pending, key, lock):
+    """Drop a mode-"any" hook's per-backward mark when that backward ends."""
+    from .engine import Engine  # noqa: PLC0415
+
+    def forget():
+        with lock:
+            pending.pop(key, None)
+
+    try:
+        Engine.queue_callback(forget)
+    except RuntimeError:
+        forget()

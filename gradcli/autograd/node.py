@@ -238,6 +238,13 @@ class AccumulateGrad(Node):
         if new_grad is None:
             return []
         var = self.variable
+        if var._post_acc_hooks:
+            self._accumulate(grads, new_grad, var)
+            call_post_accumulate_grad_hooks(var)
+            return []
+        return self._accumulate(grads, new_grad, var)
+
+    def _accumulate(self, grads, new_grad, var):
         if STATE.grad_enabled:
             # Note [Differentiable .grad]: with create_graph the engine runs
             # nodes with grad mode on; .grad must stay differentiable, so it
@@ -272,6 +279,13 @@ class AccumulateGrad(Node):
             else:
                 var.grad = old + new_grad
         return []
+
+
+def call_post_accumulate_grad_hooks(var):
+    """Run a leaf's post-accumulate-grad hooks after its ``.grad`` was updated."""
+    for (hook,) in list(var._post_acc_hooks):
+        if hook(var) is not None:
+            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def differentiable_accumulate(old, new_grad, like=None):

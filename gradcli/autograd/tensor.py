@@ -111,6 +111,25 @@ class Tensor:
         node, input_nr = self.gradient_edge()
         return node.add_tensor_pre_hook(input_nr, fn)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """``hook(tensor) -> None`` runs after a backward accumulated into this leaf's
+        ``.grad`` (an optimizer step in the backward). Returns a handle with ``remove()``.
+
+        Example::
+
+            w.register_post_accumulate_grad_hook(lambda p: p.grad.fill(0))
+        """
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
+        if self._post_acc_hooks is None:
+            self._post_acc_hooks = []
+        entry = (hook,)
+        self._post_acc_hooks.append(entry)
+        return _ListHandle(self._post_acc_hooks, entry)
+
     def retain_grad(self):
         """Keep ``.grad`` on this non-leaf tensor after backward."""
         if self.grad_fn is None:
@@ -149,6 +168,21 @@ class Tensor:
         t = Tensor(self.data, False, self.name)
         t._vc = version_counter(self)
         return t
+
+
+class _ListHandle:
+    """Removes one entry from a hook list (``RemovableHandle.remove``)."""
+
+    __slots__ = ("_list", "_entry")
+
+    def __init__(self, lst, entry):
+        self._list, self._entry = lst, entry
+
+    def remove(self):
+        try:
+            self._list.remove(self._entry)
+        except ValueError:
+            pass
 
 
 # Note [Version counters]: PyTorch counts the in-place ops on each tensor's memory, and

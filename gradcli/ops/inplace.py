@@ -27,6 +27,11 @@ from ..autograd.state import STATE
 from ..autograd.tensor import Tensor, bump_version, version_counter
 from . import library as L
 
+class InplaceError(RuntimeError, ValueError):
+    """An in-place op refused on its inputs (PyTorch's RuntimeError); a ValueError too, so
+    that a graph file whose entry makes it is invalid input, named by file, line and op."""
+
+
 ERR_LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
 ERR_VIEW_OF_LEAF = ("a view of a leaf Variable that requires grad is being used in an "
                     "in-place operation.")
@@ -50,10 +55,10 @@ def check_inplace(x) -> None:
     if not STATE.grad_enabled:
         return
     if x.grad_fn is None and x.requires_grad:
-        raise RuntimeError(ERR_VIEW_OF_LEAF if x._base is not None else ERR_LEAF)
+        raise InplaceError(ERR_VIEW_OF_LEAF if x._base is not None else ERR_LEAF)
     base = x._base
     if base is not None and base.grad_fn is None and base.requires_grad:
-        raise RuntimeError(ERR_VIEW_OF_LEAF)
+        raise InplaceError(ERR_VIEW_OF_LEAF)
 
 
 def _alias(x, data):
@@ -67,19 +72,19 @@ def _write(x, value) -> None:
     """Copy ``value`` into ``x``'s array (PyTorch's cast rule: same kind or safer)."""
     dst = x.data
     if not np.can_cast(value.dtype, dst.dtype, "same_kind"):
-        raise RuntimeError(f"result type {_torch_dtype_name(value.dtype)} can't be cast to the "
+        raise InplaceError(f"result type {_torch_dtype_name(value.dtype)} can't be cast to the "
                            f"desired output type {_torch_dtype_name(dst.dtype)}")
     if not dst.flags.writeable:
         if any(s == 0 for s, n in zip(dst.strides, dst.shape) if n > 1):
-            raise RuntimeError("unsupported operation: more than one element of the written-to "
+            raise InplaceError("unsupported operation: more than one element of the written-to "
                                "tensor refers to a single memory location. Please clone() the "
                                "tensor before performing the operation.")
         if x._base is not None or x._vc is not None:
-            raise RuntimeError("an in-place op cannot write into a read-only array that other "
+            raise InplaceError("an in-place op cannot write into a read-only array that other "
                                "tensors share; clone() the tensor first")
         x.data = dst = dst.copy()       # read-only memory nothing else sees: own a copy
     if np.broadcast_shapes(value.shape, dst.shape) != dst.shape:
-        raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast "
+        raise InplaceError(f"output with shape {list(dst.shape)} doesn't match the broadcast "
                            f"shape {list(np.broadcast_shapes(value.shape, dst.shape))}")
     np.copyto(dst, value, casting="same_kind")
 

@@ -49,15 +49,25 @@ def saved_uses(op, valid):
         return hit
     n = len(valid)
     uses_out, used = False, set()
+    schema_vjps = getattr(op, "schema_vjps", None)
+    if (schema_vjps is not None and getattr(op, "joint_vjp", 1) is None
+            and len(schema_vjps) == n and all(d for d in op.differentiable_inputs)):
+        # an ATen op: its per-input formulas, one per edge (no Tensor[] input here)
+        fns = [schema_vjps[i] for i in range(n) if valid[i] and schema_vjps[i] is not None]
+        return _scan(op, fns, n, key, uses_out, used, aten=True)
     fns = ([op.vjp_all] if op.vjp_all is not None
            else [op.vjps[i] for i in range(n) if valid[i]] if op.vjps is not None else [])
+    return _scan(op, fns, n, key, uses_out, used)
+
+
+def _scan(op, fns, n, key, uses_out, used, aten=False):
     for fn in fns:
         found = _value_names(fn)
         if found is None:
             uses_out, used = True, set(range(n))
             break
         names, params = found
-        if op.vjp_all is not None:          # fn(g, ans, inputs, needed, args)
+        if op.vjp_all is not None and not aten:   # fn(g, ans, inputs, needed, args)
             if len(params) > 1 and params[1] in names:
                 uses_out = True
             if len(params) > 2 and params[2] in names:

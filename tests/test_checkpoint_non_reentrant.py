@@ -1,6 +1,6 @@
-"""Non-reentrant checkpoint (gradcli.autograd.checkpoint, use_reentrant=False), mirrored
-from PyTorch's test/test_autograd.py::TestNestedCheckpoint and test_utils.py's checkpoint
-tests; each names the test it mirrors. Also ``use_reentrant: false`` in graph files."""
+"""Non-reentrant checkpoint (gradcli.autograd.checkpoint, use_reentrant=False), as
+PyTorch's torch.utils.checkpoint: each test names the test of test/test_autograd.py it
+mirrors, or the rule of PyTorch's it checks. Also ``use_reentrant: false`` in graph files."""
 from __future__ import annotations
 
 import warnings
@@ -32,8 +32,9 @@ def reference(fn, x):
 
 
 def test_matches_plain_gradients_and_recomputes_once():
-    """Mirrors test_utils.py::TestCheckpoint::test_checkpoint_non_reentrant (the forward
-    runs once, the backward recomputes once, the gradients are the plain graph's)."""
+    """Mirrors test_autograd.py::TestAutograd::test_checkpointing_without_reentrant_
+    correct_grad (the gradients are the plain graph's; the forward runs once and the
+    backward recomputes once)."""
     calls = []
 
     def counted(x):
@@ -51,8 +52,8 @@ def test_matches_plain_gradients_and_recomputes_once():
 
 
 def test_works_with_backward_inputs():
-    """Mirrors test_autograd.py::TestAutograd::test_checkpoint_valid_reset / test_utils'
-    test_checkpoint_no_reentrant_with_backward_inputs: backward(inputs=...) works."""
+    """The non-reentrant checkpoint under backward(inputs=...), which the reentrant one
+    refuses (test_autograd.py::TestAutograd::test_checkpoint_valid_reset's error)."""
     x = leaf(3, 4)
     ref = reference(block, x)
     W.grad = None
@@ -80,7 +81,7 @@ def test_nested_checkpoints(early_stop):
 
 
 def test_early_stop():
-    """Mirrors test_autograd.py::TestNestedCheckpoint::test_checkpoint_early_stop: the
+    """torch/utils/checkpoint.py's early_stop (torch 2.13 on the same code): the
     recomputation stops once every saved tensor is back; without early_stop the whole
     function runs again."""
     def fn(x, log):
@@ -135,8 +136,8 @@ def test_input_changed_in_place_fails_backward():
 
 
 def test_different_number_of_saved_tensors():
-    """Mirrors test_utils.py::TestCheckpoint::test_checkpoint_non_reentrant_... (a
-    function that saves more during recomputation)."""
+    """torch/utils/checkpoint.py's check that the recomputation saves what the forward
+    saved (a function that saves more during recomputation)."""
     state = {"n": 1}
 
     def fn(x):
@@ -152,7 +153,7 @@ def test_different_number_of_saved_tensors():
 
 
 def test_reentrant_stays_with_its_errors_and_default_warns():
-    """Mirrors test_utils.py::TestCheckpoint::test_checkpoint_reentrant_... : the
+    """Mirrors test_autograd.py::TestAutograd::test_checkpoint_valid_reset's premise: the
     reentrant checkpoint refuses grad(); leaving use_reentrant out warns (PyTorch 2.13)."""
     x = leaf(3, 4)
     with warnings.catch_warnings(record=True) as caught:

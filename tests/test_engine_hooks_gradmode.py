@@ -167,8 +167,9 @@ def test_node_hooks_check_size_and_dtype():
 
 # -- grad modes -------------------------------------------------------------------
 def test_set_grad_enabled_as_function():
-    """Mirrors test_autograd.py::TestAutograd::test_set_grad_enabled (a plain call
-    changes the mode; as a context manager it restores the previous one)."""
+    """torch/autograd/grad_mode.py's set_grad_enabled (a plain call changes the mode;
+    as a context manager it restores the previous one); no test of its own in
+    test_autograd.py."""
     x = leaf()
     try:
         set_grad_enabled(False)
@@ -183,8 +184,9 @@ def test_set_grad_enabled_as_function():
 
 
 def test_grad_mode_decorators():
-    """Mirrors test_autograd.py::TestAutograd::test_no_grad / test_enable_grad_decorator_
-    no_paren and test_set_grad_enabled's decorator use."""
+    """Mirrors test_autograd.py::TestAutograd::test_no_grad and
+    test_enable_grad_decorator_no_paren (the decorators), and set_grad_enabled's
+    decorator use from grad_mode.py."""
     x = leaf()
 
     @no_grad()
@@ -230,8 +232,8 @@ def test_set_multithreading_enabled_as_function():
 
 @pytest.mark.timeout(30)
 def test_grad_mode_is_thread_local():
-    """Mirrors test_autograd.py::TestAutograd::test_grad_mode_restored_reentrant's
-    premise and TestMultithreadAutograd: grad mode is per thread."""
+    """Grad mode is thread-local state, as PyTorch's GradMode (the premise of
+    test_autograd.py::TestMultithreadAutograd's tests)."""
     seen = []
     set_grad_enabled(False)
     try:
@@ -258,8 +260,8 @@ def test_grad_materialize_grads():
 
 
 def test_grad_mismatch_in_shape():
-    """Mirrors test_autograd.py::TestAutograd::test_grad_mismatch_in_shape (gradcli
-    writes shapes as lists, PyTorch as torch.Size)."""
+    """Mirrors the shape-mismatch part of test_autograd.py::TestAutograd::
+    test_grad_batched_grad (gradcli writes shapes as lists, PyTorch as torch.Size)."""
     a = leaf()
     b = a * 2
     msg = (r"^Mismatch in shape: grad_output\[0\] has a shape of \[4\] and output\[0\] has "

@@ -41,8 +41,8 @@ def test_version_counter():
 
 
 def test_inplace_on_leaf_requiring_grad_raises():
-    """Mirrors test_autograd.py::TestAutograd::test_leaf_assignment / test_inplace_on_
-    view_leaf... (PyTorch's check_inplace): a leaf that requires grad, or a view of one."""
+    """Mirrors test_autograd.py::TestAutograd::test_leaf_assignment (PyTorch's
+    check_inplace): a leaf that requires grad, or a view of one."""
     x = t([1.0, 2.0, 3.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="^a leaf Variable that requires grad is being "
                                            "used in an in-place operation.$"):
@@ -59,8 +59,8 @@ def test_inplace_on_leaf_requiring_grad_raises():
 
 
 def test_saved_output_modified_raises():
-    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_... / the exp case of
-    test_saved_variable_version_counter: ExpBackward0 saved its result."""
+    """Mirrors test_autograd.py::TestAutograd::test_saved_variable_version_counter (the
+    exp case): ExpBackward0 saved its result."""
     x = t([1.0, 2.0, 3.0], requires_grad=True)
     y = O.exp(x)
     y.add_(1.0)
@@ -74,8 +74,8 @@ def test_saved_output_modified_raises():
 
 
 def test_saved_input_modified_raises():
-    """Mirrors test_autograd.py::TestAutograd::test_version_counter_in_... (a node's
-    saved input changed in place): MulBackward0 saved y for y * y."""
+    """Mirrors test_autograd.py::TestAutograd::test_inplace (its 'modified by an inplace
+    operation' check on a saved input): MulBackward0 saved y for y * y."""
     x = t([1.0, 2.0, 3.0], requires_grad=True)
     y = x * 2
     z = y * y

@@ -41,8 +41,8 @@ def test_post_accumulate_grad_hook_e2e():
 
 
 def test_post_accumulate_grad_hook_only_on_leaves():
-    """Mirrors test_autograd.py::TestAutograd::test_post_accumulate_grad_hook_only_on_
-    leaf (and a tensor that requires no grad)."""
+    """Mirrors test_autograd.py::TestAutograd::test_post_accumulate_grad_hook_on_non_leaf
+    (and a tensor that requires no grad)."""
     a = ones()
     with pytest.raises(RuntimeError, match="^post accumulate grad hooks cannot be registered "
                                            "on non-leaf tensors$"):
@@ -159,7 +159,7 @@ def test_multi_grad_hook_fires_with_the_last_tensor_hook():
 
 
 def test_multi_grad_hook_bad_mode():
-    """Mirrors test_autograd.py::TestAutograd::test_multi_grad_hooks_invalid_mode."""
+    """register_multi_grad_hook's mode check (torch 2.13's message)."""
     with pytest.raises(ValueError, match=r"^Expects mode to be one of \('all', 'any'\) but "
                                          r"got some$"):
         register_multi_grad_hook((ones(),), lambda g: None, mode="some")
@@ -167,7 +167,7 @@ def test_multi_grad_hook_bad_mode():
 
 @pytest.mark.timeout(60)
 def test_multi_grad_hook_concurrent_backwards():
-    """Mirrors test_autograd.py::TestAutograd::test_multi_grad_all_hooks with threads
+    """test_autograd.py::TestAutograd::test_multi_grad_all_hooks with threads
     (PyTorch keys its state by graph task): each concurrent backward gets one call."""
     a, b = ones(), ones()
     calls = []

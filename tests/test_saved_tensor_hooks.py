@@ -1,7 +1,7 @@
-"""Saved-tensor hooks (gradcli.autograd.graph), mirrored from PyTorch's
-test/test_autograd.py::TestAutogradSavedTensorHooks... and TestAutograd::test_saved_
-tensor_hooks_*; each test names the one it mirrors. What is packed, in which order, and
-the messages are PyTorch 2.13's on the same code."""
+"""Saved-tensor hooks (gradcli.autograd.graph), as PyTorch's torch.autograd.graph: each
+test names the test of test/test_autograd.py it mirrors, or the rule of PyTorch's it
+checks. What is packed, in which order, and the messages were checked with torch 2.13
+on the same code."""
 from __future__ import annotations
 
 import threading
@@ -19,8 +19,7 @@ def leaf(values):
 
 
 def test_pack_only_what_pytorch_saves_in_order():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_default_saved_tensors_
-    hooks_double_backward's premise: MulBackward0 saves self and other (in that order),
+    """PyTorch's packing order, checked with torch 2.13 on the same code: MulBackward0 saves self and other (in that order),
     ExpBackward0 only its result; unpack runs once per saved tensor in the backward."""
     a = leaf([1.0, 1.0, 1.0])
     log = []
@@ -43,8 +42,8 @@ def test_pack_only_what_pytorch_saves_in_order():
 
 
 def test_unpack_result_is_what_backward_uses():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_pack_hook_with_
-    inplace... (what pack returns is what unpack gets; unpack's value is used)."""
+    """torch/autograd/graph.py's rule (what pack returns is what unpack gets; unpack's
+    value is what the backward uses), checked with torch 2.13: a.grad == 4."""
     a = leaf([1.0, 1.0, 1.0])
     with saved_tensors_hooks(lambda x: x * 2, lambda p: p):
         y = a * a
@@ -72,8 +71,8 @@ def test_offload_to_float16_and_back():
 
 
 def test_unpack_must_return_tensor():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_saved_tensors_hook_
-    wrong_type... (PyTorch's TypeError)."""
+    """PyTorch's TypeError for an unpack hook that returns no Tensor (torch 2.13's
+    message on the same code)."""
     a = leaf([1.0, 2.0])
     with saved_tensors_hooks(lambda x: x, lambda p: 5):
         y = a * a
@@ -83,7 +82,8 @@ def test_unpack_must_return_tensor():
 
 
 def test_pack_hook_modifying_input_in_place_raises():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_pack_hook_inplace..."""
+    """Mirrors test_autograd.py::TestAutograd::test_pack_hook_with_inplace_modification_
+    should_fail."""
     a = leaf([1.0, 2.0])
 
     def pack(x):
@@ -97,8 +97,8 @@ def test_pack_hook_modifying_input_in_place_raises():
 
 
 def test_disable_saved_tensors_hooks():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_disable_saved_tensors_
-    hooks: entering hooks, or saving under hooks, inside it raises its message."""
+    """torch/autograd/graph.py's disable_saved_tensors_hooks (torch 2.13 on the same
+    code): entering hooks, or saving under hooks, inside it raises its message."""
     with disable_saved_tensors_hooks("no hooks here"):
         with pytest.raises(RuntimeError, match="^no hooks here$"):
             with saved_tensors_hooks(lambda x: x, lambda x: x):
@@ -117,8 +117,8 @@ def test_disable_saved_tensors_hooks():
 
 
 def test_nested_hooks_innermost_applies():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_setting_default_saved_
-    variable_hooks_twice_should_use_inner."""
+    """Mirrors test_autograd.py::TestAutograd::test_setting_default_saved_variable_hooks_
+    twice_should_use_inner."""
     a = leaf([1.0, 2.0])
     seen = []
     with saved_tensors_hooks(lambda x: ("outer", x), lambda p: p[1]):
@@ -131,8 +131,8 @@ def test_nested_hooks_innermost_applies():
 
 
 def test_hooks_with_create_graph():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_default_saved_tensors_
-    hooks_double_backward: a pack hook that detaches still gives the double backward,
+    """Mirrors test_autograd.py::TestAutograd::test_default_saved_variable_hooks_double_
+    backward: a pack hook that detaches still gives the double backward,
     the unpacked values keep the saved tensor's place in the graph (6 * a)."""
     a = leaf([1.0, 2.0, 3.0])
     with saved_tensors_hooks(lambda x: x.detach(), lambda p: p):
@@ -144,8 +144,8 @@ def test_hooks_with_create_graph():
 
 
 def test_hooks_on_custom_function_saved_tensors():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_saved_tensors_hooks_
-    custom_function: ctx.save_for_backward goes through the hooks."""
+    """ctx.save_for_backward goes through the hooks, as in PyTorch (torch 2.13 packs
+    and unpacks once on the same code)."""
     log = []
 
     class Square(Function):
@@ -193,8 +193,8 @@ def test_custom_function_saved_tensor_version_check():
 
 @pytest.mark.timeout(60)
 def test_hooks_are_per_thread():
-    """Mirrors test_autograd.py::TestAutogradSavedTensorHooks::test_saved_tensors_hooks_
-    are_thread_local (PyTorch's hooks live in thread-local state)."""
+    """PyTorch's saved-tensor hooks live in thread-local state (SavedTensorDefaultHooks):
+    another thread's saves are not packed."""
     packed_here = []
     barrier = threading.Barrier(2)
     results = {}

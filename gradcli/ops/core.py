@@ -580,10 +580,10 @@ def record(op, inputs, args):
 def _save_checked(node, inputs, outputs):
     """Record the saved inputs' versions (Note [Version counters]), or pack the saved
     values through the thread's saved-tensor hooks (Note [Saved-tensor hooks])."""
-    from ..autograd.graph import PackedSaved, current_hooks  # noqa: PLC0415
+    if STATE.saved_hooks:
+        from ..autograd.graph import PackedSaved, current_hooks  # noqa: PLC0415
 
-    hooks = current_hooks()
-    if hooks is not None:
+        hooks = current_hooks()              # (raises when hooks are disabled here)
         saved = node.saved
         n = len(saved) >> 1
         node.saved = PackedSaved(saved[:n], saved[n], inputs, outputs, hooks,

@@ -54,7 +54,9 @@ def _inplace(schema, base_name):
     base = ATEN_OPS[base_name]
     op = aten(schema, base.node_name, saves=base.saves, meta=_self_shape)(base.forward)
     op.__class__ = InplaceAtenOp
-    op.view = True                    # the output is self: it allocates nothing
+    # (not ``view``: that promises that ``fn`` on raw arrays returns its input's memory,
+    # and on raw arrays an in-place entry computes out of place; the loader's memory
+    # budget then counts its output as an allocation, which over-counts, never under)
     op.schema_vjps, op.vjps, op.vjp_all = base.schema_vjps, base.vjps, base.vjp_all
     op.differentiable_inputs = list(base.differentiable_inputs)
     return op

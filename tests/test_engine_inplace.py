@@ -265,3 +265,31 @@ def test_version_check_fails_in_each_concurrent_backward():
         th.join(30)
     assert not any(th.is_alive() for th in threads)
     assert len(messages) == 6 and all(m.startswith(MODIFIED) for m in messages)
+
+
+def test_view_of_base_changed_in_place_regenerates_its_history():
+    """PyTorch regenerates a view's grad_fn when its base changed (the grad_fn of a view
+    in variable.cpp; torch 2.13 on the same code gives these numbers): a view made
+    before an in-place op on its base reads the new values, and its gradient goes
+    through the in-place op (AsStridedBackward0): a.grad = [2, 2, 0], not [1, 1, 0]."""
+    a = t([1.0, 2.0, 3.0], requires_grad=True)
+    x = a * 1
+    v = O.slice(x, index=(slice(0, 2),))
+    x.mul_(2.0)
+    np.testing.assert_array_equal(v.data, [2.0, 4.0])
+    s = v.sum()
+    assert v.grad_fn.name == "AsStridedBackward0"
+    s.backward()
+    np.testing.assert_array_equal(a.grad, [2.0, 2.0, 0.0])
+
+
+def test_sibling_view_sees_copy_slices():
+    """An in-place op on one view rebases the base (CopySlices); a sibling view made
+    before it regenerates its history from the new one (PyTorch: a.grad = [2, 6, 3])."""
+    a = t([1.0, 2.0, 3.0], requires_grad=True)
+    x = a * 1
+    v = O.slice(x, index=(slice(0, 2),))
+    w = O.slice(x, index=(slice(1, 3),))
+    w.mul_(3.0)
+    (v.sum() + x.sum()).backward()
+    np.testing.assert_array_equal(a.grad, [2.0, 6.0, 3.0])

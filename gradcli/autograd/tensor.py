@@ -20,7 +20,9 @@ class Tensor:
 
     __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "grad", "name",
                  "retains_grad", "_grad_accumulator", "_vc", "_base", "_post_acc_hooks",
-                 "__weakref__")
+                 "_view_of_fn", "__weakref__")
+    # (``_view_of_fn``, set on views only: the base's grad_fn their history leads to,
+    # Note [Views of a changed base])
 
     # NumPy defers to the Tensor's reflected operators (``array + tensor``
     # calls ``Tensor.__radd__``) instead of making an object array.
@@ -99,6 +101,10 @@ class Tensor:
 
     def gradient_edge(self):
         """The edge a gradient for this tensor flows into (``impl::gradient_edge``)."""
+        if self._base is not None:
+            from .views import refresh_view  # noqa: PLC0415 - views only
+
+            refresh_view(self)
         if self.grad_fn is not None:
             return (self.grad_fn, self.output_nr)
         acc = self.grad_accumulator

@@ -606,10 +606,8 @@ def _mark_view(t, inputs):
         return
     o, d = t.data, x.data
     b = getattr(o, "base", None)
-    if b is not None and (b is d or b is getattr(d, "base", None) or o is d):
-        t._base = x._base if x._base is not None else x
+    if b is not None and (b is d or b is getattr(d, "base", None)) or o is d:
+        base = t._base = x._base if x._base is not None else x
         if x._vc is not None:
             t._vc = x._vc
-    elif o is d:
-        t._base = x._base if x._base is not None else x
-        t._vc = x._vc
+        t._view_of_fn = base.grad_fn         # Note [Views of a changed base]

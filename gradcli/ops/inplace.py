@@ -213,6 +213,7 @@ def _inplace_on_view(op, x, base, others, args):
     base.grad_fn, base.output_nr = copy_slices, 0
     x.requires_grad = True
     x.grad_fn, x.output_nr = AsStridedView(base, x, copy_slices), 0
+    x._view_of_fn = copy_slices              # (other views of base regenerate theirs)
     return x
 
 

@@ -897,7 +897,12 @@ class _Loader:
             self.fail(f"checkpoints nest {nesting} deep here; at most {MAX_CHECKPOINT_NESTING} "
                       "levels are supported (each level nests the forward and a reentrant "
                       "backward on the stack)", path, label)
-        self.check_keys(entry, OP_KEYS - {"function", "device"}, path, label, "a checkpoint op")
+        self.check_keys(entry, (OP_KEYS - {"function", "device"}) | {"use_reentrant"}, path,
+                        label, "a checkpoint op")
+        use_reentrant = entry.get("use_reentrant", True)
+        if not isinstance(use_reentrant, bool):
+            self.fail(f"use_reentrant must be true or false, got {use_reentrant!r}",
+                      path + ("use_reentrant",), label)
         for key in ("args",):
             if entry.get(key):
                 self.fail(f"checkpoint takes no {key}", path + (key,), label)
@@ -939,7 +944,7 @@ class _Loader:
             defined[out] = _Defined(scope[out].shape, scope[out].dtype, False)
         function, raw = checkpoint_body(body_specs, list(inputs), list(outputs))
         line, find_line = self.entry_line(path[:-1], i)
-        return OpSpec(index=i, id=op_id, label=label, op=CheckpointOp(function, raw),
+        return OpSpec(index=i, id=op_id, label=label, op=CheckpointOp(function, raw, use_reentrant),
                       inputs=list(inputs), outputs=list(outputs), args={}, retain_grad=retain,
                       lineno=line, find_line=find_line)
 

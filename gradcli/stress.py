@@ -23,7 +23,7 @@ import numpy as np
 from .devices import to_host
 from .errors import GraphError
 
-SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork")
+SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork", "inplace")
 
 
 @dataclasses.dataclass
@@ -371,6 +371,92 @@ def scenario_concurrent(ctx, result):
     _iterate(ctx, result, iteration)
 
 
+def scenario_inplace(ctx, result):
+    """In-place ops, saved-tensor hooks and non-reentrant checkpoints under concurrency:
+    each thread's graph changes tensors in place and offloads its saved tensors through
+    hooks of its own (hooks are per thread); a saved tensor changed in place fails every
+    concurrent backward of the shared graph with the version error, on the CPU and on
+    a device thread, never with a wrong gradient."""
+    from . import ops
+    from .autograd import backward, checkpoint, grad
+    from .autograd.graph import saved_tensors_hooks
+
+    def iteration(engine, i):
+        device = None if i % 2 == 0 else f"sim:{i % 2}"
+
+        def own_graph(k):
+            store = {}
+
+            def pack(t):
+                store[len(store)] = np.array(to_host(t.data), copy=True)
+                return len(store) - 1
+
+            def unpack(key):
+                from .autograd import Tensor
+
+                value = store.pop(key)
+                return Tensor(value if device is None else ops.to(value, device=device))
+
+            x = _T(np.full(8, 0.5 + k), True)
+            with saved_tensors_hooks(pack, unpack):
+                h = x if device is None else ops.to(x, device=device)
+                y = ops.mul(h, np.float64(2.0))
+                y.mul_(np.float64(3.0))          # MulBackward0 by a constant: saves nothing
+                y.add_(np.float64(1.0))
+                z = ops.exp(ops.mul(y, np.float64(0.1)))   # ExpBackward0 packs its result
+                y.relu_()
+                out = ops.sum(ops.mul(z, y))
+                if device is not None:
+                    out = ops.to(out, device="cpu")
+            _timed(result, backward, out, engine=engine)
+            yv = 6.0 * (0.5 + k) + 1.0
+            expected = 6.0 * (np.exp(0.1 * yv) * (0.1 * yv + 1.0))
+            if not _close(x.grad, np.full(8, expected)):
+                raise AssertionError(f"in-place graph with hooks: grad {x.grad[:2]} != {expected}")
+            if store:
+                raise AssertionError(f"{len(store)} packed tensors were never unpacked")
+
+        result.failures.extend(_run_threads(ctx.threads, own_graph))
+
+        # A shared graph whose saved tensor an in-place op changed: every backward fails.
+        x = _T(np.full(8, 0.5), True)
+        h = x if device is None else ops.to(x, device=device)
+        z = ops.exp(h)
+        out = ops.sum(z if device is None else ops.to(z, device="cpu"))
+        z.mul_(np.float64(2.0))
+        outcomes = []
+
+        def racer(k):
+            try:
+                _timed(result, grad, out, [x], retain_graph=True, engine=engine)
+                outcomes.append("computed")
+            except RuntimeError as exc:
+                outcomes.append("version" if "modified by an inplace operation" in str(exc)
+                                else f"other: {exc}")
+
+        result.failures.extend(_run_threads(ctx.threads, racer))
+        _check(result, outcomes == ["version"] * ctx.threads,
+               f"saved tensor changed in place on {device or 'cpu'}: {outcomes}")
+
+        # Non-reentrant checkpoints, one per thread, under grad().
+        w = _T(np.full((4, 4), 0.1), True)
+
+        def block(a):
+            return ops.mul(ops.tanh(ops.matmul(a, w)), np.float64(2.0))
+
+        def checkpointed(k):
+            a = _T(np.full((2, 4), 0.1 * (k + 1)), True)
+            plain = grad(ops.sum(block(a)), [a, w])
+            y = checkpoint(block, a, use_reentrant=False)
+            got = _timed(result, grad, ops.sum(y), [a, w], engine=engine)
+            if not all(_close(p, g) for p, g in zip(plain, got)):
+                raise AssertionError("checkpointed gradients differ from the plain graph's")
+
+        result.failures.extend(_run_threads(ctx.threads, checkpointed))
+
+    _iterate(ctx, result, iteration)
+
+
 def scenario_errors(ctx, result):
     from . import ops
     from .autograd import backward
@@ -639,7 +725,7 @@ def _wait_gone(engine, result, label="engine"):
 
 RUNNERS = {"reentrant": scenario_reentrant, "concurrent": scenario_concurrent,
            "errors": scenario_errors, "shutdown": scenario_shutdown, "chaos": scenario_chaos,
-           "fork": scenario_fork}
+           "fork": scenario_fork, "inplace": scenario_inplace}
 
 
 def run_scenarios(names, ctx, progress=None):

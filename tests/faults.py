@@ -16,6 +16,7 @@ Each fault breaks on purpose what one stress scenario checks:
     swallow_errors     a node's exception is dropped instead of recorded
     no_shutdown_tasks  Engine.stop() never pushes shutdown tasks
     no_fork_check      an engine's threads are trusted after fork()
+    no_version_check   a node never compares its saved tensors' versions
 """
 from __future__ import annotations
 
@@ -80,8 +81,15 @@ def no_fork_check():
     Engine.check_not_forked = lambda self: None
 
 
+def no_version_check():
+    from gradcli.ops.core import OpBackward
+
+    OpBackward._check_versions = lambda self, saved: None
+
+
 FAULTS = {f.__name__: f for f in (lost_wakeup, racy_accumulate, no_reentrant_pool,
-                                  swallow_errors, no_shutdown_tasks, no_fork_check)}
+                                  swallow_errors, no_shutdown_tasks, no_fork_check,
+                                  no_version_check)}
 
 
 def main(argv):

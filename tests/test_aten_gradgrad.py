@@ -70,6 +70,12 @@ GRADGRAD = {
     "aten.pow.Tensor_Scalar": ([R(2, 3, low=0.5, high=2)], {"exponent": -1.5}, None),
     "aten.rsqrt.default": ([R(2, 3, low=0.5, high=3)], {}, None),
     "aten.relu.default": ([R(2, 3, away=[0])], {}, None),
+    # in-place overloads (run on a clone of self: _call)
+    "aten.relu_.default": ([R(2, 3, away=[0])], {}, None),
+    "aten.add_.Tensor": ([R(2, 3), R(3, seed=1)], {"alpha": 2.0}, None),
+    "aten.sub_.Tensor": ([R(2, 3), R(3, seed=1)], {"alpha": 0.5}, None),
+    "aten.mul_.Tensor": ([R(2, 3), R(3, seed=1)], {}, None),
+    "aten.div_.Tensor": ([R(2, 3), R(3, seed=1, low=0.5, high=2)], {}, None),
     "aten.sigmoid.default": ([R(2, 3)], {}, None),
     "aten.tanh.default": ([R(2, 3)], {}, None),
     "aten.hardswish.default": ([R(3, 4, low=-5, high=5, away=[-3, 3])], {}, None),
@@ -212,13 +218,32 @@ def _upstream(op_name, outs):
     return [rng.standard_normal(o.shape) if o.grad_fn is not None else None for o in outs]
 
 
+def _call(op, tensors, args):
+    """``op(*tensors)``; an in-place overload runs on a clone of self (PyTorch refuses a
+    leaf that requires grad), so the gradients reach the leaves through it."""
+    tensors = list(tensors)
+    if op.name.split(".")[1].endswith("_"):
+        from gradcli.ops import clone  # noqa: PLC0415
+
+        tensors[0] = clone(tensors[0])
+    return op(*tensors, **args)
+
+
+def _torch_called(op_name, tensors):
+    """The torch side of ``_call``: an in-place overload runs on a clone of self."""
+    tensors = list(tensors)
+    if op_name.split(".")[1].endswith("_"):
+        tensors[0] = tensors[0].clone()
+    return tensors
+
+
 def _first_order(op_name, arrays, args, wrt, vs, create_graph):
     """(flat inputs, upstream Tensors, gradients) of the op's VJP at ``arrays``."""
     op = OPS[op_name]
     tensors = _rebuild(arrays, lambda i, x: Tensor(np.array(x, copy=True), requires_grad=i in wrt)
                        if isinstance(x, np.ndarray) else x)
     flat = _flat(tensors)
-    outs = _outputs(op, op(*tensors, **args))
+    outs = _outputs(op, _call(op, tensors, args))
     used = [k for k, v in enumerate(vs) if v is not None]
     vts = [Tensor(vs[k].copy(), requires_grad=True) if create_graph else vs[k] for k in used]
     gs = grad([outs[k] for k in used], [flat[i] for i in wrt], grad_outputs=vts, create_graph=create_graph)
@@ -233,8 +258,8 @@ def _weights(op_name, arrays, wrt):
 
 def _analytic(op_name, arrays, args, wrt):
     op = OPS[op_name]
-    outs = _outputs(op, op(*_rebuild(arrays, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
-                                     if isinstance(x, np.ndarray) else x), **args))
+    outs = _outputs(op, _call(op, _rebuild(arrays, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
+                                           if isinstance(x, np.ndarray) else x), args))
     vs = _upstream(op_name, outs)
     ws = _weights(op_name, arrays, wrt)
     flat, vts, gs = _first_order(op_name, arrays, args, wrt, vs, create_graph=True)
@@ -311,7 +336,7 @@ def test_second_derivative_matches_torch_double_backward(op_name, arrays, args, 
                        if isinstance(x, np.ndarray) else x)
     names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
     targs = {k: getattr(torch, v) if k in ("dtype", "input_dtype") else v for k, v in args.items()}
-    out = _torch_op(op_name)(**dict(zip(names, tensors)), **targs)
+    out = _torch_op(op_name)(**dict(zip(names, _torch_called(op_name, tensors))), **targs)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     flat = _flat(tensors)
     used = [k for k, v in enumerate(vs) if v is not None]
@@ -384,8 +409,8 @@ def test_create_graph_gradients_have_torchs_node_names(op_name):
     arrays, args, wrt = GRADGRAD[op_name]
     wrt = _wrt(arrays, wrt)
     op = OPS[op_name]
-    outs = _outputs(op, op(*_rebuild(arrays, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
-                                     if isinstance(x, np.ndarray) else x), **args))
+    outs = _outputs(op, _call(op, _rebuild(arrays, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
+                                           if isinstance(x, np.ndarray) else x), args))
     vs = _upstream(op_name, outs)
     _, _, gs = _first_order(op_name, arrays, args, wrt, vs, create_graph=True)
     ours = [g.grad_fn.name if g.grad_fn is not None else None for g in gs]
@@ -393,7 +418,7 @@ def test_create_graph_gradients_have_torchs_node_names(op_name):
                        if isinstance(x, np.ndarray) else x)
     names = [p.name for p in ATEN_OPS[op_name].schema.tensors]
     targs = {k: getattr(torch, v) if k in ("dtype", "input_dtype") else v for k, v in args.items()}
-    out = _torch_op(op_name)(**dict(zip(names, tensors)), **targs)
+    out = _torch_op(op_name)(**dict(zip(names, _torch_called(op_name, tensors))), **targs)
     touts = list(out) if isinstance(out, (tuple, list)) else [out]
     used = [k for k, v in enumerate(vs) if v is not None]
     flat = _flat(tensors)

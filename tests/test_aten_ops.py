@@ -80,6 +80,13 @@ case("aten.mul.Scalar", [R(3, 4)], {"other": 2.5})
 case("aten.div.Tensor", [R(3, 4), R(4, seed=1, low=0.5, high=2)])
 case("aten.div.Tensor", [R(3, 4), 8.0])
 case("aten.div.Tensor", [R(3, 4), R(low=0.5, high=2)])
+# in-place overloads: run on a clone of self (PyTorch refuses a leaf that requires grad),
+# so the gradients reach the leaves through the in-place op (Note [In-place ATen ops])
+case("aten.relu_.default", [R(3, 4, away=[0])])
+case("aten.add_.Tensor", [R(3, 4), R(4, seed=1)], {"alpha": 2.5})
+case("aten.sub_.Tensor", [R(3, 4), R(3, 4, seed=1)])
+case("aten.mul_.Tensor", [R(3, 4), R(3, 1, seed=1)])
+case("aten.div_.Tensor", [R(3, 4), R(4, seed=1, low=0.5, high=2)])
 case("aten.view.default", [x234], {"size": [6, -1]})
 case("aten.view.default", [x234], {"size": [24]})
 case("aten._unsafe_view.default", [x234], {"size": [4, 6]})
@@ -322,11 +329,21 @@ def _as_float32(inputs):
     return _rebuild(inputs, lambda i, x: x.astype(np.float32) if _is_float_array(x) else x)
 
 
+def _inplace(op_name):
+    """An in-place overload (``aten.add_.Tensor``): the table runs it on a clone of self."""
+    return op_name.split(".")[1].endswith("_")
+
+
 def _ours(op_name, inputs, args, wrt):
     """(flat input tensors, outputs) of the op run on gradcli Tensors."""
     tensors = _rebuild(inputs, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
                        if isinstance(x, np.ndarray) else x)
-    out = OPS[op_name](*tensors, **args)
+    called = list(tensors)
+    if _inplace(op_name):
+        from gradcli.ops import clone  # noqa: PLC0415
+
+        called[0] = clone(called[0])
+    out = OPS[op_name](*called, **args)
     return _flat(tensors), (list(out) if OPS[op_name].multi_output else [out])
 
 
@@ -348,7 +365,10 @@ def _torch_args(args):
 def _theirs(op_name, inputs, args, wrt):
     tensors = _rebuild(inputs, lambda i, x: torch.tensor(x, requires_grad=i in wrt)
                        if isinstance(x, np.ndarray) else x)
-    out = _torch_call(op_name, *tensors, **args)
+    called = list(tensors)
+    if _inplace(op_name):
+        called[0] = called[0].clone()
+    out = _torch_call(op_name, *called, **args)
     return _flat(tensors), (list(out) if isinstance(out, (tuple, list)) else [out])
 
 

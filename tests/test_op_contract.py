@@ -363,6 +363,10 @@ def test_public_op_functions_are_named_as_in_files_and_listed_in_all():
     for name, op in OPS.items():
         if op.public and op.fn is not None and name.isidentifier():
             assert getattr(O, name) is op and name in O.__all__, name
-    assert not [n for n in O.__all__ if n.endswith("_")]
-    assert not any(hasattr(O, n) for n in ("sum_", "pow_", "abs_", "max_", "min_", "slice_"))
+    # a trailing underscore means in place, as in PyTorch: only the in-place variants
+    from gradcli.ops.inplace import INPLACE_FUNCTIONS
+
+    assert sorted(n for n in O.__all__ if n.endswith("_")) == sorted(INPLACE_FUNCTIONS)
+    assert all(getattr(O, n) is INPLACE_FUNCTIONS[n] for n in INPLACE_FUNCTIONS)
+    assert not any(hasattr(O, n) for n in ("sum_", "max_", "min_", "slice_"))
     assert O.sum(np.array([1.0, 2.0])) == 3.0 and O.max(np.array([1.0, 5.0])) == 5.0

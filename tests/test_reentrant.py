@@ -250,6 +250,7 @@ def test_stress_given_graph_files():
     ("errors", "swallow_errors", "did not reach the caller"),
     ("shutdown", "no_shutdown_tasks", "still alive after stop()"),
     ("fork", "no_fork_check", "forked child hung"),
+    ("inplace", "no_version_check", "saved tensor changed in place"),
 ])
 def test_each_stress_scenario_catches_its_planted_fault(scenario, fault, failure):
     """Prove each scenario's checks can fail: an engine switch breaks on purpose
@@ -263,7 +264,7 @@ def test_each_stress_scenario_catches_its_planted_fault(scenario, fault, failure
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("scenario", ["reentrant", "errors", "fork"])
+@pytest.mark.parametrize("scenario", ["reentrant", "errors", "fork", "inplace"])
 def test_each_stress_scenario_passes_without_faults(scenario):
     proc = _gradcli("stress", "--scenario", scenario, "--iterations", "1", "--format", "json")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -17,7 +17,10 @@ _LAZY = {
     "ReadyQueue": "ready_queue",
     "detect_anomaly": "state", "enable_grad": "state", "is_grad_enabled": "state",
     "no_grad": "state", "set_grad_enabled": "state", "set_multithreading_enabled": "state",
+    "is_multithreading_enabled": "state",
     "Tensor": "tensor",
+    "checkpoint": "checkpoint",
+    "disable_saved_tensors_hooks": "graph", "register_multi_grad_hook": "graph", "saved_tensors_hooks": "graph",
     # The custom-Function API: a graph without a ``custom`` op never needs it.
     "BackwardCFunction": "function", "Function": "function", "as_function": "function",
 }

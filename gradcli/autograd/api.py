@@ -27,6 +27,12 @@ def _make_grads(outputs, grad_outputs, create_graph=False):
         g = grad_outputs[i] if grad_outputs is not None else None
         if hasattr(g, "gradient_edge") and not create_graph:   # a Tensor (api.py sits below tensor.py)
             g = g.data
+        if g is not None and hasattr(g, "shape") and tuple(g.shape) != tuple(out.shape):
+            # Note [Root gradient shapes]: as PyTorch's _make_grads, a given root gradient
+            # has exactly its output's shape: never broadcast or summed to it.
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of "
+                               f"{_size(g.shape)} and output[{i}] has a shape of "
+                               f"{_size(out.shape)}.")
         if g is None:
             if out.requires_grad:
                 if out.data.size != 1:
@@ -37,6 +43,10 @@ def _make_grads(outputs, grad_outputs, create_graph=False):
             g = to_device(g, device_of(out.data))
         grads.append(g)
     return grads
+
+
+def _size(shape) -> str:
+    return f"[{', '.join(str(int(n)) for n in shape)}]"
 
 
 def _root_edges(outputs):
@@ -79,13 +89,25 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-         allow_unused=False, engine=None, **options):
+         allow_unused=None, engine=None, materialize_grads=False, **options):
     """Return the gradients of ``outputs`` w.r.t. ``inputs`` without touching ``.grad``.
 
     Raw arrays, or with ``create_graph`` Tensors that carry the graph of the
     backward (their ``grad_fn``), for higher-order gradients.
-    ``retain_graph`` defaults to ``create_graph``.
+    ``retain_graph`` defaults to ``create_graph``. ``allow_unused`` (default:
+    ``materialize_grads``) lets an input the outputs do not depend on get None,
+    or zeros with ``materialize_grads``.
+
+    Example::
+
+        x = Tensor(np.ones(3), requires_grad=True)
+        (gx,) = grad((x * x).sum(), x)        # 2 * x
     """
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when "
+                         "materialize_grads=True, but got: allow_unused=False.")
+    if allow_unused is None:
+        allow_unused = materialize_grads
     outputs = _as_list(outputs)
     inputs = _as_list(inputs)
     grads = _make_grads(outputs, _as_list(grad_outputs), create_graph)
@@ -102,6 +124,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if not allow_unused and any(g is None for g in result):
         raise RuntimeError("One of the differentiated Tensors appears to not have been used in "
                            "the graph. Set allow_unused=True if this is the desired behavior.")
+    if materialize_grads:
+        result = [xp_of_array(t.data).zeros_like(t.data) if g is None else g
+                  for g, t in zip(result, inputs)]
     if create_graph:
         Tensor = dispatch.Tensor     # Note [Core dispatch]
         if Tensor is not None:       # (None: no Tensor was ever made, the graph is raw Nodes)

@@ -30,7 +30,14 @@ from __future__ import annotations
 import types
 
 Tensor = None           # the Tensor class (set by tensor.py)
-ops = types.SimpleNamespace(clone=None, grad_copy=None, unbroadcast=None, cast=None, to=None)
+# True once any in-place op has run in this process (Note [Version counters]): until
+# then every saved tensor is at version 0 and no node checks versions.
+VERSIONS_IN_USE = False
+# True once versions are in use or saved-tensor hooks were ever entered: until then a
+# node saves and reads its values without looking at either (Note [Saved-tensor hooks]).
+SAVED_CHECKS = False
+ops = types.SimpleNamespace(clone=None, grad_copy=None, unbroadcast=None, cast=None, to=None,
+                            checkpoint=None)
 
 
 def load_ops():

@@ -19,6 +19,7 @@ import numpy as np
 from ..devices import (CPU, CPU_DEVICE, NO_DEVICE, accelerator_types, device_of,
                        set_current_device, to_device, to_host)
 from .graph_task import GraphTask
+from .hooks import check_tensor_hook_result, check_tuple_result
 from .input_buffer import DeterministicInputBuffer, FreshGrads, InputBuffer
 from .node import GraphRoot
 from .ready_queue import RUN, SHUTDOWN, ReadyQueue, _tiebreak, node_task, wakeup_task
@@ -918,10 +919,11 @@ def call_tensor_pre_hooks(fn, inputs):
     hooks = fn.tensor_pre_hooks
     if hooks:
         for input_nr, hook in list(hooks):
+            original = inputs[input_nr]
             _shown(inputs, input_nr)
-            result = hook(inputs[input_nr])
-            if result is not None:
-                _replace(inputs, input_nr, result)
+            result = hook(original)
+            if result is not None:       # Note [Hook results]
+                _replace(inputs, input_nr, check_tensor_hook_result(original, result, hook))
     retains = fn.retains_grad_hooks
     if retains:
         for input_nr, hook in list(retains.items()):
@@ -952,18 +954,20 @@ def call_pre_hooks(fn, inputs):
     for hook in list(fn.pre_hooks):
         for pos in range(len(inputs)):
             _shown(inputs, pos)
-        result = hook(tuple(inputs))
-        if result is not None:
-            inputs = list(result)
+        grads = tuple(inputs)
+        result = hook(grads)
+        if result is not None:           # Note [Hook results]
+            inputs = check_tuple_result(grads, result, hook)
     return inputs
 
 
 def call_post_hooks(fn, outputs, inputs):
     outputs = list(outputs)       # a hook sees them and may keep them: none is fresh now
     for hook in list(fn.post_hooks):
-        result = hook(tuple(outputs), tuple(inputs))
-        if result is not None:
-            outputs = list(result)
+        grads = tuple(outputs)
+        result = hook(grads, tuple(inputs))
+        if result is not None:           # Note [Hook results]
+            outputs = check_tuple_result(grads, result, hook)
     return outputs
 
 

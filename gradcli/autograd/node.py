@@ -159,6 +159,10 @@ class Node:
     def release_variables(self) -> None:
         """Free saved tensors (a backward without ``retain_graph``)."""
 
+    def note_output_version(self, output_nr, vc, version) -> None:
+        """Output ``output_nr`` now has version counter ``vc`` at ``version`` (Note
+        [Version counters]); a node that saved that output checks it when unpacking."""
+
     def will_release_variables(self) -> None:
         """Called before ``apply`` when saved tensors will be released after it."""
 
@@ -234,6 +238,13 @@ class AccumulateGrad(Node):
         if new_grad is None:
             return []
         var = self.variable
+        if var._post_acc_hooks:
+            self._accumulate(grads, new_grad, var)
+            call_post_accumulate_grad_hooks(var)
+            return []
+        return self._accumulate(grads, new_grad, var)
+
+    def _accumulate(self, grads, new_grad, var):
         if STATE.grad_enabled:
             # Note [Differentiable .grad]: with create_graph the engine runs
             # nodes with grad mode on; .grad must stay differentiable, so it
@@ -274,6 +285,13 @@ class AccumulateGrad(Node):
             else:
                 var.grad = old + new_grad
         return []
+
+
+def call_post_accumulate_grad_hooks(var):
+    """Run a leaf's post-accumulate-grad hooks after its ``.grad`` was updated."""
+    for (hook,) in list(var._post_acc_hooks):
+        if hook(var) is not None:
+            raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def differentiable_accumulate(old, new_grad, like=None):

@@ -17,6 +17,8 @@ class _AutogradState(threading.local):
     anomaly_nan = False          # check node outputs for NaN (anomaly mode)
     anomaly_inf = False          # also check for Inf
     sequence_nr = 0              # next sequence number of a node recorded here
+    saved_hooks = ()             # the saved-tensor hooks stack (Note [Saved-tensor hooks])
+    saved_hooks_disabled = None  # disable_saved_tensors_hooks' message
 
 
 STATE = _AutogradState()
@@ -34,39 +36,135 @@ def next_sequence_nr() -> int:
     return nr
 
 
-@contextlib.contextmanager
-def set_grad_enabled(enabled: bool):
-    state = STATE
-    prev = state.grad_enabled
-    state.grad_enabled = enabled
-    try:
-        yield
-    finally:
-        state.grad_enabled = prev
+# Note [Grad-mode objects]: as PyTorch's ``torch/autograd/grad_mode.py``, the grad-mode
+# switches are objects. ``no_grad()`` and ``enable_grad()`` change the mode when their
+# ``with`` block is entered (and work as decorators); ``set_grad_enabled(mode)`` and
+# ``set_multithreading_enabled(mode)`` change it as soon as they are called, so a plain
+# call ``set_grad_enabled(False)`` works as a function, and a ``with`` block restores the
+# mode that was in force when the object was made. Each object is one-shot state on the
+# calling thread; a decorated function makes a fresh one per call.
+class _DecoratorContextManager:
+    """A context manager that also decorates functions (``_DecoratorContextManager``)."""
+
+    def __call__(self, func):
+        import functools  # noqa: PLC0415 - only for decorators
+
+        @functools.wraps(func)
+        def decorate_context(*args, **kwargs):
+            with self.clone():
+                return func(*args, **kwargs)
+        return decorate_context
+
+    def clone(self):
+        return self.__class__()
 
 
-def no_grad():
-    return set_grad_enabled(False)
+class no_grad(_DecoratorContextManager):
+    """Disable gradient recording inside its block (a context manager and a decorator).
+
+    Example::
+
+        with no_grad():
+            y = x * 2          # y.requires_grad is False
+    """
+
+    def __enter__(self):
+        self.prev = STATE.grad_enabled
+        STATE.grad_enabled = False
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled = self.prev
 
 
-def enable_grad():
-    return set_grad_enabled(True)
+class enable_grad(_DecoratorContextManager):
+    """Enable gradient recording inside its block (a context manager and a decorator).
+
+    Example::
+
+        with no_grad(), enable_grad():
+            y = x * 2          # recorded
+    """
+
+    def __enter__(self):
+        self.prev = STATE.grad_enabled
+        STATE.grad_enabled = True
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled = self.prev
 
 
-@contextlib.contextmanager
-def set_multithreading_enabled(enabled: bool):
-    """Equivalent of ``torch.autograd.set_multithreading_enabled``.
+class set_grad_enabled(_DecoratorContextManager):
+    """Set grad mode at once; as a context manager, restore the previous mode after.
+
+    Example::
+
+        set_grad_enabled(False)        # a plain call: recording is off from here
+        with set_grad_enabled(True):
+            y = x * 2                  # recorded; off again after the block
+    """
+
+    def __init__(self, mode: bool):
+        self.prev = STATE.grad_enabled
+        self.mode = bool(mode)
+        STATE.grad_enabled = self.mode
+
+    def __call__(self, func):
+        STATE.grad_enabled = self.prev   # a decorator changes nothing until called
+        return super().__call__(func)
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        STATE.grad_enabled = self.prev
+
+    def clone(self):
+        return self.__class__(self.mode)
+
+    def __repr__(self):
+        return f"gradcli.autograd.set_grad_enabled(mode={self.mode})"
+
+
+class set_multithreading_enabled(_DecoratorContextManager):
+    """Equivalent of ``torch.autograd.set_multithreading_enabled``: set at once, restored
+    after a ``with`` block.
 
     With multithreading disabled, every node of a backward started on this
     thread runs on this thread (the device ready queues are bypassed).
+
+    Example::
+
+        with set_multithreading_enabled(False):
+            backward(loss)             # every node runs on the calling thread
     """
-    state = STATE
-    prev = state.multithreading_enabled
-    state.multithreading_enabled = enabled
-    try:
-        yield
-    finally:
-        state.multithreading_enabled = prev
+
+    def __init__(self, mode: bool):
+        self.prev = STATE.multithreading_enabled
+        self.mode = bool(mode)
+        STATE.multithreading_enabled = self.mode
+
+    def __call__(self, func):
+        STATE.multithreading_enabled = self.prev
+        return super().__call__(func)
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        STATE.multithreading_enabled = self.prev
+
+    def clone(self):
+        return self.__class__(self.mode)
+
+
+def is_multithreading_enabled() -> bool:
+    """Whether backwards started on this thread may use the device threads.
+
+    Example::
+
+        assert is_multithreading_enabled()
+    """
+    return STATE.multithreading_enabled
 
 
 @contextlib.contextmanager

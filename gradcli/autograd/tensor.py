@@ -1,6 +1,8 @@
 """Tensor: an array plus the autograd metadata PyTorch keeps on a Variable."""
 from __future__ import annotations
 
+import weakref
+
 from ..devices import device_of, to_host
 from . import dispatch
 from .node import AccumulateGrad, differentiable_accumulate
@@ -17,7 +19,10 @@ class Tensor:
     """
 
     __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "grad", "name",
-                 "retains_grad", "_grad_accumulator", "__weakref__")
+                 "retains_grad", "_grad_accumulator", "_vc", "_base", "_post_acc_hooks",
+                 "_view_of_fn", "__weakref__")
+    # (``_view_of_fn``, set on views only: the base's grad_fn their history leads to,
+    # Note [Views of a changed base])
 
     # NumPy defers to the Tensor's reflected operators (``array + tensor``
     # calls ``Tensor.__radd__``) instead of making an object array.
@@ -35,6 +40,9 @@ class Tensor:
         self.name = name
         self.retains_grad = False
         self._grad_accumulator = None
+        self._vc = None              # Note [Version counters]
+        self._base = None            # the tensor this one is a view of
+        self._post_acc_hooks = None
 
     # -- array-like properties ----------------------------------------------
     @property
@@ -57,6 +65,23 @@ class Tensor:
     def is_leaf(self) -> bool:
         return self.grad_fn is None
 
+    @property
+    def _version(self) -> int:
+        """How many in-place ops changed this tensor's memory (shared with its views).
+
+        Example::
+
+            x = Tensor(np.ones(3))
+            x.add_(1.0)
+            assert x._version == 1
+        """
+        vc = version_counter(self, create=False)
+        return 0 if vc is None else vc[0]
+
+    @property
+    def is_view(self) -> bool:
+        return self._base is not None
+
     def numpy(self):
         return to_host(self.data)
 
@@ -76,6 +101,10 @@ class Tensor:
 
     def gradient_edge(self):
         """The edge a gradient for this tensor flows into (``impl::gradient_edge``)."""
+        if self._base is not None:
+            from .views import refresh_view  # noqa: PLC0415 - views only
+
+            refresh_view(self)
         if self.grad_fn is not None:
             return (self.grad_fn, self.output_nr)
         acc = self.grad_accumulator
@@ -88,6 +117,25 @@ class Tensor:
         node, input_nr = self.gradient_edge()
         return node.add_tensor_pre_hook(input_nr, fn)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """``hook(tensor) -> None`` runs after a backward accumulated into this leaf's
+        ``.grad`` (an optimizer step in the backward). Returns a handle with ``remove()``.
+
+        Example::
+
+            w.register_post_accumulate_grad_hook(lambda p: p.grad.fill(0))
+        """
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf "
+                               "tensors")
+        if self._post_acc_hooks is None:
+            self._post_acc_hooks = []
+        entry = (hook,)
+        self._post_acc_hooks.append(entry)
+        return _ListHandle(self._post_acc_hooks, entry)
+
     def retain_grad(self):
         """Keep ``.grad`` on this non-leaf tensor after backward."""
         if self.grad_fn is None:
@@ -97,7 +145,15 @@ class Tensor:
         if self.retains_grad:
             return
 
-        def retain(grad, _tensor=self):
+        # Note [retain_grad holds its tensor weakly]: the hook lives on the grad_fn,
+        # which lives as long as any graph built from this tensor; a strong reference
+        # would keep the tensor (and its .grad) alive that long too.
+        ref = weakref.ref(self)
+
+        def retain(grad):
+            _tensor = ref()
+            if _tensor is None:
+                return grad
             if STATE.grad_enabled or type(_tensor.grad) is Tensor:   # create_graph
                 _tensor.grad = differentiable_accumulate(_tensor.grad, grad)
             else:
@@ -114,7 +170,60 @@ class Tensor:
                  create_graph=create_graph, inputs=inputs)
 
     def detach(self):
-        return Tensor(self.data, False, self.name)
+        """A Tensor sharing this one's memory and version counter, outside the graph."""
+        t = Tensor(self.data, False, self.name)
+        t._vc = version_counter(self)
+        return t
+
+
+class _ListHandle:
+    """Removes one entry from a hook list (``RemovableHandle.remove``)."""
+
+    __slots__ = ("_list", "_entry")
+
+    def __init__(self, lst, entry):
+        self._list, self._entry = lst, entry
+
+    def remove(self):
+        try:
+            self._list.remove(self._entry)
+        except ValueError:
+            pass
+
+
+# Note [Version counters]: PyTorch counts the in-place ops on each tensor's memory, and
+# a saved tensor remembers the count it saw, so a backward that would read memory an
+# in-place op has changed since fails instead of computing a wrong gradient. A tensor's
+# counter is a one-element list shared by the tensor, its views (``_base``) and its
+# detached copies; it is made on first need, so a tensor that no in-place op touches
+# costs nothing (its version is 0). When the counter of an op's output is made after
+# the op recorded its node, the node is told (``note_output_version``): a node that
+# saved its output checks that output's version too.
+def version_counter(t, create=True):
+    """``t``'s shared version counter (a one-element list), made when ``create``."""
+    vc = t._vc
+    if vc is not None:
+        return vc
+    base = t._base
+    if base is not None:
+        vc = version_counter(base, create)
+    elif create:
+        vc = [0]
+        fn = t.grad_fn
+        if fn is not None:
+            fn.note_output_version(t.output_nr, vc, 0)
+    if vc is not None:
+        t._vc = vc
+    return vc
+
+
+def bump_version(t) -> int:
+    """Count one in-place op on ``t``'s memory; returns the new version."""
+    vc = version_counter(t)
+    vc[0] += 1
+    dispatch.VERSIONS_IN_USE = True
+    dispatch.SAVED_CHECKS = True
+    return vc[0]
 
 
 # Tensor's operators are ops, installed on the class by gradcli.ops. Until the

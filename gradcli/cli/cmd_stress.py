@@ -10,7 +10,7 @@ from .core import EXIT_CHECK_FAILED, EXIT_INVALID, EXIT_OK, fail
 
 #: The scenarios of gradcli.stress (kept here so that --help needs no NumPy;
 #: a test checks that the two lists agree).
-SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork")
+SCENARIOS = ("reentrant", "concurrent", "errors", "shutdown", "chaos", "fork", "inplace")
 #: --duration and --timeout stop at a week: faulthandler's timer cannot hold 1e300 s.
 MAX_SECONDS = 7 * 24 * 3600.0
 

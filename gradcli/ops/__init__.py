@@ -24,8 +24,11 @@ from .reentrant import reenter  # noqa: F401 - registers reenter
 from ..autograd import dispatch as _dispatch
 
 # The ops a create_graph backward records with inside the core (Note [Core dispatch]).
+from .reentrant import checkpoint as _reentrant_checkpoint  # noqa: E402
+
 _dispatch.register_ops(clone=_library.clone, grad_copy=_library.grad_copy,
-                       unbroadcast=_library.unbroadcast, cast=_library.cast, to=_library.to)
+                       unbroadcast=_library.unbroadcast, cast=_library.cast, to=_library.to,
+                       checkpoint=_reentrant_checkpoint)
 
 
 def _binary(op, reverse=False):
@@ -65,5 +68,12 @@ OP_FUNCTIONS = sorted(n for n, op in dict.items(OPS)
                       if op.public and op.fn is not None and n.isidentifier())
 globals().update({_name: OPS[_name] for _name in OP_FUNCTIONS})
 
-__all__ = ["OPS", "Arg", "BackwardFailure", "Op", "OpBackward", "ShapeMismatch", "declare",
+# In-place variants (``relu_``, ``add_``, ...): functions here and Tensor methods.
+from . import inplace as _inplace  # noqa: E402
+from .inplace import INPLACE_FUNCTIONS  # noqa: E402
+
+_inplace.install(Tensor)
+globals().update(INPLACE_FUNCTIONS)
+
+__all__ = ["OPS", *INPLACE_FUNCTIONS, "Arg", "BackwardFailure", "Op", "OpBackward", "ShapeMismatch", "declare",
            "defvjp", "expand_reduced", "primitive", "unbroadcast", *OP_FUNCTIONS]

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import dispatch
 from ..autograd.input_buffer import FreshGrads
 from ..autograd.node import ERR_BACKWARD_TWICE, AccumulateGrad, InputMetadata, Node
-from ..autograd.saved import unpack_output
+from ..autograd.saved import check_saved_version, unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
@@ -353,13 +354,18 @@ class _OneOfAll:
 class OpBackward(Node):
     """The backward node of one recorded op."""
 
-    __slots__ = ("op", "args", "saved", "input_devices")
+    __slots__ = ("op", "args", "saved", "input_devices", "versions")
 
     def apply(self, grads):
         saved = self.saved
         if saved is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
         op = self.op
+        if dispatch.SAVED_CHECKS and op.saves:      # Note [Version counters]
+            if type(saved) is not tuple:            # Note [Saved-tensor hooks]
+                saved = saved.values()
+            else:
+                self._check_versions(saved)
         if not op.saves:                # (metadata..., None) (Note [Saved layout])
             inputs, ans = saved[:-1], None
         elif STATE.grad_enabled:
@@ -446,6 +452,43 @@ class OpBackward(Node):
         out.fresh = fresh
         return out
 
+    def _check_versions(self, saved):
+        """Raise PyTorch's error when a saved input or output was changed in place since
+        this node was recorded (its ``versions``: None when nothing was ever changed)."""
+        versions = getattr(self, "versions", None)      # unset: recorded at version 0
+        expected = versions[0] if versions is not None else None
+        n = len(saved) >> 1
+        used = None
+        for k, x in enumerate(saved[n + 1:]):
+            if type(x) is Tensor and (x._vc is not None or x._base is not None):
+                if used is None:                         # Note [What a node saved]
+                    used = self._saved_uses()[1]
+                if k in used:
+                    check_saved_version(x, 0 if expected is None else expected[k], self)
+        if versions is not None and versions[1]:
+            for output_nr, (vc, version) in versions[1].items():
+                if vc[0] != version:
+                    out = saved[n][output_nr] if self.op.multi_output else saved[n]
+                    check_saved_version(None, version, self, vc=vc, data=out,
+                                        output_of=(output_nr, self.name))
+
+    def _saved_uses(self):
+        from .uses import saved_uses  # noqa: PLC0415 - only once in-place ops are in use
+
+        n = len(self.saved) >> 1
+        valid = tuple(e is not None for e in self.next_edges)
+        if len(valid) != n:                  # an ATen op dropped edges: read them all
+            return True, frozenset(range(n))
+        return saved_uses(self.op, valid)
+
+    def note_output_version(self, output_nr, vc, version):
+        if (self.op.saves and type(self.saved) is tuple   # (not packed by hooks)
+                and self._saved_uses()[0]):
+            versions = getattr(self, "versions", None)
+            if versions is None or versions[1] is None:
+                versions = self.versions = (None if versions is None else versions[0], {})
+            versions[1][output_nr] = (vc, version)
+
     def _zeros(self, i):
         meta = self.input_metadata[i]
         from ..devices import xp_of
@@ -529,7 +572,10 @@ def record(op, inputs, args, forward=None):
             if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
-                return Tensor(o)
+                t = Tensor(o)
+                if op.view:
+                    _mark_view(t, inputs)
+                return t
             # (a tuple of edges and of saved arrays: smaller than lists, read-only here)
             node = OpBackward(op.node_name_for(datas, args),
                               tuple([x.gradient_edge() if type(x) is Tensor and x.requires_grad
@@ -547,6 +593,10 @@ def record(op, inputs, args, forward=None):
             node.input_devices = None
             t = Tensor(o, requires_grad=True)
             t.grad_fn = node
+            if op.view:
+                _mark_view(t, inputs)
+            if dispatch.SAVED_CHECKS and op.saves:
+                _save_checked(node, inputs, [t])
             return t
     datas = [x.data if type(x) is Tensor else x for x in inputs]
     on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
@@ -562,6 +612,9 @@ def record(op, inputs, args, forward=None):
                   and any(o.dtype.kind == "f" for o in outs))
     if not needs_grad:
         tensors = [Tensor(o) for o in outs]
+        if op.view:
+            for t in tensors:
+                _mark_view(t, inputs)
         return tensors if op.multi_output else tensors[0]
 
     edges = [x.gradient_edge() if type(x) is Tensor and x.requires_grad else None for x in inputs]
@@ -579,5 +632,45 @@ def record(op, inputs, args, forward=None):
         if t.requires_grad:
             t.grad_fn = node
             t.output_nr = i
+        if op.view:
+            _mark_view(t, inputs)
         tensors.append(t)
+    if dispatch.SAVED_CHECKS and op.saves:
+        _save_checked(node, inputs, tensors)
     return tensors if op.multi_output else tensors[0]
+
+
+def _save_checked(node, inputs, outputs):
+    """Record the saved inputs' versions (Note [Version counters]), or pack the saved
+    values through the thread's saved-tensor hooks (Note [Saved-tensor hooks])."""
+    if STATE.saved_hooks:
+        from ..autograd.graph import PackedSaved, current_hooks  # noqa: PLC0415
+
+        hooks = current_hooks()              # (raises when hooks are disabled here)
+        saved = node.saved
+        n = len(saved) >> 1
+        node.saved = PackedSaved(saved[:n], saved[n], inputs, outputs, hooks,
+                                 node._saved_uses())
+    elif dispatch.VERSIONS_IN_USE:
+        node.versions = (saved_versions(inputs), None)
+
+
+def saved_versions(inputs):
+    """The version each Tensor input is at as a node saves it (Note [Version counters])."""
+    return tuple(x._version if type(x) is Tensor else 0 for x in inputs)
+
+
+def _mark_view(t, inputs):
+    """Make ``t`` a view of ``inputs[0]`` when its array is a view of that one's memory
+    (an op flagged ``view`` may still copy: a reshape of a transposed array). A view
+    shares its base's version counter; ``_base`` is the root base, as PyTorch's."""
+    x = inputs[0] if inputs else None
+    if type(x) is not Tensor:
+        return
+    o, d = t.data, x.data
+    b = getattr(o, "base", None)
+    if b is not None and (b is d or b is getattr(d, "base", None)) or o is d:
+        base = t._base = x._base if x._base is not None else x
+        if x._vc is not None:
+            t._vc = x._vc
+        t._view_of_fn = base.grad_fn         # Note [Views of a changed base]

@@ -95,16 +95,24 @@ def checkpoint(function, *inputs):
 class CheckpointOp:
     """The ``checkpoint`` op of a graph file: ``function`` (Tensors -> list of
     Tensors) is what ``checkpoint`` re-runs; ``raw`` is the same body on raw
-    arrays without recording (as every op's ``fn``, for gradcheck)."""
+    arrays without recording (as every op's ``fn``, for gradcheck). With
+    ``use_reentrant: false`` the body's graph is recorded as usual and its saved
+    tensors are recomputed when the backward needs them."""
 
     name = "checkpoint"
     multi_output = True
 
-    def __init__(self, function, raw):
+    def __init__(self, function, raw, use_reentrant=True):
         self.function = function
         self.fn = raw
+        self.use_reentrant = use_reentrant    # ``use_reentrant: false`` in the file
 
     def __call__(self, *inputs, **args):
+        if not self.use_reentrant:
+            # Note [Non-reentrant checkpoint] in autograd/checkpoint.py
+            from ..autograd.checkpoint import checkpoint as non_reentrant  # noqa: PLC0415
+
+            return list(non_reentrant(self.function, *inputs, use_reentrant=False))
         return list(checkpoint(self.function, *inputs))
 
 

@@ -417,7 +417,8 @@ class AtenCall:
         full = {**op.defaults, **args}
         forward = op.forward
         keep_out = op.differentiable_outputs if op.multi_output else None
-        if (op._list_pos is not None or op.mutated
+        # (an op class with a call of its own, such as the in-place overloads, keeps it)
+        if (op._list_pos is not None or op.mutated or type(op).__call__ is not AtenOp.__call__
                 or not all(type(v) is Slot and v == k for k, v in enumerate(layout))):
             def general(*flat):
                 return op(*self.structure(flat), **args)

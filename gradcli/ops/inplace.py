@@ -1,0 +1,294 @@
+"""In-place ops: ``x.add_(y)``, ``gradcli.ops.relu_(x)``: the op's result written into
+``x``'s memory, ``x``'s version bumped and its history rebased onto the op's node.
+
+Note [In-place ops]: an in-place op is its out-of-place op recorded on ``x``'s current
+history, then copied into ``x``'s array: the node is the out-of-place op's
+(``AddBackward0`` for ``add_``, ``ReluBackward0`` for ``relu_``, as PyTorch's), and
+``x`` becomes that node's output 0. What PyTorch checks first is checked here:
+- a leaf that requires grad (or a view of one) may not be changed in place while grad
+  mode is on: its ``.grad`` would no longer be the gradient of the value it had;
+- an op whose backward reads its input (``mul_``: the gradient of ``y`` is ``g * x``)
+  records on a copy of ``x``'s old values, as PyTorch's generated code saves
+  ``original_self``; the node keeps ``x``'s array as its saved output, at the version
+  the op left it at, so a later in-place op on ``x`` fails its backward with PyTorch's
+  "modified by an inplace operation" (Note [Version counters]);
+- the result is cast into ``x``'s dtype when NumPy's ``same_kind`` rule allows it
+  (float64 into float32), and refused otherwise (a float result into an int tensor),
+  with PyTorch's message;
+- a view of a tensor whose history is recorded gets its base's history rebased
+  through ``CopySlices`` (Note [CopySlices]).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd.node import InputMetadata, Node
+from ..autograd.state import STATE
+from ..autograd.tensor import Tensor, bump_version, version_counter
+from . import library as L
+
+class InplaceError(RuntimeError, ValueError):
+    """An in-place op refused on its inputs (PyTorch's RuntimeError); a ValueError too, so
+    that a graph file whose entry makes it is invalid input, named by file, line and op."""
+
+
+ERR_LEAF = "a leaf Variable that requires grad is being used in an in-place operation."
+ERR_VIEW_OF_LEAF = ("a view of a leaf Variable that requires grad is being used in an "
+                    "in-place operation.")
+
+
+def _torch_dtype_name(dtype) -> str:
+    names = {"f": "Float", "i": "Long", "u": "Byte", "b": "Bool", "c": "ComplexFloat"}
+    if dtype == np.float64:
+        return "Double"
+    if dtype == np.float16:
+        return "Half"
+    if dtype == np.int32:
+        return "Int"
+    return names.get(dtype.kind, str(dtype))
+
+
+def check_inplace(x) -> None:
+    """Refuse an in-place op on a leaf that requires grad, or on a view of one."""
+    if type(x) is not Tensor:
+        raise TypeError(f"an in-place op needs a Tensor, got {type(x).__name__}")
+    if not STATE.grad_enabled:
+        return
+    if x.grad_fn is None and x.requires_grad:
+        raise InplaceError(ERR_VIEW_OF_LEAF if x._base is not None else ERR_LEAF)
+    base = x._base
+    if base is not None and base.grad_fn is None and base.requires_grad:
+        raise InplaceError(ERR_VIEW_OF_LEAF)
+
+
+def _alias(x, data):
+    """A Tensor with ``x``'s history and ``data`` (the old values an op saves)."""
+    t = Tensor(data, requires_grad=x.requires_grad)
+    t.grad_fn, t.output_nr, t._grad_accumulator = x.grad_fn, x.output_nr, x._grad_accumulator
+    return t
+
+
+def _write(x, value) -> None:
+    """Copy ``value`` into ``x``'s array (PyTorch's cast rule: same kind or safer)."""
+    dst = x.data
+    if not np.can_cast(value.dtype, dst.dtype, "same_kind"):
+        raise InplaceError(f"result type {_torch_dtype_name(value.dtype)} can't be cast to the "
+                           f"desired output type {_torch_dtype_name(dst.dtype)}")
+    if not dst.flags.writeable:
+        if any(s == 0 for s, n in zip(dst.strides, dst.shape) if n > 1):
+            raise InplaceError("unsupported operation: more than one element of the written-to "
+                               "tensor refers to a single memory location. Please clone() the "
+                               "tensor before performing the operation.")
+        if x._base is not None or x._vc is not None:
+            raise InplaceError("an in-place op cannot write into a read-only array that other "
+                               "tensors share; clone() the tensor first")
+        x.data = dst = dst.copy()       # read-only memory nothing else sees: own a copy
+    if np.broadcast_shapes(value.shape, dst.shape) != dst.shape:
+        raise InplaceError(f"output with shape {list(dst.shape)} doesn't match the broadcast "
+                           f"shape {list(np.broadcast_shapes(value.shape, dst.shape))}")
+    np.copyto(dst, value, casting="same_kind")
+
+
+def apply_inplace(op, x, *others, **args):
+    """Run ``op(x, *others, **args)`` into ``x`` (Note [In-place ops]); returns ``x``.
+
+    Example::
+
+        y = x * 2
+        apply_inplace(gradcli.ops.OPS["relu"], y)      # y.relu_()
+    """
+    check_inplace(x)
+    needs = STATE.grad_enabled and (x.requires_grad or any(
+        type(o) is Tensor and o.requires_grad for o in others))
+    if not needs:
+        raw = [o.data if type(o) is Tensor else o for o in others]
+        _write(x, op.fn(x.data, *raw, **args))
+        bump_version(x)
+        return x
+    base = x._base
+    if base is not None:
+        return _inplace_on_view(op, x, base, others, args)
+    src = _alias(x, x.data.copy()) if op.saves else x
+    others = tuple(src if o is x else o for o in others)
+    result = op(src, *others, **args)
+    _write(x, result.data)
+    version = bump_version(x)
+    node = result.grad_fn
+    x.requires_grad = True
+    x.grad_fn, x.output_nr = node, result.output_nr
+    _keep_output(op, node, result, x, version)
+    return x
+
+
+def _keep_output(op, node, result, x, version):
+    """The node's saved output is ``x``'s memory at ``version`` (Note [Version counters])."""
+    if op.saves and node is not None and type(getattr(node, "saved", None)) is tuple:
+        saved = node.saved
+        n = len(saved) >> 1
+        if saved[n] is result.data and result.data.dtype == x.data.dtype:
+            node.saved = (*saved[:n], x.data, *saved[n + 1:])
+        node.note_output_version(0, version_counter(x), version)
+
+
+# Note [CopySlices]: an in-place op on a view ``v`` of ``base`` changes base's values
+# too, so base's history gets a new node, ``CopySlices``, as PyTorch's: given base's
+# gradient, it hands the region outside the view to base's old history unchanged, and
+# runs the in-place op's node on the view's region: that node's gradient for its
+# ``self`` (the view's old values, part of base's old values) goes back into the region,
+# its other gradients (``other`` of ``mul_``) along its own edges. The view's own
+# history becomes an ``AsStridedBackward0`` of base's new one, as PyTorch regenerates
+# it. The region is found from the view's strides and offset into base's memory.
+class CopySlices(Node):
+    """Base's new history after an in-place op on one of its views (Note [CopySlices])."""
+
+    __slots__ = ("fn", "view_shape", "view_strides", "offset", "base_strides", "itemsize")
+
+    def __init__(self, base, view, fn):
+        edge = base.gradient_edge() if base.requires_grad else None
+        super().__init__("CopySlices", (edge, *fn.next_edges[1:]),
+                         [InputMetadata.of(base.data)])
+        self.fn = fn
+        self.view_shape = view.data.shape
+        self.view_strides = view.data.strides
+        self.base_strides = base.data.strides
+        self.itemsize = base.data.itemsize
+        self.offset = (view.data.__array_interface__["data"][0]
+                       - base.data.__array_interface__["data"][0])
+
+    def region(self, array):
+        """The view's elements within ``array`` (laid out as base)."""
+        return np.lib.stride_tricks.as_strided(
+            array.reshape(-1)[self.offset // self.itemsize:], self.view_shape,
+            self.view_strides, writeable=True)
+
+    def apply(self, grads):
+        g = grads[0]
+        if g is None:
+            return [None] * len(self.next_edges)
+        g = np.array(g.data if type(g) is Tensor else g, copy=True)
+        if g.strides != self.base_strides:
+            raise RuntimeError("CopySlices: the gradient of the base is not laid out as the "
+                               "base (a non-contiguous base is not supported)")
+        region = self.region(g)
+        res = self.fn.apply([region.copy()])
+        region[...] = 0 if res[0] is None else res[0]
+        return [g, *res[1:]]
+
+    def release_variables(self):
+        self.fn.release_variables()
+
+
+class AsStridedView(Node):
+    """A view's history regenerated from its base's new one (``AsStridedBackward0``)."""
+
+    __slots__ = ("copy_slices",)
+
+    def __init__(self, base, view, copy_slices):
+        super().__init__("AsStridedBackward0", ((copy_slices, 0),),
+                         [InputMetadata.of(view.data)])
+        self.copy_slices = copy_slices
+
+    def apply(self, grads):
+        g = grads[0]
+        meta = self.copy_slices.input_metadata[0]
+        out = np.zeros(meta.shape, meta.dtype)
+        if g is not None:
+            self.copy_slices.region(out)[...] = g.data if type(g) is Tensor else g
+        return [out]
+
+
+def _inplace_on_view(op, x, base, others, args):
+    if not base.data.flags.c_contiguous:
+        raise RuntimeError("an in-place op on a view of a non-contiguous tensor that requires "
+                           "grad is not supported; clone() the base first")
+    view_src = _alias(x, x.data.copy())
+    others = tuple(view_src if o is x else o for o in others)
+    result = op(view_src, *others, **args)
+    fn = result.grad_fn
+    _write(x, result.data)
+    version = bump_version(x)
+    _keep_output(op, fn, result, x, version)
+    copy_slices = CopySlices(base, x, fn)
+    base.requires_grad = True
+    base.grad_fn, base.output_nr = copy_slices, 0
+    x.requires_grad = True
+    x.grad_fn, x.output_nr = AsStridedView(base, x, copy_slices), 0
+    x._view_of_fn = copy_slices              # (other views of base regenerate theirs)
+    return x
+
+
+# -- the in-place variants, as functions of gradcli.ops and Tensor methods -------------
+def _as_operand(value, like):
+    if type(value) is Tensor or hasattr(value, "shape"):
+        return value
+    return np.asarray(value, dtype=like.dtype)
+
+
+def add_(x, other, alpha=1):
+    """``x += alpha * other`` in place (``AddBackward0``). Example: ``x.add_(y, alpha=2)``."""
+    if alpha != 1:
+        other = L.mul(_as_operand(other, x), np.asarray(alpha, dtype=x.dtype))
+    return apply_inplace(L.add, x, _as_operand(other, x))
+
+
+def sub_(x, other, alpha=1):
+    """``x -= alpha * other`` in place (``SubBackward0``). Example: ``x.sub_(1.0)``."""
+    if alpha != 1:
+        other = L.mul(_as_operand(other, x), np.asarray(alpha, dtype=x.dtype))
+    return apply_inplace(L.sub, x, _as_operand(other, x))
+
+
+def mul_(x, other):
+    """``x *= other`` in place (``MulBackward0``). Example: ``x.mul_(2.0)``."""
+    return apply_inplace(L.mul, x, _as_operand(other, x))
+
+
+def div_(x, other):
+    """``x /= other`` in place (``DivBackward0``). Example: ``x.div_(y)``."""
+    return apply_inplace(L.div, x, _as_operand(other, x))
+
+
+def pow_(x, exponent):
+    """``x **= exponent`` in place (``PowBackward1``). Example: ``x.pow_(2.0)``."""
+    return apply_inplace(L.pow_, x, _as_operand(exponent, x))
+
+
+def clamp_(x, min=None, max=None):  # noqa: A002 - PyTorch's names
+    """Clip ``x`` into [min, max] in place (``ClampBackward1``). Example: ``x.clamp_(0, 1)``."""
+    return apply_inplace(L.clamp, x, min=min, max=max)
+
+
+def _unary_inplace(op):
+    def inplace(x):
+        return apply_inplace(op, x)
+    inplace.__name__ = inplace.__qualname__ = op.name + "_"
+    inplace.__doc__ = (f"``{op.name}`` in place ({op.node_name}). "
+                       f"Example: ``x.{op.name}_()``.")
+    return inplace
+
+
+relu_ = _unary_inplace(L.relu)
+neg_ = _unary_inplace(L.neg)
+exp_ = _unary_inplace(L.exp)
+log_ = _unary_inplace(L.log)
+sin_ = _unary_inplace(L.sin)
+cos_ = _unary_inplace(L.cos)
+tanh_ = _unary_inplace(L.tanh)
+sigmoid_ = _unary_inplace(L.sigmoid)
+sqrt_ = _unary_inplace(L.sqrt)
+abs_ = _unary_inplace(L.abs_)
+
+
+INPLACE_FUNCTIONS = {f.__name__: f for f in (
+    add_, sub_, mul_, div_, pow_, clamp_, relu_, neg_, exp_, log_, sin_, cos_, tanh_,
+    sigmoid_, sqrt_, abs_)}
+
+
+def install(tensor_cls) -> None:
+    """Make each in-place function a method of ``tensor_cls`` (``x.add_(y)``)."""
+    for name, fn in INPLACE_FUNCTIONS.items():
+        setattr(tensor_cls, name, fn)
+    tensor_cls.__iadd__ = add_
+    tensor_cls.__isub__ = sub_
+    tensor_cls.__imul__ = mul_
+    tensor_cls.__itruediv__ = div_

@@ -1,0 +1,86 @@
+"""Which saved values an op's backward reads: what PyTorch's node would have saved.
+
+Note [What a node saved]: a gradcli node keeps all of its op's inputs and its output
+(Note [Saved layout]); PyTorch's node saves only what its formula reads, for the
+inputs that need a gradient: ``MulBackward0`` saves ``other`` for ``self``'s gradient
+and ``self`` for ``other``'s, never its result; ``ExpBackward0`` saves only its result.
+Whether an in-place op later invalidates the node (Note [Version counters]) depends on
+exactly that set, so it is read off the VJPs themselves: the names each VJP of a valid
+edge loads, where a name used only for ``.shape``, ``.dtype``, ``.ndim`` or ``.size``
+is metadata (PyTorch keeps sizes, not tensors, for those). A VJP whose code cannot be
+read (a builtin, ``*args``) reads everything. The answer is cached per op and per set of
+valid edges.
+"""
+from __future__ import annotations
+
+import dis
+
+_METADATA = frozenset({"shape", "dtype", "ndim", "size"})
+_CACHE: dict = {}
+
+
+def _value_names(fn):
+    """The argument names ``fn`` reads as values, or None when it cannot tell."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_flags & 0x04:       # no code, or *args
+        return None
+    names = set()
+    instrs = list(dis.get_instructions(code))
+    for k, ins in enumerate(instrs):
+        if ins.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"):
+            nxt = instrs[k + 1] if k + 1 < len(instrs) else None
+            if (nxt is not None and nxt.opname in ("LOAD_ATTR", "LOAD_METHOD")
+                    and nxt.argval in _METADATA):
+                continue
+            names.add(ins.argval)
+    # a nested function (a comprehension, a closure) reads its free variables
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names.update(const.co_freevars)
+            names.update(const.co_varnames[:const.co_argcount])
+    return names, code.co_varnames[:code.co_argcount]
+
+
+def saved_uses(op, valid):
+    """``(uses_output, input indices read)`` for ``op`` with valid edges ``valid``."""
+    key = (op, valid)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    n = len(valid)
+    uses_out, used = False, set()
+    schema_vjps = getattr(op, "schema_vjps", None)
+    if (schema_vjps is not None and getattr(op, "joint_vjp", 1) is None
+            and len(schema_vjps) == n and all(d for d in op.differentiable_inputs)):
+        # an ATen op: its per-input formulas, one per edge (no Tensor[] input here)
+        fns = [schema_vjps[i] for i in range(n) if valid[i] and schema_vjps[i] is not None]
+        return _scan(op, fns, n, key, uses_out, used, aten=True)
+    fns = ([op.vjp_all] if op.vjp_all is not None
+           else [op.vjps[i] for i in range(n) if valid[i]] if op.vjps is not None else [])
+    return _scan(op, fns, n, key, uses_out, used)
+
+
+def _scan(op, fns, n, key, uses_out, used, aten=False):
+    for fn in fns:
+        found = _value_names(fn)
+        if found is None:
+            uses_out, used = True, set(range(n))
+            break
+        names, params = found
+        if op.vjp_all is not None and not aten:   # fn(g, ans, inputs, needed, args)
+            if len(params) > 1 and params[1] in names:
+                uses_out = True
+            if len(params) > 2 and params[2] in names:
+                used = set(range(n))
+            continue
+        if len(params) > 1 and params[1] in names:
+            uses_out = True
+        for k, p in enumerate(params[2:2 + n]):
+            if p in names:
+                used.add(k)
+        if len(params) < 2 + n:             # fewer named params than inputs: be safe
+            used = set(range(n))
+    result = (uses_out, frozenset(used))
+    if len(_CACHE) < 4096:
+        _CACHE[key] = result
+    return result

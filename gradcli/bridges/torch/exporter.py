@@ -41,6 +41,15 @@ not when it is computed: a constant updated in place later (a mask filled by
 with two different values (updated between two reads) becomes two tensors,
 ``const.NAME`` and ``const.NAME.v2``.
 
+Note [Composites]: a traced op gradcli has no kernel for, outside the core
+ATen opset, with a PyTorch decomposition, is written as a composite (spec:
+"Composite ops"): its decomposition, traced by ``make_fx`` on the op's own
+inputs and converted as the module is, becomes the body; PyTorch's node name
+for the op (run once with gradients on) names the composite's node, so the
+replay (PyTorch runs the op itself) and the order keep the module's node.
+Core ops get kernels of their own and are never decomposed; every op that is
+still missing is collected and reported in one message.
+
 Note [Exported order]: ``expect.order`` is the order PyTorch runs the nodes of
 the written graph. It equals the module's own order except where the spec
 says an in-place op is written out of place and PyTorch names the two
@@ -304,20 +313,54 @@ def _fail(node, message):
                       f"{message} {_source_line(node)}")
 
 
-def _runnable(node, name):
-    """``name`` if gradcli can run it; else the op and its source line:
-    export writes only files gradcli loads, not ones only PyTorch can replay."""
+def _has_kernel(name) -> bool:
+    """Whether gradcli runs ATen op ``name`` with a kernel of its own."""
     from ...ops import OPS  # noqa: PLC0415
 
     op = OPS.get(name)
-    if op is None or not op.public or not op.supported:
-        _fail(node, f"gradcli has no op {name} (see `gradcli ops` for the ops it runs)")
-    return name
+    return op is not None and op.public and op.supported
+
+
+def _decompositions():
+    """PyTorch's decompositions of the NON-core ATen ops gradcli has no kernel for
+    (Note [Composites]): core ops get kernels of their own, never a composite."""
+    global _DECOMPS
+    if _DECOMPS is None:
+        from torch._decomp import core_aten_decompositions, decomposition_table
+
+        table = dict(decomposition_table)
+        table.update(core_aten_decompositions())
+        _DECOMPS = {op: fn for op, fn in table.items()
+                    if isinstance(op, torch._ops.OpOverload) and torch.Tag.core not in op.tags
+                    and not _has_kernel(S.op_name(op))}
+    return _DECOMPS
+
+
+_DECOMPS = None
+
+
+def _missing_message(missing) -> str:
+    """All the ops an export lacks, in one message (core ops first: they need kernels)."""
+    core = [n for n in missing if missing[n][0]]
+    other = [n for n in missing if not missing[n][0]]
+    parts = []
+    if core:
+        parts.append(f"{len(core)} core ATen op{'s' if len(core) > 1 else ''} without a kernel: "
+                     + "; ".join(f"{n} ({missing[n][1]})" for n in core))
+    if other:
+        parts.append(f"{len(other)} op{'s' if len(other) > 1 else ''} without a kernel nor a "
+                     "PyTorch decomposition into ops gradcli has: "
+                     + "; ".join(f"{n} ({missing[n][1]})" for n in other))
+    return "cannot export: gradcli has no op for " + " | ".join(parts) + \
+        " (see `gradcli ops` for the ops it runs)"
 
 
 class _Converter:
-    def __init__(self, gm, leaf_names, leaf_values, leaf_kinds, seed):
+    def __init__(self, gm, leaf_names, leaf_values, leaf_kinds, seed, const_prefix="const."):
         self.gm = gm
+        self.const_prefix = const_prefix   # a composite's body names its constants apart
+        self.missing = {}           # op name -> (is core, source line): all of them, one message
+        self.outputs = []           # the traced function's result nodes
         self.nodes = list(gm.graph.nodes)
         self.leaf_names = leaf_names
         self.leaf_values = leaf_values
@@ -354,7 +397,9 @@ class _Converter:
                     env[node] = getattr(self.gm, node.target)
                     continue
                 if node.op == "output":
-                    root = pytree.tree_leaves(node.args)[0]
+                    self.outputs = [n for n in pytree.tree_leaves(node.args)
+                                    if isinstance(n, torch.fx.Node)]
+                    root = self.outputs[0] if self.outputs else None
                     continue
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
@@ -390,10 +435,14 @@ class _Converter:
         needed = self._needed(root, dynamic)
         ops = []
         leaves_used = set()
+        self.env, self.tensors, self.arrays = env, tensors, arrays
         for node, value in pending:
             if node not in needed:
                 continue
             ops.append(self._op(node, value, names, const_names, dynamic, requires, leaves_used))
+        if self.missing and self.const_prefix == "const.":
+            raise ExportError(_missing_message(self.missing))
+        self.names = names
         for node in self.nodes:
             if node.op == "placeholder" and node in leaves_used:
                 leaf = names[node]
@@ -420,7 +469,8 @@ class _Converter:
             if captured.shape == value.shape and captured.dtype == value.dtype and \
                     torch.equal(captured, value):
                 return name
-        name = f"const.{node.name}" if not seen else f"const.{node.name}.v{len(seen) + 1}"
+        base = f"{self.const_prefix}{node.name}"
+        name = base if not seen else f"{base}.v{len(seen) + 1}"
         captured = value.detach().clone()
         seen.append((name, captured))
         tensors[name] = {}
@@ -468,7 +518,7 @@ class _Converter:
             if functional is None:
                 _fail(node, "in-place op without an out-of-place overload")
             overload, schema = functional, functional._schema
-        entry = {"op": _runnable(node, S.op_name(overload))}
+        entry = {"op": S.op_name(overload)}
         inputs, args = [], {}
         for arg, val in S.bind(schema, node.args, node.kwargs):
             kind = S.tensor_kind(arg)
@@ -500,7 +550,83 @@ class _Converter:
             entry["args"] = args
         entry["id"] = node.name
         names[node] = entry.get("output", node.name)
+        if not _has_kernel(entry["op"]):
+            self._composite(node, overload, entry, names)
         return entry
+
+    def _composite(self, node, overload, entry, names):
+        """Give ``entry`` (an op gradcli has no kernel for) a composite body from
+        PyTorch's decomposition, or note it as missing (Note [Composites])."""
+        is_core = torch.Tag.core in overload.tags
+        decomp = None if is_core else _decompositions().get(overload)
+        if decomp is None:
+            self.missing.setdefault(entry["op"], (is_core, _source_line(node)))
+            return
+        tensors, leaf_names = [], []
+
+        def collect(v):
+            if isinstance(v, torch.fx.Node):
+                tensors.append(self.env[v])
+                leaf_names.append(self._name_of(v, names, node))
+                return _Slot(len(tensors) - 1)
+            if isinstance(v, (list, tuple)):
+                return type(v)(collect(x) for x in v)
+            return v
+
+        args, kwargs = collect(tuple(node.args)), {k: collect(v) for k, v in node.kwargs.items()}
+
+        def call(*ts):
+            def put(v):
+                if isinstance(v, _Slot):
+                    return ts[v.index]
+                if isinstance(v, (list, tuple)):
+                    return type(v)(put(x) for x in v)
+                return v
+            return overload(*put(args), **{k: put(v) for k, v in kwargs.items()})
+
+        node_name = _backward_node_name(call, tensors)
+        if node_name is None:
+            self.missing.setdefault(entry["op"], (False, _source_line(node) +
+                                                  " (PyTorch records no backward node for it)"))
+            return
+        torch.manual_seed(self.seed)
+        inner = make_fx(call, decomposition_table=_decompositions())(*tensors)
+        kinds = [f"input:{k}" for k in range(len(tensors))]
+        sub = _Converter(inner, leaf_names, tensors, kinds, self.seed,
+                         const_prefix=f"const.{node.name}.")
+        try:
+            body, sub_tensors, sub_arrays, _ = sub.run()
+        except ExportError as exc:      # a random op, data-dependent argument, ...
+            self.missing.setdefault(entry["op"], (False, f"{_source_line(node)}: its "
+                                                  f"decomposition: {exc}"))
+            return
+        for name, (core, where) in sub.missing.items():
+            self.missing.setdefault(name, (core, f"in the decomposition of {entry['op']} "
+                                           f"{_source_line(node)}"))
+        if sub.missing:
+            return
+        outer = entry.get("outputs", [entry.get("output")])
+        inner_out = [sub._name_of(o, sub.names) for o in sub.outputs]
+        if len(inner_out) != len(outer) or any(o.op == "placeholder" or o not in sub.names
+                                               for o in sub.outputs):
+            self.missing.setdefault(entry["op"], (False, _source_line(node) + " (its "
+                                                  "decomposition returns an input or a constant)"))
+            return
+        rename = dict(zip(inner_out, outer))
+        taken = set(outer)
+        for op in body:                 # the body's own names must not shadow an output
+            for key in ("output", "outputs"):
+                for n in ([op[key]] if key == "output" else op.get(key, [])):
+                    if n in taken and n not in rename:
+                        rename[n] = f"{n}.body"
+        body = [_renamed(op, rename) for op in body]
+        constants = [n for n in sub_tensors if n.startswith(sub.const_prefix)]
+        for n in constants:
+            self.tensors[n] = sub_tensors[n]
+            self.arrays[n] = sub_arrays[n]
+            self.consts_used.add(n)
+        entry["composite"] = {"node": node_name, **({"constants": constants} if constants else {}),
+                              "body": body}
 
     def _input(self, val, names, const_names, leaves_used, node):
         if val is None or val is S.MISSING:
@@ -548,6 +674,42 @@ class _Converter:
                 if isinstance(u.target, torch._ops.OpOverload) and S.is_view(u.target._schema):
                     stack.append(u)
         return group
+
+
+class _Slot:
+    """Where a tensor argument goes in a re-traced call (Note [Composites])."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+def _renamed(op, rename):
+    def ren(v):
+        if isinstance(v, list):
+            return [ren(x) for x in v]
+        return rename.get(v, v) if isinstance(v, str) else v
+
+    out = dict(op)
+    out["inputs"] = ren(op["inputs"])
+    if "output" in op:
+        out["output"] = ren(op["output"])
+    if "outputs" in op:
+        out["outputs"] = ren(op["outputs"])
+    return out
+
+
+def _backward_node_name(call, tensors):
+    """The name of the node PyTorch records for ``call`` on ``tensors`` (floating ones
+    requiring grad), or None when it records none."""
+    from .compare import node_name
+
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
+        out = call(*leaves)
+    for o in pytree.tree_leaves(out):
+        if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+            return node_name(o.grad_fn)
+    return None
 
 
 # -- step 3: the module's own backward --------------------------------------------------------

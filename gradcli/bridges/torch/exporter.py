@@ -23,7 +23,8 @@ The steps, in order:
 Names in the file: leaves keep the module's parameter and buffer names
 (``fc1.weight``; one the format does not allow, such as an ``nn.Sequential``'s
 ``0.weight``, gets the prefix ``m.``), the inputs are ``input`` (``input0``,
-``input1``, ... for several), the loss target ``target``, folded constants
+``input1``, ... for several; a keyword input is named after its keyword,
+``input_ids``), the loss target ``target``, folded constants
 ``const.NODE``; every op's ``id`` and output names are the traced node names
 (``addmm``, ``getitem_3``; ``NODE.i`` for a result no traced node reads).
 
@@ -90,14 +91,18 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, train=True,
-                seed=0, name=None) -> ExportedGraph:
+                seed=0, name=None, keyword_inputs=None) -> ExportedGraph:
     """Trace ``module`` on ``example_inputs``; see the module docstring.
 
     ``loss``: None or ``"projection"`` (Note [Projection loss]), ``"cross_entropy"``
     (needs ``target``, integer class labels), or a callable ``loss(output)`` /
     ``loss(output, target)`` made of torch operations. ``dtype``: cast the
     module and its floating inputs (``torch.float64`` or ``"float64"``).
-    ``train``: the module's mode. Raises ExportError for what it cannot express.
+    ``train``: the module's mode. ``keyword_inputs``: ``{name: array}`` passed by
+    keyword (``input_ids``, ``attention_mask``), leaf tensors named after their
+    keyword. Raises ExportError for what it cannot express.
+
+    >>> graph = from_module(torch.nn.Linear(3, 2), (torch.randn(4, 3),))  # doctest: +SKIP
     """
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"expected a torch.nn.Module, got {type(module).__name__}")
@@ -107,30 +112,32 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         work = work.to(dtype)
     work.train(bool(train))
     inputs = _inputs(example_inputs, dtype)
+    kw = _keyword_inputs(keyword_inputs, dtype)
     target_t = None if target is None else torch.as_tensor(np.asarray(target) if not isinstance(
         target, torch.Tensor) else target)
-    loss_fn, extras = _loss(work, inputs, loss, target_t, seed)
+    loss_fn, extras = _loss(work, inputs, kw, loss, target_t, seed)
     reference = copy.deepcopy(work)             # runs the real backward (step 3)
 
     params = dict(work.named_parameters())
     buffers0 = {k: b.detach().clone() for k, b in work.named_buffers()}
-    names = _leaf_names(params, buffers0, inputs, extras)
+    names = _leaf_names(params, buffers0, inputs, kw, extras)
 
-    def traced(params, buffers, inputs, extras):
-        out = torch.func.functional_call(work, (params, buffers), inputs)
+    def traced(params, buffers, inputs, kw, extras):
+        out = torch.func.functional_call(work, (params, buffers), inputs, kw)
         return loss_fn(out, extras)
 
     torch.manual_seed(seed)
     gm = _call_module(lambda: make_fx(traced, record_stack_traces=True)(
-        params, {k: v.clone() for k, v in buffers0.items()}, inputs, extras))
+        params, {k: v.clone() for k, v in buffers0.items()}, inputs, kw, extras))
 
-    leaf_values = pytree.tree_leaves((params, buffers0, inputs, extras))
-    kinds = _leaf_kinds(params, buffers0, inputs, extras)
+    leaf_values = pytree.tree_leaves((params, buffers0, inputs, kw, extras))
+    kinds = _leaf_kinds(params, buffers0, inputs, kw, extras)
     conv = _Converter(gm, names, leaf_values, kinds, seed)
     doc_ops, tensors, arrays, root = conv.run()
 
     torch.manual_seed(seed)
-    grads, order = _call_module(lambda: _reference_backward(reference, inputs, extras, loss_fn),
+    grads, order = _call_module(lambda: _reference_backward(reference, inputs, kw, extras,
+                                                            loss_fn),
                                  "running the backward of")
     grad_names = {f"param:{k}": v for k, v in grads.items()}
     expect_grads = {}
@@ -142,13 +149,14 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         root=root, grads=expect_grads, order=order,
         floating=str(_float_dtype(inputs, params)).removeprefix("torch."))
     _check_replay(graph, expect_grads, order)
-    graph.header = _header(module, inputs, params, train, loss, target_t is not None, seed)
+    graph.header = _header(module, inputs, kw, params, train, loss, target_t is not None, seed)
     return graph
 
 
-def _header(module, inputs, params, train, loss, has_target, seed):
+def _header(module, inputs, kw, params, train, loss, has_target, seed):
     floating = str(_float_dtype(inputs, params)).removeprefix("torch.")
-    shapes = ", ".join("x".join(map(str, x.shape)) or "scalar" for x in inputs)
+    shapes = ", ".join(["x".join(map(str, x.shape)) or "scalar" for x in inputs] +
+                       [f"{k}={'x'.join(map(str, x.shape)) or 'scalar'}" for k, x in kw.items()])
     if callable(loss):
         loss_text = f"loss: {getattr(loss, '__name__', 'a callable')}(output"
         loss_text += ", target)" if has_target else ")"
@@ -199,6 +207,16 @@ def _inputs(example_inputs, dtype):
     return tuple(out)
 
 
+def _keyword_inputs(keyword_inputs, dtype):
+    if not keyword_inputs:
+        return {}
+    if not isinstance(keyword_inputs, dict) or not all(
+            isinstance(k, str) and k.isidentifier() for k in keyword_inputs):
+        raise ExportError("keyword inputs must be a mapping from argument names to arrays")
+    names = list(keyword_inputs)
+    return dict(zip(names, _inputs([keyword_inputs[k] for k in names], dtype)))
+
+
 def _float_dtype(inputs, params):
     for t in list(params.values()) + list(inputs):
         if t.is_floating_point():
@@ -206,7 +224,7 @@ def _float_dtype(inputs, params):
     return torch.get_default_dtype()
 
 
-def _loss(work, inputs, loss, target, seed):
+def _loss(work, inputs, kw, loss, target, seed):
     """(loss_fn(out, extras), extras): extras are the loss's own leaf tensors."""
     if callable(loss):
         if target is None:
@@ -227,8 +245,8 @@ def _loss(work, inputs, loss, target, seed):
     if loss not in (None, "projection"):
         raise ExportError(f"unknown loss {loss!r} (expected projection or cross_entropy)")
     with torch.no_grad():                       # only the output shapes are needed here
-        probe = _call_module(lambda: copy.deepcopy(work)(*(x.clone() for x in inputs)),
-                             "running")
+        probe = _call_module(lambda: copy.deepcopy(work)(
+            *(x.clone() for x in inputs), **{k: v.clone() for k, v in kw.items()}), "running")
     outs = [o for o in pytree.tree_leaves(probe) if isinstance(o, torch.Tensor)]
     rs = []
     for i, o in enumerate(outs):
@@ -253,9 +271,9 @@ def _loss(work, inputs, loss, target, seed):
     return projection, {"projection": rs}
 
 
-def _leaf_kinds(params, buffers, inputs, extras):
+def _leaf_kinds(params, buffers, inputs, kw, extras):
     kinds = ([f"param:{k}" for k in params] + [f"buffer:{k}" for k in buffers] +
-             [f"input:{i}" for i in range(len(inputs))])
+             [f"input:{i}" for i in range(len(inputs))] + [f"input:{k}" for k in kw])
     if "projection" in extras:
         kinds += [f"projection:{i}" for i, r in enumerate(extras["projection"]) if r is not None]
     if "target" in extras:
@@ -263,7 +281,7 @@ def _leaf_kinds(params, buffers, inputs, extras):
     return kinds
 
 
-def _leaf_names(params, buffers, inputs, extras):
+def _leaf_names(params, buffers, inputs, kw, extras):
     """Graph names of the traced function's placeholders, in pytree order."""
     used = set()
 
@@ -278,6 +296,7 @@ def _leaf_names(params, buffers, inputs, extras):
 
     names = [unique(k) for k in params] + [unique(k) for k in buffers]
     names += [unique("input" if len(inputs) == 1 else f"input{i}") for i in range(len(inputs))]
+    names += [unique(k) for k in kw]
     if "projection" in extras:
         names += [unique(f"loss.projection.{i}") for i, r in enumerate(extras["projection"])
                   if r is not None]
@@ -713,10 +732,10 @@ def _backward_node_name(call, tensors):
 
 
 # -- step 3: the module's own backward --------------------------------------------------------
-def _reference_backward(module, inputs, extras, loss_fn):
+def _reference_backward(module, inputs, kw, extras, loss_fn):
     from .compare import node_order
 
-    out = module(*inputs)
+    out = module(*inputs, **kw)
     loss = loss_fn(out, extras)
     order = node_order([loss], loss.backward)
     grads = {k: p.grad for k, p in module.named_parameters() if p.grad is not None}

@@ -65,3 +65,36 @@ def test_keyword_input_given_twice_is_refused(tmp_path):
         "--input", f"input_ids={tmp_path / 'ids.npy'}", "-o", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "the keyword input_ids is given twice" in result.output
+
+
+class Moves(torch.nn.Module):
+    """Rotary-embedding style code: ``.to(x.device)``, ``type_as``, ``.to(dtype)``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x).to(x.device)
+        h = h.to(torch.float32).type_as(x) * 2
+        return h.to(device="cpu", dtype=x.dtype)
+
+
+def test_no_op_device_moves_and_dtype_moves_record_tocopy_as_pytorch(tmp_path):
+    graph = from_module(Moves(), (torch.randn(3, 4),), dtype="float64")
+    ops = [op for op in graph.document["ops"] if op["op"] == "aten._to_copy.default"]
+    assert any(op.get("args", {}).get("device") == "cpu" for op in ops)
+    assert "ToCopyBackward0" in graph.document["expect"]["order"]
+    _validate(graph, tmp_path)
+
+
+def test_a_real_device_move_as_an_aten_op_is_refused_naming_both_devices():
+    from gradcli import loader
+    from gradcli.errors import GraphError
+
+    text = ("version: 1\ntensors:\n  x: {shape: [2], init: ones, requires_grad: true}\nops:\n"
+            "  - {op: aten._to_copy.default, inputs: [x], output: y, args: {device: 'sim:0'}}\n"
+            "  - {op: aten.sum.default, inputs: [y], output: s}\nbackward: {roots: [s]}\n")
+    with pytest.raises(GraphError, match=r"a move to device='sim:0' of a tensor on cpu"):
+        loader.loads(text).run()

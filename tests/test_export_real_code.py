@@ -98,3 +98,27 @@ def test_a_real_device_move_as_an_aten_op_is_refused_naming_both_devices():
             "  - {op: aten.sum.default, inputs: [y], output: s}\nbackward: {roots: [s]}\n")
     with pytest.raises(GraphError, match=r"a move to device='sim:0' of a tensor on cpu"):
         loader.loads(text).run()
+
+
+class Refine(torch.nn.Module):
+    """Iterative refinement: the state is detached every step, as such loops do."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        state = x
+        for _ in range(3):
+            state = torch.tanh(self.fc(state)) + x
+            state = state.detach() if _ < 2 else state
+        return state
+
+
+def test_detach_on_the_gradient_path_stops_it_as_in_pytorch(tmp_path):
+    graph = from_module(Refine(), (torch.randn(2, 4),), dtype="float64")
+    assert sum(op["op"] == "aten.detach.default" for op in graph.document["ops"]) == 2
+    # only the last step's nodes run: the detached steps are cut off, as in PyTorch
+    assert graph.document["expect"]["order"].count("TanhBackward0") == 1
+    _validate(graph, tmp_path)

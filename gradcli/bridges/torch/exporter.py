@@ -380,6 +380,7 @@ class _Converter:
         self.const_prefix = const_prefix   # a composite's body names its constants apart
         self.missing = {}           # op name -> (is core, source line): all of them, one message
         self.outputs = []           # the traced function's result nodes
+        self.stops = set()          # detach nodes that stop a gradient
         self.nodes = list(gm.graph.nodes)
         self.leaf_names = leaf_names
         self.leaf_values = leaf_values
@@ -439,7 +440,10 @@ class _Converter:
                     continue                        # folded (or dropped when nothing reads it)
                 dynamic.add(node)
                 if any(i in requires for i in inputs):
-                    requires.add(node)
+                    if base in DETACH:
+                        self.stops.add(node)        # written as itself (Note [detach in graphs])
+                    else:
+                        requires.add(node)
                 if _is_random(node):
                     _fail(node, "a random op on data the loss depends on has no fixed result")
                 if S.mutated_arguments(node.target._schema) and base not in KEEPS_MUTATION:
@@ -525,11 +529,11 @@ class _Converter:
         base = schema.name.split("::", 1)[1]
         mutated = S.mutated_arguments(schema)
         if base in DETACH:
-            if node in requires:
-                _fail(node, "detach on a value the gradient flows through cannot be expressed "
-                            "(it would stop the gradient)")
-            overload = torch.ops.aten.alias.default
-            schema = overload._schema
+            # Note [detach in graphs] (gradcli/ops/aten/pointwise.py): on the gradient
+            # path it is written as itself, stopping the gradient as in PyTorch
+            if node not in self.stops:
+                overload = torch.ops.aten.alias.default
+                schema = overload._schema
         elif mutated and base not in KEEPS_MUTATION:
             if mutated != [0]:
                 _fail(node, "it updates an argument other than its first in place")

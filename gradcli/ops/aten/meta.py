@@ -57,7 +57,7 @@ def _view_rule(name):
     return rule
 
 
-for _name in ("aten.alias.default", "aten.t.default", "aten.view.default", "aten._unsafe_view.default",
+for _name in ("aten.alias.default", "aten.detach.default", "aten.t.default", "aten.view.default", "aten._unsafe_view.default",
               "aten.expand.default", "aten.permute.default", "aten.transpose.int", "aten.select.int",
               "aten.slice.Tensor", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
               "aten.split.Tensor", "aten.unbind.int"):

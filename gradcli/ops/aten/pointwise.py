@@ -349,6 +349,18 @@ def alias(self):
 defvjp(alias, lambda g, ans, self: g)
 
 
+# Note [detach in graphs]: `x.detach()` on the gradient path (iterative refinement,
+# stop-gradient targets) records no node in PyTorch: its result is a new leaf that
+# does not require grad, so the gradient stops there. gradcli's op does the same.
+@aten("detach(Tensor(a) self) -> Tensor(a)", "DetachBackward0", saves=False,
+      differentiable_outputs=[False])
+def detach(self):
+    return self.view()
+
+
+defvjp(detach, None)
+
+
 # -- more unary and scalar-operand ops seen in traced models --------------------------------
 def _unary_float(fn):
     def forward(self):

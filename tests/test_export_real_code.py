@@ -122,3 +122,31 @@ def test_detach_on_the_gradient_path_stops_it_as_in_pytorch(tmp_path):
     # only the last step's nodes run: the detached steps are cut off, as in PyTorch
     assert graph.document["expect"]["order"].count("TanhBackward0") == 1
     _validate(graph, tmp_path)
+
+
+class Routed(torch.nn.Module):
+    """Data-dependent control flow: a count from nonzero picks how many rows go on,
+    .item() picks a branch."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        k = h.nonzero().shape[0] % 3 + 1          # how many rows: decided by the data
+        out = h[:k]
+        if out.sum().item() > 0:
+            return out * 2
+        return out - 1
+
+
+def test_data_dependent_control_flow_exports_the_path_the_inputs_took(tmp_path):
+    graph = from_module(Routed(), (torch.randn(6, 4),), dtype="float64")
+    said = graph.document["x-data-dependent"]
+    assert any("aten.nonzero.default" in s for s in said)
+    assert any("_local_scalar_dense" in s for s in said)
+    assert "data-dependent: this graph is the path these inputs took" in graph.header
+    _validate(graph, tmp_path)
+    assert "x-data-dependent:" in (tmp_path / "graph.yaml").read_text()

@@ -51,6 +51,16 @@ replay (PyTorch runs the op itself) and the order keep the module's node.
 Core ops get kernels of their own and are never decomposed; every op that is
 still missing is collected and reported in one message.
 
+Note [Data-dependent paths]: control flow on the data (``.item()``, ``if
+x.sum() > 0``, ``nonzero``, mixture-of-experts routing) is traced on the real
+inputs (``make_fx`` with data-dependent ops allowed): the trace is the path
+these inputs took. Ops that return such decisions without a gradient (tagged
+``data_dependent_output`` or ``dynamic_output_shape``, with no floating
+result) are folded into constants, so the file replays that path; the file
+says so (its header and ``x-data-dependent``, each op with its source line),
+and validate checks that path. Other inputs may take another path: export
+again for them.
+
 Note [Exported order]: ``expect.order`` is the order PyTorch runs the nodes of
 the written graph. It equals the module's own order except where the spec
 says an in-place op is written out of place and PyTorch names the two
@@ -127,7 +137,8 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         return loss_fn(out, extras)
 
     torch.manual_seed(seed)
-    gm = _call_module(lambda: make_fx(traced, record_stack_traces=True)(
+    gm = _call_module(lambda: make_fx(traced, record_stack_traces=True,
+                                      _error_on_data_dependent_ops=False)(
         params, {k: v.clone() for k, v in buffers0.items()}, inputs, kw, extras))
 
     leaf_values = pytree.tree_leaves((params, buffers0, inputs, kw, extras))
@@ -150,6 +161,11 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         floating=str(_float_dtype(inputs, params)).removeprefix("torch."))
     _check_replay(graph, expect_grads, order)
     graph.header = _header(module, inputs, kw, params, train, loss, target_t is not None, seed)
+    if conv.data_dependent:
+        graph.document["x-data-dependent"] = list(dict.fromkeys(conv.data_dependent))
+        graph.header += ("\ndata-dependent: this graph is the path these inputs took; "
+                         f"{len(conv.data_dependent)} decision(s) the data made are fixed "
+                         "(x-data-dependent lists them); other inputs may need another export.")
     return graph
 
 
@@ -327,6 +343,16 @@ def _is_random(node) -> bool:
     return not ("dropout_p" in bound and bound["dropout_p"] in (0, 0.0, S.MISSING))
 
 
+def _data_dependent(node, value) -> bool:
+    """Note [Data-dependent paths]: an op whose result is a decision the data made
+    (``.item()``, ``nonzero``, ``masked_select`` of indices...) and carries no gradient."""
+    tags = node.target.tags
+    if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
+        return False
+    return not any(isinstance(v, torch.Tensor) and v.is_floating_point()
+                   for v in pytree.tree_leaves(value))
+
+
 def _fail(node, message):
     raise ExportError(f"cannot export {node.target if node is not None else 'the module'}: "
                       f"{message} {_source_line(node)}")
@@ -381,6 +407,7 @@ class _Converter:
         self.missing = {}           # op name -> (is core, source line): all of them, one message
         self.outputs = []           # the traced function's result nodes
         self.stops = set()          # detach nodes that stop a gradient
+        self.data_dependent = []    # Note [Data-dependent paths]: what the inputs decided
         self.nodes = list(gm.graph.nodes)
         self.leaf_names = leaf_names
         self.leaf_values = leaf_values
@@ -438,6 +465,9 @@ class _Converter:
                 base = node.target._schema.name.split("::", 1)[1]
                 if base in METADATA_ONLY or not any(i in dynamic for i in inputs):
                     continue                        # folded (or dropped when nothing reads it)
+                if _data_dependent(node, env[node]):
+                    self.data_dependent.append(f"{node.target} {_source_line(node)}")
+                    continue                        # Note [Data-dependent paths]: folded
                 dynamic.add(node)
                 if any(i in requires for i in inputs):
                     if base in DETACH:

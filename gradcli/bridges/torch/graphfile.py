@@ -85,6 +85,7 @@ class ExportedGraph:
             for key in ("rtol", "atol"):
                 lines.append(f"  {key}: {flow(expect[key])}")
             lines.append(f"  order: {flow(expect['order'])}")
+        lines += [f"{k}: {flow(v)}" for k, v in doc.items() if k.startswith("x-")]
         return "\n".join(lines) + "\n"
 
     def write(self, directory):

@@ -232,6 +232,10 @@ case(SDPA, [R(2, 2, 3, 4), R(2, 2, 5, 4, seed=1), R(2, 2, 5, 4, seed=2), None])
 case(SDPA, [R(1, 2, 4, 3), R(1, 2, 4, 3, seed=1), R(1, 2, 4, 3, seed=2), None], {"is_causal": True})
 case(SDPA, [R(2, 2, 3, 4), R(2, 2, 5, 4, seed=1), R(2, 2, 5, 4, seed=2), R(3, 5, seed=3)], {"scale": 0.3},
      wrt=[0, 1, 2])
+# grouped-query attention: 4 query heads share 2 key/value heads (repeat_interleave)
+case(SDPA, [R(2, 4, 3, 4), R(2, 2, 5, 4, seed=1), R(2, 2, 5, 4, seed=2), None], id=SDPA + "-gqa")
+case(SDPA, [R(1, 6, 4, 3), R(1, 2, 4, 3, seed=1), R(1, 2, 4, 3, seed=2), None], {"is_causal": True},
+     id=SDPA + "-gqa-causal")
 case(SDPA, [R(1, 1, 3, 4), R(1, 1, 5, 4, seed=1), R(1, 1, 5, 4, seed=2),
             np.where(np.arange(15).reshape(3, 5) < 5, -np.inf, 0.0)], wrt=[0, 1, 2], fd=False,
      id=SDPA + "-masked-row")

@@ -97,3 +97,15 @@ def test_composite_backward_refuses_to_record_a_graph():
     with pytest.raises(RuntimeError, match="SoftplusBackward0: a composite op's backward cannot "
                                            "record a graph"):
         backward([values["loss"]], create_graph=True)
+
+
+def test_composite_jacobian_matches_finite_differences(tmp_path):
+    from click.testing import CliRunner
+
+    from gradcli.cli import main
+
+    path = tmp_path / "softplus.yaml"
+    path.write_text(SOFTPLUS % BODY)
+    result = CliRunner().invoke(main, ["validate", "--numeric", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "numeric" in result.output

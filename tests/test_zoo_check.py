@@ -40,8 +40,9 @@ def test_write_docs_replaces_only_the_generated_table(tmp_path):
                         "b": {"zoo": "transformers", "model": "roberta", "mode": "eval",
                               "dtype": "float64", "status": "missing-core-op",
                               "ops": ["aten.ne.Scalar"], "detail": "x"}}}
-    zoo.write_docs(results, str(doc))
+    zoo.write_docs(results, str(doc), [("transformers", "bert"), ("transformers", "gpt2")])
     first = doc.read_text()
+    assert "Not run yet (1): gpt2." in first
     assert first.startswith("# Models\n\nintro\n")
     assert "**transformers**: 2 runs: 1 missing-core-op, 1 pass." in first
     assert "| roberta | eval | float64 | missing-core-op |  | core ops without a kernel: " \

@@ -124,11 +124,11 @@ TRANSFORMERS = {
 
 
 # -- one run, in a child process ---------------------------------------------------------------
-def _torchvision_model(name):
+def _torchvision_model(name, size=None):
     import torchvision
 
     kwargs = dict(weights=None, num_classes=10, **BUILD_ARGS.get(name, {}))
-    size = SIZES.get(name, 32)
+    size = max(SIZES.get(name, 32), size or 0)
     return torchvision.models.get_model(name, **kwargs), {"x": (2, 3, size, size)}
 
 
@@ -169,7 +169,7 @@ def run_one(spec):
     zoo, name, mode, dtype = spec["zoo"], spec["model"], spec["mode"], spec["dtype"]
     t0 = time.time()
     if zoo == "torchvision":
-        model, shapes = _torchvision_model(name)
+        model, shapes = _torchvision_model(name, spec.get("size"))
         gen = torch.Generator().manual_seed(0)
         args, kwargs = (torch.randn(shapes["x"], generator=gen),), {}
     else:
@@ -220,7 +220,8 @@ def _models(zoo, pattern):
 
 
 def _key(r):
-    return f"{r['zoo']}:{r['model']}:{r['mode']}:{r['dtype']}"
+    size = f":{r['size']}px" if r.get("size") else ""
+    return f"{r['zoo']}:{r['model']}:{r['mode']}:{r['dtype']}{size}"
 
 
 def _versions():
@@ -292,7 +293,8 @@ def write_docs(results, path, zoo_models=None):
                 detail = (detail + "; " if detail else "") + "composites: " + ", ".join(
                     f"`{o}`" for o in r["composites"])
             detail = detail.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {r['model']} | {r['mode']} | {r['dtype']} | {r['status']} | "
+            model = r["model"] + (f" ({r['size']}x{r['size']})" if r.get("size") else "")
+            lines.append(f"| {model} | {r['mode']} | {r['dtype']} | {r['status']} | "
                          f"{r.get('nodes', '')} | {detail} |")
         lines.append("")
         ran = {r["model"] for r in zr}
@@ -318,6 +320,8 @@ def main(argv=None):
     p.add_argument("--modes", default="eval,train", help="eval, train or both (comma list)")
     p.add_argument("--dtypes", default="float64,float32", help="float64, float32 or both")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run (child process)")
+    p.add_argument("--size", type=int, default=None,
+                   help="torchvision input size (at least the model's own minimum)")
     p.add_argument("--max-params", type=float, default=60e6,
                    help="skip models with more parameters (memory of a float64 export)")
     p.add_argument("--results", default=None, help="a JSON file the results accumulate in")
@@ -349,9 +353,11 @@ def main(argv=None):
             for mode in a.modes.split(","):
                 for dtype in a.dtypes.split(","):
                     spec = {"zoo": zoo, "model": model, "mode": mode, "dtype": dtype,
-                            "max_params": a.max_params}
+                            "max_params": a.max_params, "size": a.size}
                     record = dict(spec, **_run_child(spec, a.timeout))
                     record.pop("max_params")
+                    if zoo != "torchvision" or not a.size:
+                        record.pop("size")
                     results["runs"][_key(record)] = record
                     print(f"{_key(record)}: {record['status']} "
                           f"({record.get('seconds', 0):.0f} s) {record.get('detail', '')[:200]}",

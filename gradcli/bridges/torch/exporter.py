@@ -112,6 +112,7 @@ DETACH = {"detach"}
 # (node in the replay, node in the module's own run) for the same op: see Note [Exported order].
 EAGER_RENAMES = {("ViewBackward0", "ReshapeAliasBackward0")}
 _TORCH_DIR = os.path.dirname(torch.__file__)
+_GRADCLI_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, train=True,
@@ -344,7 +345,7 @@ def _source_line(node) -> str:
     frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace)
     if not frames:
         return "at an unknown line of the module"
-    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+    user = [f for f in frames if not f[0].startswith((_TORCH_DIR, _GRADCLI_DIR))]
     path, line, code = (user or frames)[-1]
     return f"at {path}:{line} ({code.strip()})"
 

@@ -625,6 +625,9 @@ class _Loader:
         spec = self.plain_op(i, entry, defined, base, prefix)
         if spec is not None:
             return spec
+        if isinstance(entry, dict) and "composite" in entry:     # the ops layer reads it
+            from .ops import composite  # noqa: PLC0415
+            return composite.load(self, i, entry, defined, base, prefix, _Defined, OpSpec)
         OPS = _ops()
         path = base + (i,)
         where = f"{prefix}[{i}]"

@@ -107,6 +107,7 @@ case("aten.pow.Tensor_Scalar", [R(3, 4)], {"exponent": 0})
 case("aten.rsqrt.default", [R(3, 4, low=0.5, high=3)])
 case("aten.clone.default", [R(3, 4)])
 case("aten.alias.default", [R(3, 4)])
+case("aten.detach.default", [R(3, 4)], fd=False)   # records no node: nothing to differentiate
 case("aten.expand.default", [R(3, 1)], {"size": [2, 3, 4]})
 case("aten.expand.default", [R(3, 1)], {"size": [-1, 5]})
 case("aten.permute.default", [x234], {"dims": [2, 0, 1]})
@@ -238,6 +239,10 @@ case(SDPA, [R(2, 2, 3, 4), R(2, 2, 5, 4, seed=1), R(2, 2, 5, 4, seed=2), None])
 case(SDPA, [R(1, 2, 4, 3), R(1, 2, 4, 3, seed=1), R(1, 2, 4, 3, seed=2), None], {"is_causal": True})
 case(SDPA, [R(2, 2, 3, 4), R(2, 2, 5, 4, seed=1), R(2, 2, 5, 4, seed=2), R(3, 5, seed=3)], {"scale": 0.3},
      wrt=[0, 1, 2])
+# grouped-query attention: 4 query heads share 2 key/value heads (repeat_interleave)
+case(SDPA, [R(2, 4, 3, 4), R(2, 2, 5, 4, seed=1), R(2, 2, 5, 4, seed=2), None], id=SDPA + "-gqa")
+case(SDPA, [R(1, 6, 4, 3), R(1, 2, 4, 3, seed=1), R(1, 2, 4, 3, seed=2), None], {"is_causal": True},
+     id=SDPA + "-gqa-causal")
 case(SDPA, [R(1, 1, 3, 4), R(1, 1, 5, 4, seed=1), R(1, 1, 5, 4, seed=2),
             np.where(np.arange(15).reshape(3, 5) < 5, -np.inf, 0.0)], wrt=[0, 1, 2], fd=False,
      id=SDPA + "-masked-row")
@@ -435,6 +440,8 @@ def test_float64_forward_gradients_and_node_name_match_torch(op_name, inputs, ar
         if t.grad_fn is not None:
             assert o.grad_fn.name == t.grad_fn.name()
             assert o.grad_fn is outs[0].grad_fn and o.output_nr == t.output_nr
+    if touts[0].grad_fn is None:        # detach: neither records a node (checked above)
+        return
     node = outs[0].grad_fn
     # edges only to differentiable inputs (not where's condition, embedding's indices, ...)
     assert [e is None for e in node.next_edges] == [f[0] is None for f in touts[0].grad_fn.next_functions]

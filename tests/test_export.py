@@ -407,8 +407,8 @@ def test_refuses_an_op_gradcli_cannot_run_naming_op_and_line(tmp_path, forward, 
     with pytest.raises(ExportError) as info:
         from_module(mod.build_model(), (torch.randn(2, 4),))
     msg = str(info.value)
-    assert f"cannot export {op}: gradcli has no op {op}" in msg
-    assert f"{path}:11 (return {line})" in msg and "\n" not in msg
+    assert msg.startswith("cannot export: gradcli has no op for 1 core ATen op without a kernel")
+    assert f"{op} (at {path}:11 (return {line}))" in msg and "\n" not in msg
 
 
 DETACH_ON_GRAD_PATH = RANDOM_OP.replace(
@@ -419,11 +419,16 @@ ALIASING_MUTATION = RANDOM_OP.replace(
     "return torch.bernoulli(p) * p", "v.add_(1.0); return p * 2.0")
 
 
+def test_detach_on_the_gradient_path_is_written_as_detach(tmp_path):
+    path, mod = _module_file(tmp_path, DETACH_ON_GRAD_PATH)
+    graph = from_module(mod.build_model(), (torch.randn(2, 4),))
+    assert [op["op"] for op in graph.document["ops"]].count("aten.detach.default") == 1
+
+
 @pytest.mark.parametrize("body, words", [
-    (DETACH_ON_GRAD_PATH, ["aten.detach.default", "stop the gradient", ":11 (return p * p.detach())"]),
     (ALIASING_MUTATION, ["aten.add_.Tensor", "aliasing mutation", ":11 (v.add_(1.0)"]),
 ])
-def test_refuses_detach_on_gradient_path_and_aliasing_mutation(tmp_path, body, words):
+def test_refuses_aliasing_mutation(tmp_path, body, words):
     path, mod = _module_file(tmp_path, body)
     with pytest.raises(ExportError) as info:
         from_module(mod.build_model(), (torch.randn(2, 4),))

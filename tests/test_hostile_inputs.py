@@ -99,7 +99,8 @@ def test_view_ops_say_so_and_return_views():
                "split": {"sections": 2, "indices": None, "axis": 0}, "delay": {},
                "fail": {}, "nan": {}}
     # ATen ops say so by their schema's alias annotation (Note [Views from the schema]).
-    samples.update({"aten.alias.default": {}, "aten.expand.default": {"size": [5, 2, 3, 4]},
+    samples.update({"aten.alias.default": {}, "aten.detach.default": {},
+                    "aten.expand.default": {"size": [5, 2, 3, 4]},
                     "aten.permute.default": {"dims": [2, 0, 1]},
                     "aten.select.int": {"dim": 1, "index": 1},
                     "aten.slice.Tensor": {"dim": 2, "start": 1, "end": 3},

@@ -126,6 +126,7 @@ class ExportedGraph:
                 lines += [f"      {flow(k)}: {flow(v)}" for k, v in forward["values"].items()]
                 for key in ("rtol", "atol"):
                     lines.append(f"    {key}: {flow(forward[key])}")
+        lines += [f"{k}: {flow(v)}" for k, v in doc.items() if k.startswith("x-")]
         return "\n".join(lines) + "\n"
 
     def write(self, directory):

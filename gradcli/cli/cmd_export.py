@@ -40,9 +40,10 @@ def _allocation_failed(exc):
 @click.argument("model", metavar="MODULE.py:FUNCTION")
 @click.option("--input-shape", "input_shapes", multiple=True, callback=_shape, metavar="N,C,H,W",
               help="Shape of a random (seeded, standard normal) input; repeat for several inputs.")
-@click.option("--input", "input_files", multiple=True, type=click.Path(dir_okay=False),
-              metavar="FILE.npy", help="An input array (e.g. int64 token ids); repeatable. "
-              "Inputs from files come before --input-shape ones.")
+@click.option("--input", "input_files", multiple=True, metavar="[NAME=]FILE.npy",
+              help="An input array (e.g. int64 token ids); repeatable. FILE.npy is passed "
+              "by position (file inputs come before --input-shape ones), NAME=FILE.npy by "
+              "keyword: --input input_ids=ids.npy --input attention_mask=mask.npy.")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), default=None,
               help="Cast the module and its floating inputs (default: as built).")
 @click.option("--train/--eval", "train", default=True, show_default=True,
@@ -115,7 +116,15 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
         if nbytes > budget:
             _fail(f"--input-shape {','.join(map(str, s))}: the input needs {nbytes} bytes, over "
                   f"the tensor budget of {budget} bytes (a quarter of memory)")
-    inputs = [torch.as_tensor(read(p, "an input")) for p in input_files]
+    inputs, keyword_inputs = [], {}
+    for text in input_files:
+        key, sep, path = text.partition("=")
+        if sep and key.isidentifier():
+            if key in keyword_inputs:
+                _fail(f"--input {text}: the keyword {key} is given twice")
+            keyword_inputs[key] = torch.as_tensor(read(path, f"the input {key}"))
+        else:
+            inputs.append(torch.as_tensor(read(text, "an input")))
     gen = torch.Generator().manual_seed(seed)
     try:
         inputs += [torch.randn(s, generator=gen) for s in input_shapes]
@@ -126,7 +135,7 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
     target_arr = read(target, "the target") if target is not None else None
     try:
         graph = from_module(module, tuple(inputs), loss=loss, target=target_arr, dtype=dtype,
-                            train=train, seed=seed, name=name)
+                            train=train, seed=seed, name=name, keyword_inputs=keyword_inputs)
     except ExportMismatch as exc:
         _fail(f"bug in gradcli export: {exc}", EXIT_INTERNAL)
     except ExportError as exc:

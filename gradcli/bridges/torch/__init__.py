@@ -15,12 +15,13 @@ from .errors import (CROSS_ENTROPY, GRAPH_FILE, LOSSES, PROJECTION, WEIGHTS_FILE
 
 
 def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, train=True,
-                seed=0, name=None):
-    """Trace ``module`` on ``example_inputs`` into an ``ExportedGraph`` (see ``exporter``)."""
+                seed=0, name=None, keyword_inputs=None):
+    """Trace ``module`` on ``example_inputs`` (and ``keyword_inputs``, by name) into an
+    ``ExportedGraph`` (see ``exporter``)."""
     from .exporter import from_module as _from_module
 
     return _from_module(module, example_inputs, loss=loss, target=target, dtype=dtype,
-                        train=train, seed=seed, name=name)
+                        train=train, seed=seed, name=name, keyword_inputs=keyword_inputs)
 
 
 def __getattr__(name):

@@ -23,7 +23,8 @@ The steps, in order:
 Names in the file: leaves keep the module's parameter and buffer names
 (``fc1.weight``; one the format does not allow, such as an ``nn.Sequential``'s
 ``0.weight``, gets the prefix ``m.``), the inputs are ``input`` (``input0``,
-``input1``, ... for several), the loss target ``target``, folded constants
+``input1``, ... for several; a keyword input is named after its keyword,
+``input_ids``), the loss target ``target``, folded constants
 ``const.NODE``; every op's ``id`` and output names are the traced node names
 (``addmm``, ``getitem_3``; ``NODE.i`` for a result no traced node reads).
 
@@ -40,6 +41,39 @@ not when it is computed: a constant updated in place later (a mask filled by
 ``masked_fill_``) is written as the value the reading op saw. A constant read
 with two different values (updated between two reads) becomes two tensors,
 ``const.NAME`` and ``const.NAME.v2``.
+
+Note [Composites]: a traced op gradcli has no kernel for, outside the core
+ATen opset, with a PyTorch decomposition, is written as a composite (spec:
+"Composite ops"): its decomposition, traced by ``make_fx`` on the op's own
+inputs and converted as the module is, becomes the body; PyTorch's node name
+for the op (run once with gradients on) names the composite's node, so the
+replay (PyTorch runs the op itself) and the order keep the module's node.
+Core ops get kernels of their own and are never decomposed; every op that is
+still missing is collected and reported in one message.
+
+Note [Data-dependent paths]: control flow on the data (``.item()``, ``if
+x.sum() > 0``, ``nonzero``, mixture-of-experts routing) is traced on the real
+inputs (``make_fx`` with data-dependent ops allowed): the trace is the path
+these inputs took. Ops that return such decisions without a gradient (tagged
+``data_dependent_output`` or ``dynamic_output_shape``, with no floating
+result) are folded into constants, so the file replays that path; the file
+says so (its header and ``x-data-dependent``, each op with its source line),
+and validate checks that path. Other inputs may take another path: export
+again for them.
+
+Note [In-place on views]: an in-place op on a view of an activation
+(``out[:, :k].relu_()``, an in-place dropout after ``flatten``) makes
+PyTorch's engine rebase the view: the base's node becomes ``CopySlices``
+(wrapping the op's node) and the view's node ``AsStridedBackward0``. The file
+holds no in-place op, so the export writes the op out of place on the view;
+PyTorch's replay of the file then runs the op's node and the view's own nodes
+(``ViewBackward0``, ``SliceBackward0``) instead. The export accepts exactly
+that difference: the gradients must agree, and the two orders must agree
+once view nodes are left out of both and each ``CopySlices`` stands for the
+replayed op's node. ``expect.order`` is the order of the written graph. An
+in-place op on a view whose base (or another view of it) is read afterwards
+is still refused: writing it needs ``slice_scatter``/``as_strided_scatter``
+kernels and PyTorch's CopySlices in the engine.
 
 Note [Exported order]: ``expect.order`` is the order PyTorch runs the nodes of
 the written graph. It equals the module's own order except where the spec
@@ -79,17 +113,22 @@ DETACH = {"detach"}
 # (node in the replay, node in the module's own run) for the same op: see Note [Exported order].
 EAGER_RENAMES = {("ViewBackward0", "ReshapeAliasBackward0")}
 _TORCH_DIR = os.path.dirname(torch.__file__)
+_GRADCLI_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, train=True,
-                seed=0, name=None) -> ExportedGraph:
+                seed=0, name=None, keyword_inputs=None) -> ExportedGraph:
     """Trace ``module`` on ``example_inputs``; see the module docstring.
 
     ``loss``: None or ``"projection"`` (Note [Projection loss]), ``"cross_entropy"``
     (needs ``target``, integer class labels), or a callable ``loss(output)`` /
     ``loss(output, target)`` made of torch operations. ``dtype``: cast the
     module and its floating inputs (``torch.float64`` or ``"float64"``).
-    ``train``: the module's mode. Raises ExportError for what it cannot express.
+    ``train``: the module's mode. ``keyword_inputs``: ``{name: array}`` passed by
+    keyword (``input_ids``, ``attention_mask``), leaf tensors named after their
+    keyword. Raises ExportError for what it cannot express.
+
+    >>> graph = from_module(torch.nn.Linear(3, 2), (torch.randn(4, 3),))  # doctest: +SKIP
     """
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"expected a torch.nn.Module, got {type(module).__name__}")
@@ -99,30 +138,33 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         work = work.to(dtype)
     work.train(bool(train))
     inputs = _inputs(example_inputs, dtype)
+    kw = _keyword_inputs(keyword_inputs, dtype)
     target_t = None if target is None else torch.as_tensor(np.asarray(target) if not isinstance(
         target, torch.Tensor) else target)
-    loss_fn, extras = _loss(work, inputs, loss, target_t, seed)
+    loss_fn, extras = _loss(work, inputs, kw, loss, target_t, seed)
     reference = copy.deepcopy(work)             # runs the real backward (step 3)
 
     params = dict(work.named_parameters())
     buffers0 = {k: b.detach().clone() for k, b in work.named_buffers()}
-    names = _leaf_names(params, buffers0, inputs, extras)
+    names = _leaf_names(params, buffers0, inputs, kw, extras)
 
-    def traced(params, buffers, inputs, extras):
-        out = torch.func.functional_call(work, (params, buffers), inputs)
+    def traced(params, buffers, inputs, kw, extras):
+        out = torch.func.functional_call(work, (params, buffers), inputs, kw)
         return loss_fn(out, extras)
 
     torch.manual_seed(seed)
-    gm = _call_module(lambda: make_fx(traced, record_stack_traces=True)(
-        params, {k: v.clone() for k, v in buffers0.items()}, inputs, extras))
+    gm = _call_module(lambda: make_fx(traced, record_stack_traces=True,
+                                      _error_on_data_dependent_ops=False)(
+        params, {k: v.clone() for k, v in buffers0.items()}, inputs, kw, extras))
 
-    leaf_values = pytree.tree_leaves((params, buffers0, inputs, extras))
-    kinds = _leaf_kinds(params, buffers0, inputs, extras)
+    leaf_values = pytree.tree_leaves((params, buffers0, inputs, kw, extras))
+    kinds = _leaf_kinds(params, buffers0, inputs, kw, extras)
     conv = _Converter(gm, names, leaf_values, kinds, seed)
     doc_ops, tensors, arrays, root = conv.run()
 
     torch.manual_seed(seed)
-    grads, order = _call_module(lambda: _reference_backward(reference, inputs, extras, loss_fn),
+    grads, order = _call_module(lambda: _reference_backward(reference, inputs, kw, extras,
+                                                            loss_fn),
                                  "running the backward of")
     grad_names = {f"param:{k}": v for k, v in grads.items()}
     expect_grads = {}
@@ -133,16 +175,22 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         name=name or type(module).__name__, tensors=tensors, arrays=arrays, ops=doc_ops,
         root=root, grads=expect_grads, order=order,
         floating=str(_float_dtype(inputs, params)).removeprefix("torch."))
-    _check_replay(graph, expect_grads, order)
+    _check_replay(graph, expect_grads, order, conv.inplace_on_views)
     attach_reference(graph)                     # float64 gradients for the float32 verdict
-    graph.header = _header(module, inputs, params, train, loss, target_t is not None, seed)
+    graph.header = _header(module, inputs, kw, params, train, loss, target_t is not None, seed)
+    if conv.data_dependent:
+        graph.document["x-data-dependent"] = list(dict.fromkeys(conv.data_dependent))
+        graph.header += ("\ndata-dependent: this graph is the path these inputs took; "
+                         f"{len(conv.data_dependent)} decision(s) the data made are fixed "
+                         "(x-data-dependent lists them); other inputs may need another export.")
     graph.header += reference_note(graph)
     return graph
 
 
-def _header(module, inputs, params, train, loss, has_target, seed):
+def _header(module, inputs, kw, params, train, loss, has_target, seed):
     floating = str(_float_dtype(inputs, params)).removeprefix("torch.")
-    shapes = ", ".join("x".join(map(str, x.shape)) or "scalar" for x in inputs)
+    shapes = ", ".join(["x".join(map(str, x.shape)) or "scalar" for x in inputs] +
+                       [f"{k}={'x'.join(map(str, x.shape)) or 'scalar'}" for k, x in kw.items()])
     if callable(loss):
         loss_text = f"loss: {getattr(loss, '__name__', 'a callable')}(output"
         loss_text += ", target)" if has_target else ")"
@@ -193,6 +241,16 @@ def _inputs(example_inputs, dtype):
     return tuple(out)
 
 
+def _keyword_inputs(keyword_inputs, dtype):
+    if not keyword_inputs:
+        return {}
+    if not isinstance(keyword_inputs, dict) or not all(
+            isinstance(k, str) and k.isidentifier() for k in keyword_inputs):
+        raise ExportError("keyword inputs must be a mapping from argument names to arrays")
+    names = list(keyword_inputs)
+    return dict(zip(names, _inputs([keyword_inputs[k] for k in names], dtype)))
+
+
 def _float_dtype(inputs, params):
     for t in list(params.values()) + list(inputs):
         if t.is_floating_point():
@@ -200,7 +258,7 @@ def _float_dtype(inputs, params):
     return torch.get_default_dtype()
 
 
-def _loss(work, inputs, loss, target, seed):
+def _loss(work, inputs, kw, loss, target, seed):
     """(loss_fn(out, extras), extras): extras are the loss's own leaf tensors."""
     if callable(loss):
         if target is None:
@@ -221,8 +279,8 @@ def _loss(work, inputs, loss, target, seed):
     if loss not in (None, "projection"):
         raise ExportError(f"unknown loss {loss!r} (expected projection or cross_entropy)")
     with torch.no_grad():                       # only the output shapes are needed here
-        probe = _call_module(lambda: copy.deepcopy(work)(*(x.clone() for x in inputs)),
-                             "running")
+        probe = _call_module(lambda: copy.deepcopy(work)(
+            *(x.clone() for x in inputs), **{k: v.clone() for k, v in kw.items()}), "running")
     outs = [o for o in pytree.tree_leaves(probe) if isinstance(o, torch.Tensor)]
     rs = []
     for i, o in enumerate(outs):
@@ -247,9 +305,9 @@ def _loss(work, inputs, loss, target, seed):
     return projection, {"projection": rs}
 
 
-def _leaf_kinds(params, buffers, inputs, extras):
+def _leaf_kinds(params, buffers, inputs, kw, extras):
     kinds = ([f"param:{k}" for k in params] + [f"buffer:{k}" for k in buffers] +
-             [f"input:{i}" for i in range(len(inputs))])
+             [f"input:{i}" for i in range(len(inputs))] + [f"input:{k}" for k in kw])
     if "projection" in extras:
         kinds += [f"projection:{i}" for i, r in enumerate(extras["projection"]) if r is not None]
     if "target" in extras:
@@ -257,7 +315,7 @@ def _leaf_kinds(params, buffers, inputs, extras):
     return kinds
 
 
-def _leaf_names(params, buffers, inputs, extras):
+def _leaf_names(params, buffers, inputs, kw, extras):
     """Graph names of the traced function's placeholders, in pytree order."""
     used = set()
 
@@ -272,6 +330,7 @@ def _leaf_names(params, buffers, inputs, extras):
 
     names = [unique(k) for k in params] + [unique(k) for k in buffers]
     names += [unique("input" if len(inputs) == 1 else f"input{i}") for i in range(len(inputs))]
+    names += [unique(k) for k in kw]
     if "projection" in extras:
         names += [unique(f"loss.projection.{i}") for i, r in enumerate(extras["projection"])
                   if r is not None]
@@ -289,7 +348,7 @@ def _source_line(node) -> str:
     frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace)
     if not frames:
         return "at an unknown line of the module"
-    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+    user = [f for f in frames if not f[0].startswith((_TORCH_DIR, _GRADCLI_DIR))]
     path, line, code = (user or frames)[-1]
     return f"at {path}:{line} ({code.strip()})"
 
@@ -302,25 +361,72 @@ def _is_random(node) -> bool:
     return not ("dropout_p" in bound and bound["dropout_p"] in (0, 0.0, S.MISSING))
 
 
+def _data_dependent(node, value) -> bool:
+    """Note [Data-dependent paths]: an op whose result is a decision the data made
+    (``.item()``, ``nonzero``, ``masked_select`` of indices...) and carries no gradient."""
+    tags = node.target.tags
+    if torch.Tag.data_dependent_output not in tags and torch.Tag.dynamic_output_shape not in tags:
+        return False
+    return not any(isinstance(v, torch.Tensor) and v.is_floating_point()
+                   for v in pytree.tree_leaves(value))
+
+
 def _fail(node, message):
     raise ExportError(f"cannot export {node.target if node is not None else 'the module'}: "
                       f"{message} {_source_line(node)}")
 
 
-def _runnable(node, name):
-    """``name`` if gradcli can run it; else the op and its source line:
-    export writes only files gradcli loads, not ones only PyTorch can replay."""
+def _has_kernel(name) -> bool:
+    """Whether gradcli runs ATen op ``name`` with a kernel of its own."""
     from ...ops import OPS  # noqa: PLC0415
 
     op = OPS.get(name)
-    if op is None or not op.public or not op.supported:
-        _fail(node, f"gradcli has no op {name} (see `gradcli ops` for the ops it runs)")
-    return name
+    return op is not None and op.public and op.supported
+
+
+def _decompositions():
+    """PyTorch's decompositions of the NON-core ATen ops gradcli has no kernel for
+    (Note [Composites]): core ops get kernels of their own, never a composite."""
+    global _DECOMPS
+    if _DECOMPS is None:
+        from torch._decomp import core_aten_decompositions, decomposition_table
+
+        table = dict(decomposition_table)
+        table.update(core_aten_decompositions())
+        _DECOMPS = {op: fn for op, fn in table.items()
+                    if isinstance(op, torch._ops.OpOverload) and torch.Tag.core not in op.tags
+                    and not _has_kernel(S.op_name(op))}
+    return _DECOMPS
+
+
+_DECOMPS = None
+
+
+def _missing_message(missing) -> str:
+    """All the ops an export lacks, in one message (core ops first: they need kernels)."""
+    core = [n for n in missing if missing[n][0]]
+    other = [n for n in missing if not missing[n][0]]
+    parts = []
+    if core:
+        parts.append(f"{len(core)} core ATen op{'s' if len(core) > 1 else ''} without a kernel: "
+                     + "; ".join(f"{n} ({missing[n][1]})" for n in core))
+    if other:
+        parts.append(f"{len(other)} op{'s' if len(other) > 1 else ''} without a kernel nor a "
+                     "PyTorch decomposition into ops gradcli has: "
+                     + "; ".join(f"{n} ({missing[n][1]})" for n in other))
+    return "cannot export: gradcli has no op for " + " | ".join(parts) + \
+        " (see `gradcli ops` for the ops it runs)"
 
 
 class _Converter:
-    def __init__(self, gm, leaf_names, leaf_values, leaf_kinds, seed):
+    def __init__(self, gm, leaf_names, leaf_values, leaf_kinds, seed, const_prefix="const."):
         self.gm = gm
+        self.const_prefix = const_prefix   # a composite's body names its constants apart
+        self.missing = {}           # op name -> (is core, source line): all of them, one message
+        self.outputs = []           # the traced function's result nodes
+        self.stops = set()          # detach nodes that stop a gradient
+        self.data_dependent = []    # Note [Data-dependent paths]: what the inputs decided
+        self.inplace_on_views = 0   # in-place ops on views, written out of place
         self.nodes = list(gm.graph.nodes)
         self.leaf_names = leaf_names
         self.leaf_values = leaf_values
@@ -357,7 +463,9 @@ class _Converter:
                     env[node] = getattr(self.gm, node.target)
                     continue
                 if node.op == "output":
-                    root = pytree.tree_leaves(node.args)[0]
+                    self.outputs = [n for n in pytree.tree_leaves(node.args)
+                                    if isinstance(n, torch.fx.Node)]
+                    root = self.outputs[0] if self.outputs else None
                     continue
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
@@ -376,13 +484,23 @@ class _Converter:
                 base = node.target._schema.name.split("::", 1)[1]
                 if base in METADATA_ONLY or not any(i in dynamic for i in inputs):
                     continue                        # folded (or dropped when nothing reads it)
+                if _data_dependent(node, env[node]):
+                    self.data_dependent.append(f"{node.target} {_source_line(node)}")
+                    continue                        # Note [Data-dependent paths]: folded
                 dynamic.add(node)
                 if any(i in requires for i in inputs):
-                    requires.add(node)
+                    if base in DETACH:
+                        self.stops.add(node)        # written as itself (Note [detach in graphs])
+                    else:
+                        requires.add(node)
                 if _is_random(node):
                     _fail(node, "a random op on data the loss depends on has no fixed result")
                 if S.mutated_arguments(node.target._schema) and base not in KEEPS_MUTATION:
                     self._check_no_alias_reader(node)
+                    target = node.args[0]
+                    if isinstance(getattr(target, "target", None), torch._ops.OpOverload) and \
+                            S.is_view(target.target._schema):
+                        self.inplace_on_views += 1      # Note [In-place on views]
                 for i in inputs:                    # capture constants as this op reads them
                     if i not in dynamic and i.op != "placeholder":
                         self.const_at[(i, node)] = self._capture(i, env[i], const_names,
@@ -393,10 +511,14 @@ class _Converter:
         needed = self._needed(root, dynamic)
         ops = []
         leaves_used = set()
+        self.env, self.tensors, self.arrays = env, tensors, arrays
         for node, value in pending:
             if node not in needed:
                 continue
             ops.append(self._op(node, value, names, const_names, dynamic, requires, leaves_used))
+        if self.missing and self.const_prefix == "const.":
+            raise ExportError(_missing_message(self.missing))
+        self.names = names
         for node in self.nodes:
             if node.op == "placeholder" and node in leaves_used:
                 leaf = names[node]
@@ -423,7 +545,8 @@ class _Converter:
             if captured.shape == value.shape and captured.dtype == value.dtype and \
                     torch.equal(captured, value):
                 return name
-        name = f"const.{node.name}" if not seen else f"const.{node.name}.v{len(seen) + 1}"
+        base = f"{self.const_prefix}{node.name}"
+        name = base if not seen else f"{base}.v{len(seen) + 1}"
         captured = value.detach().clone()
         seen.append((name, captured))
         tensors[name] = {}
@@ -459,11 +582,11 @@ class _Converter:
         base = schema.name.split("::", 1)[1]
         mutated = S.mutated_arguments(schema)
         if base in DETACH:
-            if node in requires:
-                _fail(node, "detach on a value the gradient flows through cannot be expressed "
-                            "(it would stop the gradient)")
-            overload = torch.ops.aten.alias.default
-            schema = overload._schema
+            # Note [detach in graphs] (gradcli/ops/aten/pointwise.py): on the gradient
+            # path it is written as itself, stopping the gradient as in PyTorch
+            if node not in self.stops:
+                overload = torch.ops.aten.alias.default
+                schema = overload._schema
         elif mutated and base not in KEEPS_MUTATION:
             if mutated != [0]:
                 _fail(node, "it updates an argument other than its first in place")
@@ -471,7 +594,7 @@ class _Converter:
             if functional is None:
                 _fail(node, "in-place op without an out-of-place overload")
             overload, schema = functional, functional._schema
-        entry = {"op": _runnable(node, S.op_name(overload))}
+        entry = {"op": S.op_name(overload)}
         inputs, args = [], {}
         for arg, val in S.bind(schema, node.args, node.kwargs):
             kind = S.tensor_kind(arg)
@@ -503,7 +626,83 @@ class _Converter:
             entry["args"] = args
         entry["id"] = node.name
         names[node] = entry.get("output", node.name)
+        if not _has_kernel(entry["op"]):
+            self._composite(node, overload, entry, names)
         return entry
+
+    def _composite(self, node, overload, entry, names):
+        """Give ``entry`` (an op gradcli has no kernel for) a composite body from
+        PyTorch's decomposition, or note it as missing (Note [Composites])."""
+        is_core = torch.Tag.core in overload.tags
+        decomp = None if is_core else _decompositions().get(overload)
+        if decomp is None:
+            self.missing.setdefault(entry["op"], (is_core, _source_line(node)))
+            return
+        tensors, leaf_names = [], []
+
+        def collect(v):
+            if isinstance(v, torch.fx.Node):
+                tensors.append(self.env[v])
+                leaf_names.append(self._name_of(v, names, node))
+                return _Slot(len(tensors) - 1)
+            if isinstance(v, (list, tuple)):
+                return type(v)(collect(x) for x in v)
+            return v
+
+        args, kwargs = collect(tuple(node.args)), {k: collect(v) for k, v in node.kwargs.items()}
+
+        def call(*ts):
+            def put(v):
+                if isinstance(v, _Slot):
+                    return ts[v.index]
+                if isinstance(v, (list, tuple)):
+                    return type(v)(put(x) for x in v)
+                return v
+            return overload(*put(args), **{k: put(v) for k, v in kwargs.items()})
+
+        node_name = _backward_node_name(call, tensors)
+        if node_name is None:
+            self.missing.setdefault(entry["op"], (False, _source_line(node) +
+                                                  " (PyTorch records no backward node for it)"))
+            return
+        torch.manual_seed(self.seed)
+        inner = make_fx(call, decomposition_table=_decompositions())(*tensors)
+        kinds = [f"input:{k}" for k in range(len(tensors))]
+        sub = _Converter(inner, leaf_names, tensors, kinds, self.seed,
+                         const_prefix=f"const.{node.name}.")
+        try:
+            body, sub_tensors, sub_arrays, _ = sub.run()
+        except ExportError as exc:      # a random op, data-dependent argument, ...
+            self.missing.setdefault(entry["op"], (False, f"{_source_line(node)}: its "
+                                                  f"decomposition: {exc}"))
+            return
+        for name, (core, where) in sub.missing.items():
+            self.missing.setdefault(name, (core, f"in the decomposition of {entry['op']} "
+                                           f"{_source_line(node)}"))
+        if sub.missing:
+            return
+        outer = entry.get("outputs", [entry.get("output")])
+        inner_out = [sub._name_of(o, sub.names) for o in sub.outputs]
+        if len(inner_out) != len(outer) or any(o.op == "placeholder" or o not in sub.names
+                                               for o in sub.outputs):
+            self.missing.setdefault(entry["op"], (False, _source_line(node) + " (its "
+                                                  "decomposition returns an input or a constant)"))
+            return
+        rename = dict(zip(inner_out, outer))
+        taken = set(outer)
+        for op in body:                 # the body's own names must not shadow an output
+            for key in ("output", "outputs"):
+                for n in ([op[key]] if key == "output" else op.get(key, [])):
+                    if n in taken and n not in rename:
+                        rename[n] = f"{n}.body"
+        body = [_renamed(op, rename) for op in body]
+        constants = [n for n in sub_tensors if n.startswith(sub.const_prefix)]
+        for n in constants:
+            self.tensors[n] = sub_tensors[n]
+            self.arrays[n] = sub_arrays[n]
+            self.consts_used.add(n)
+        entry["composite"] = {"node": node_name, **({"constants": constants} if constants else {}),
+                              "body": body}
 
     def _input(self, val, names, const_names, leaves_used, node):
         if val is None or val is S.MISSING:
@@ -553,11 +752,47 @@ class _Converter:
         return group
 
 
+class _Slot:
+    """Where a tensor argument goes in a re-traced call (Note [Composites])."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+def _renamed(op, rename):
+    def ren(v):
+        if isinstance(v, list):
+            return [ren(x) for x in v]
+        return rename.get(v, v) if isinstance(v, str) else v
+
+    out = dict(op)
+    out["inputs"] = ren(op["inputs"])
+    if "output" in op:
+        out["output"] = ren(op["output"])
+    if "outputs" in op:
+        out["outputs"] = ren(op["outputs"])
+    return out
+
+
+def _backward_node_name(call, tensors):
+    """The name of the node PyTorch records for ``call`` on ``tensors`` (floating ones
+    requiring grad), or None when it records none."""
+    from .compare import node_name
+
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
+        out = call(*leaves)
+    for o in pytree.tree_leaves(out):
+        if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+            return node_name(o.grad_fn)
+    return None
+
+
 # -- step 3: the module's own backward --------------------------------------------------------
-def _reference_backward(module, inputs, extras, loss_fn):
+def _reference_backward(module, inputs, kw, extras, loss_fn):
     from .compare import node_order
 
-    out = module(*inputs)
+    out = module(*inputs, **kw)
     loss = loss_fn(out, extras)
     order = node_order([loss], loss.backward)
     grads = {k: p.grad for k, p in module.named_parameters() if p.grad is not None}
@@ -565,11 +800,13 @@ def _reference_backward(module, inputs, extras, loss_fn):
 
 
 # -- step 4: the file replays as the module ---------------------------------------------------
-def _check_replay(graph, grads, order):
+def _check_replay(graph, grads, order, inplace_on_views=0):
     from . import compare as compare_torch
 
     result = compare_torch.replay(graph.document, arrays=graph.file_arrays())
-    if len(result.order) != len(order) or any(
+    if inplace_on_views and _same_up_to_inplace_views(result.order, order):
+        pass                            # Note [In-place on views]
+    elif len(result.order) != len(order) or any(
             not _same_node(a, b) for a, b in zip(result.order, order)):
         raise ExportMismatch("the exported graph's backward order differs from the "
                           f"module's ({_first_difference(result.order, order)})")
@@ -581,6 +818,19 @@ def _check_replay(graph, grads, order):
             raise ExportMismatch(f"the exported graph's gradient for {name} differs from the "
                                  "module's")
     graph.document["expect"]["order"] = list(result.order)
+
+
+# Backward nodes of view ops: Note [In-place on views] compares orders without them.
+VIEW_NODES = re.compile(r"^(View|AsStrided|Slice|Select|Transpose|Permute|Unsqueeze|Squeeze|"
+                        r"Expand|Alias|UnsafeView|ReshapeAlias|T|Unbind|Split)Backward\d+$")
+
+
+def _same_up_to_inplace_views(replayed, module):
+    """Note [In-place on views]: the two orders agree once view nodes are left out and
+    each of the module's CopySlices stands for the in-place op's node of the replay."""
+    a = [n for n in replayed if not VIEW_NODES.match(n)]
+    b = [n for n in module if not VIEW_NODES.match(n)]
+    return len(a) == len(b) and all(y == "CopySlices" or _same_node(x, y) for x, y in zip(a, b))
 
 
 def _same_node(replayed, module):

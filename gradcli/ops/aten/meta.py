@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aten_kernels._common import check_dtype
-from ..aten_kernels.attention import _check as _attention_check
+from ..aten_kernels.attention import _check as _attention_check, groups as _attention_groups
 from ..aten_kernels.norm import _ln_axes, check_bn_params
 from ..aten_kernels.pool import _pool_params, adaptive_output_size, check_avg_pool_dtype
 from . import conv_pool, nn, norm_attention  # noqa: F401 - the entries the rules attach to
@@ -57,7 +57,7 @@ def _view_rule(name):
     return rule
 
 
-for _name in ("aten.alias.default", "aten.t.default", "aten.view.default", "aten._unsafe_view.default",
+for _name in ("aten.alias.default", "aten.detach.default", "aten.t.default", "aten.view.default", "aten._unsafe_view.default",
               "aten.expand.default", "aten.permute.default", "aten.transpose.int", "aten.select.int",
               "aten.slice.Tensor", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
               "aten.split.Tensor", "aten.unbind.int"):
@@ -357,10 +357,22 @@ def _layer_norm(input, weight, bias, normalized_shape, eps):
     return [(input.shape, input.dtype), (stats, input.dtype), (stats, input.dtype)]
 
 
+class _Heads:
+    """A key/value stand-in with the query's head count (grouped-query attention)."""
+
+    def __init__(self, meta, heads):
+        self.shape = meta.shape[:1] + (heads,) + meta.shape[2:]
+        self.dtype = meta.dtype
+        self.ndim = meta.ndim
+
+
 @_rule("aten._scaled_dot_product_flash_attention_for_cpu.default")
 def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
     _attention_check(query, key, value, dropout_p, attn_mask)
     scores = query.shape[:-2] + (query.shape[-2], key.shape[-2])
+    if _attention_groups(query, key) > 1:       # Note [Grouped-query attention]
+        key = _Heads(key, query.shape[1])
+        value = _Heads(value, query.shape[1])
     try:
         scores = np.broadcast_shapes(scores, key.shape[:-2] + scores[-2:],
                                      *([attn_mask.shape] if attn_mask is not None else []))

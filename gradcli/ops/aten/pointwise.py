@@ -12,6 +12,7 @@ import numpy as np
 from .. import aten_kernels as K
 from ..aten_kernels._common import check_dtype
 from .. import library as L
+from ...devices import device as parse_device, device_of
 from ..library import _value
 from .promotion import cast, result_type, to_float
 from .registry import ELEMENTWISE, aten, defvjp
@@ -348,6 +349,18 @@ def alias(self):
 defvjp(alias, lambda g, ans, self: g)
 
 
+# Note [detach in graphs]: `x.detach()` on the gradient path (iterative refinement,
+# stop-gradient targets) records no node in PyTorch: its result is a new leaf that
+# does not require grad, so the gradient stops there. gradcli's op does the same.
+@aten("detach(Tensor(a) self) -> Tensor(a)", "DetachBackward0", saves=False,
+      differentiable_outputs=[False])
+def detach(self):
+    return self.view()
+
+
+defvjp(detach, None)
+
+
 # -- more unary and scalar-operand ops seen in traced models --------------------------------
 def _unary_float(fn):
     def forward(self):
@@ -478,10 +491,22 @@ defvjp(masked_fill, _masked_fill_vjp, None)
       "ToCopyBackward0", saves=False, meta=ELEMENTWISE)
 def to_copy(self, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
             memory_format=None):
-    if device is not None:
-        raise ValueError(f"_to_copy: device moves (device={device!r}) are not supported as ATen ops; "
-                         "place the graph's tensors with `device` instead")
+    # Note [No-op device moves]: `.to(x.device)`, `type_as` and `.to(dtype)` trace as
+    # _to_copy with device='cpu' on a CPU model; PyTorch records ToCopyBackward0 for it
+    # all the same, so a move to the tensor's own device is a copy (a cast at most).
+    if device is not None and not _same_device(self, device):
+        raise ValueError(f"_to_copy: a move to device={device!r} of a tensor on "
+                         f"{device_of(self)} is not supported as an ATen op; place the "
+                         "graph's tensors with `device` (or use the `to` op) instead")
     return self.astype(np.dtype(dtype) if dtype is not None else self.dtype, copy=True)
+
+
+def _same_device(array, spec) -> bool:
+    """Whether device ``spec`` (a name such as ``cpu``) is where ``array`` lives."""
+    try:
+        return parse_device(str(spec)) is device_of(array)
+    except ValueError:
+        return False
 
 
 # self: _to_copy_backward(grad, self.options()): back to self's dtype

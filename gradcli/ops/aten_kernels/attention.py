@@ -26,6 +26,33 @@ def _check(query, key, value, dropout_p, attn_mask):
                          f"(an additive mask), got {attn_mask.dtype}")
 
 
+def groups(query, key) -> int:
+    """Note [Grouped-query attention]: how many query heads share one key/value head.
+
+    PyTorch's CPU kernels (and ``scaled_dot_product_attention(enable_gqa=True)``)
+    take key/value with fewer heads than the query when the query's head count is a
+    multiple of theirs: query head ``h`` attends with key/value head ``h // groups``
+    (``repeat_interleave`` on the head dim). 1 when the heads are equal or broadcast."""
+    if query.ndim != 4 or key.ndim != 4:
+        return 1
+    hq, hk = query.shape[1], key.shape[1]
+    if hq == hk or hk == 1 or hq == 1 or hq % hk:
+        return 1
+    return hq // hk
+
+
+def _expand_heads(xp, x, g):
+    return x if g == 1 else xp.repeat(x, g, axis=1)
+
+
+def _fold_heads(a, g):
+    """The gradient of ``_expand_heads``: each key/value head sums its query heads."""
+    if g == 1:
+        return a
+    b, h = a.shape[:2]
+    return a.reshape((b, h // g, g) + a.shape[2:]).sum(axis=2)
+
+
 def _scale(query, scale):
     return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
 
@@ -67,6 +94,8 @@ def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0
     ``dropout_p`` other than 0 raises ValueError."""
     _check(query, key, value, dropout_p, attn_mask)
     xp = array_module(query, key, value)
+    g = groups(query, key)
+    key, value = _expand_heads(xp, key, g), _expand_heads(xp, value, g)
     s = _scores(xp, query, key, is_causal, attn_mask, _scale(query, scale))
     m = s.max(axis=-1, keepdims=True)
     dead = (m == -xp.inf)
@@ -103,6 +132,9 @@ def _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, v
     ``grad_value`` are summed back to broadcast shapes."""
     _check(query, key, value, dropout_p, attn_mask)
     xp = array_module(grad_out, query, key, value)
+    g = groups(query, key)
+    key_shape, value_shape = key.shape, value.shape
+    key, value = _expand_heads(xp, key, g), _expand_heads(xp, value, g)
     sc = _scale(query, scale)
     s = _scores(xp, query, key, is_causal, attn_mask, sc)
     p = xp.exp(s - logsumexp[..., None])
@@ -111,5 +143,5 @@ def _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, v
     ds = p * (dp - (grad_out * out).sum(axis=-1, keepdims=True))
     gq = xp.matmul(ds, key) * sc
     gk = xp.matmul(xp.swapaxes(ds, -1, -2), query) * sc
-    return (_sum_to(xp, gq, query.shape), _sum_to(xp, gk, key.shape),
-            _sum_to(xp, gv, value.shape))
+    return (_sum_to(xp, gq, query.shape), _sum_to(xp, _fold_heads(gk, g), key_shape),
+            _sum_to(xp, _fold_heads(gv, g), value_shape))

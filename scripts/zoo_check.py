@@ -1,0 +1,378 @@
+"""Export + validate every model of two zoos: the measure of "any model".
+
+The zoos:
+
+- torchvision: every classification model of
+  ``torchvision.models.list_models(module=torchvision.models)``, built with
+  ``weights=None`` and 10 classes, on a small random input (2 images of 32x32
+  unless a model needs more: see SIZES);
+- transformers: the architectures in ``TRANSFORMERS``, each built from a small
+  config with random weights (2 layers, hidden size 32), on token ids with an
+  attention mask (or pixel values / mel features), passed by keyword.
+
+Each run (model, train or eval, float64 or float32) goes the user's way:
+``gradcli.bridges.torch.from_module`` (what ``gradcli export`` calls) writes
+the graph, then ``gradcli validate`` checks it against PyTorch's gradients and
+node order. Each run is a child process with its own time limit.
+
+Nothing is downloaded and nothing is installed: torchvision and transformers
+are not gradcli dependencies. Install them yourself into the environment that
+runs this script, e.g. ``pip install torchvision transformers`` (the versions
+used are written into the table).
+
+Examples::
+
+    python scripts/zoo_check.py --zoo torchvision --modes eval --dtypes float64 \\
+        --timeout 300 --results zoo_results.json
+    python scripts/zoo_check.py --zoo transformers --models 'llama|bert' --results zoo_results.json
+    python scripts/zoo_check.py --results zoo_results.json --write-docs docs/models.md --report-only
+
+``--results`` accumulates: runs made in several parts (a machine with few
+cores) merge into one file, and ``--write-docs`` writes the table of all of
+them, with each part's command.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INSTALL = ("this needs torch, torchvision and transformers, which gradcli does not depend "
+           "on: pip install torchvision transformers (never installed by this script)")
+
+# Input sizes that differ from 32x32 (the model needs a larger image), and the
+# constructor arguments that keep a model small or make it accept the input.
+SIZES = {"alexnet": 64, "inception_v3": 75, "maxvit_t": 224}
+BUILD_ARGS = {"googlenet": {"aux_logits": False, "init_weights": False},
+              "inception_v3": {"aux_logits": False, "init_weights": False},
+              "vit_b_16": {"image_size": 32}, "vit_b_32": {"image_size": 32},
+              "vit_l_16": {"image_size": 32}, "vit_l_32": {"image_size": 32},
+              "vit_h_14": {"image_size": 28}}
+
+SMALL = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=64)
+# name -> (config class, model class, config kwargs, inputs kind)
+TRANSFORMERS = {
+    "llama": ("LlamaConfig", "LlamaModel", dict(SMALL, num_key_value_heads=2,
+                                                 attn_implementation="eager"), "text"),
+    "qwen2": ("Qwen2Config", "Qwen2Model", dict(SMALL, num_key_value_heads=2,
+                                                 attn_implementation="eager"), "text"),
+    "mistral-eager": ("MistralConfig", "MistralModel",
+                      dict(SMALL, num_key_value_heads=2, attn_implementation="eager"), "text"),
+    "mistral-sdpa": ("MistralConfig", "MistralModel",
+                     dict(SMALL, num_key_value_heads=2, attn_implementation="sdpa"), "text"),
+    "mixtral-moe": ("MixtralConfig", "MixtralModel",
+                    dict(SMALL, num_key_value_heads=2, num_local_experts=4,
+                         num_experts_per_tok=2, attn_implementation="eager",
+                         experts_implementation="eager"), "text"),
+    "gemma": ("GemmaConfig", "GemmaModel", dict(SMALL, num_key_value_heads=2, head_dim=8,
+                                                 attn_implementation="eager"), "text"),
+    "phi3": ("Phi3Config", "Phi3Model", dict(SMALL, num_key_value_heads=2, pad_token_id=0,
+                                              attn_implementation="eager"), "text"),
+    "gpt2": ("GPT2Config", "GPT2Model", dict(vocab_size=100, n_embd=32, n_layer=2, n_head=4,
+                                              n_positions=64, attn_implementation="eager"), "text"),
+    "gpt-neox": ("GPTNeoXConfig", "GPTNeoXModel", dict(SMALL, attn_implementation="eager"),
+                 "text"),
+    "opt": ("OPTConfig", "OPTModel", dict(vocab_size=100, hidden_size=32, ffn_dim=64,
+                                          num_hidden_layers=2, num_attention_heads=4,
+                                          word_embed_proj_dim=32, max_position_embeddings=64,
+                                          attn_implementation="eager"), "text"),
+    "falcon": ("FalconConfig", "FalconModel", dict(vocab_size=100, hidden_size=32,
+                                                   num_hidden_layers=2, num_attention_heads=4,
+                                                   attn_implementation="eager"), "text"),
+    "bloom": ("BloomConfig", "BloomModel", dict(vocab_size=100, hidden_size=32, n_layer=2,
+                                                n_head=4), "text"),
+    "bert": ("BertConfig", "BertModel", dict(SMALL, attn_implementation="eager"), "text"),
+    "roberta": ("RobertaConfig", "RobertaModel", dict(SMALL, attn_implementation="eager"),
+                "text"),
+    "deberta-v2": ("DebertaV2Config", "DebertaV2Model", dict(SMALL), "text"),
+    "electra": ("ElectraConfig", "ElectraModel", dict(SMALL, embedding_size=16,
+                                                      attn_implementation="eager"), "text"),
+    "albert": ("AlbertConfig", "AlbertModel", dict(SMALL, embedding_size=16,
+                                                   attn_implementation="eager"), "text"),
+    "distilbert": ("DistilBertConfig", "DistilBertModel",
+                   dict(vocab_size=100, dim=32, hidden_dim=64, n_layers=2, n_heads=4,
+                        max_position_embeddings=64, attn_implementation="eager"), "text"),
+    "t5-encoder": ("T5Config", "T5EncoderModel", dict(vocab_size=100, d_model=32, d_kv=8,
+                                                      d_ff=64, num_layers=2, num_heads=4),
+                   "text"),
+    "bart": ("BartConfig", "BartModel", dict(vocab_size=100, d_model=32, encoder_layers=2,
+                                             decoder_layers=2, encoder_attention_heads=4,
+                                             decoder_attention_heads=4, encoder_ffn_dim=64,
+                                             decoder_ffn_dim=64, max_position_embeddings=64,
+                                             attn_implementation="eager"), "text"),
+    "vit": ("ViTConfig", "ViTModel", dict(hidden_size=32, num_hidden_layers=2,
+                                          num_attention_heads=4, intermediate_size=64,
+                                          image_size=32, patch_size=8,
+                                          attn_implementation="eager"), "image"),
+    "clip-text": ("CLIPTextConfig", "CLIPTextModel", dict(SMALL, attn_implementation="eager"),
+                  "text"),
+    "whisper-encoder": ("WhisperConfig", "WhisperModel", dict(
+        vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=16,
+        max_target_positions=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=1, attn_implementation="eager"), "audio"),
+}
+
+
+# -- one run, in a child process ---------------------------------------------------------------
+def _torchvision_model(name, size=None):
+    import torchvision
+
+    kwargs = dict(weights=None, num_classes=10, **BUILD_ARGS.get(name, {}))
+    size = max(SIZES.get(name, 32), size or 0)
+    return torchvision.models.get_model(name, **kwargs), {"x": (2, 3, size, size)}
+
+
+def _transformers_model(name):
+    import torch
+    import transformers
+
+    config_cls, model_cls, kwargs, kind = TRANSFORMERS[name]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(**kwargs)
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    model = getattr(transformers, model_cls)(config)
+    if name == "whisper-encoder":
+        model = model.get_encoder()
+    gen = torch.Generator().manual_seed(0)
+    if kind == "image":
+        return model, {}, {"pixel_values": torch.randn(2, 3, 32, 32, generator=gen)}
+    if kind == "audio":
+        return model, {}, {"input_features": torch.randn(2, 16, 32, generator=gen)}
+    ids = torch.randint(1, 100, (2, 8), generator=gen)
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, 6:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if name == "bart":
+        inputs["decoder_input_ids"] = torch.randint(1, 100, (2, 5), generator=gen)
+    return model, {}, inputs
+
+
+def run_one(spec):
+    """Export + validate one (zoo, model, mode, dtype); returns the result record."""
+    import torch
+
+    sys.path.insert(0, ROOT)
+    from gradcli.bridges.torch import ExportError, ExportMismatch, from_module
+    from gradcli.validate import Options, validate_file
+
+    zoo, name, mode, dtype = spec["zoo"], spec["model"], spec["mode"], spec["dtype"]
+    t0 = time.time()
+    if zoo == "torchvision":
+        model, shapes = _torchvision_model(name, spec.get("size"))
+        gen = torch.Generator().manual_seed(0)
+        args, kwargs = (torch.randn(shapes["x"], generator=gen),), {}
+    else:
+        model, _, kwargs = _transformers_model(name)
+        args = ()
+    params = sum(p.numel() for p in model.parameters())
+    if params > spec["max_params"]:
+        return {"status": "skipped", "detail": f"{params / 1e6:.0f}M parameters, over "
+                f"--max-params {spec['max_params'] / 1e6:.0f}M"}
+    try:
+        graph = from_module(model, args, keyword_inputs=kwargs, dtype=dtype,
+                            train=(mode == "train"), name=name)
+    except ExportMismatch as exc:
+        return {"status": "export-bug", "detail": str(exc), "seconds": time.time() - t0}
+    except ExportError as exc:
+        text = str(exc)
+        core = re.findall(r"(aten\.[\w]+\.[\w]+) \(", text.split("core ATen op", 1)[1]
+                          .split(" | ", 1)[0]) if "core ATen op" in text else []
+        return {"status": "missing-core-op" if core and "nor a PyTorch decomposition" not in
+                text else "export-error", "detail": text[:600], "ops": sorted(set(core)),
+                "seconds": time.time() - t0}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = graph.write(tmp)
+        report = validate_file(str(path), Options())
+        failed = [f"{c.name}: {c.message}" for c in report.checks if c.status == "fail"]
+        composites = sorted({op["op"] for op in graph.document["ops"] if "composite" in op})
+        record = {"status": report.status if report.invalid is None else "invalid",
+                  "detail": (report.invalid or "; ".join(failed))[:600],
+                  "nodes": len(graph.document["expect"]["order"]),
+                  "composites": composites, "seconds": time.time() - t0}
+    return record
+
+
+# -- the parent: runs, results, table ----------------------------------------------------------
+def _models(zoo, pattern):
+    names = []
+    if zoo in ("torchvision", "all"):
+        import torchvision
+
+        names += [("torchvision", m) for m in
+                  torchvision.models.list_models(module=torchvision.models)]
+    if zoo in ("transformers", "all"):
+        names += [("transformers", m) for m in TRANSFORMERS]
+    if pattern:
+        rx = re.compile(pattern)
+        names = [(z, m) for z, m in names if rx.search(m)]
+    return names
+
+
+def _key(r):
+    size = f":{r['size']}px" if r.get("size") else ""
+    return f"{r['zoo']}:{r['model']}:{r['mode']}:{r['dtype']}{size}"
+
+
+def _versions():
+    out = {"python": platform.python_version()}
+    for mod in ("torch", "torchvision", "transformers"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            out[mod] = "not installed"
+    try:
+        out["gradcli"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                        capture_output=True, text=True).stdout.strip()
+    except OSError:
+        out["gradcli"] = "unknown"
+    return out
+
+
+def _run_child(spec, timeout):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "detail": f"over {timeout} s (--timeout)",
+                "seconds": timeout}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZOO-RESULT ")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"status": "crash", "detail": f"exit {proc.returncode}: {tail[:400]}",
+                "seconds": time.time() - t0}
+    return json.loads(lines[-1][len("ZOO-RESULT "):])
+
+
+def _load(path):
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            return json.load(fh)
+    return {"runs": {}, "parts": []}
+
+
+def write_docs(results, path, zoo_models=None):
+    """The generated table of ``results`` between the markers of ``path``;
+    ``zoo_models``: ``[(zoo, model)]`` of the whole zoos, to list those not run."""
+    runs = sorted(results["runs"].values(), key=lambda r: (r["zoo"], r["model"], r["mode"],
+                                                            r["dtype"]))
+    lines = ["<!-- zoo table: generated by scripts/zoo_check.py --write-docs; do not edit -->", ""]
+    for part in results["parts"]:
+        lines.append(f"- `{part['command']}` ({part['date']}; gradcli {part['versions']['gradcli']}, "
+                     f"torch {part['versions']['torch']}, torchvision "
+                     f"{part['versions']['torchvision']}, transformers "
+                     f"{part['versions']['transformers']}, Python {part['versions']['python']})")
+    lines.append("")
+    for zoo in ("torchvision", "transformers"):
+        zr = [r for r in runs if r["zoo"] == zoo]
+        if not zr:
+            continue
+        counts = {}
+        for r in zr:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        lines += [f"**{zoo}**: {len(zr)} runs: {summary}.", "",
+                  "| model | mode | dtype | result | nodes | detail |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in zr:
+            detail = r.get("detail", "")
+            if r["status"] == "missing-core-op":
+                detail = "core ops without a kernel: " + ", ".join(f"`{o}`" for o in r["ops"])
+            if r.get("composites"):
+                detail = (detail + "; " if detail else "") + "composites: " + ", ".join(
+                    f"`{o}`" for o in r["composites"])
+            detail = detail.replace("|", "\\|").replace("\n", " ")
+            model = r["model"] + (f" ({r['size']}x{r['size']})" if r.get("size") else "")
+            lines.append(f"| {model} | {r['mode']} | {r['dtype']} | {r['status']} | "
+                         f"{r.get('nodes', '')} | {detail} |")
+        lines.append("")
+        ran = {r["model"] for r in zr}
+        rest = [m for z, m in (zoo_models or []) if z == zoo and m not in ran]
+        if rest:
+            lines += [f"Not run yet ({len(rest)}): " + ", ".join(rest) + ".", ""]
+    lines.append("<!-- end of zoo table -->")
+    table = "\n".join(lines)
+    text = open(path).read() if os.path.exists(path) else ""
+    start, end = "<!-- zoo table:", "<!-- end of zoo table -->"
+    if start in text and end in text:
+        text = text[:text.index(start)] + table + text[text.index(end) + len(end):]
+    else:
+        text = text + ("\n" if text else "") + table + "\n"
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=INSTALL)
+    p.add_argument("--zoo", choices=["torchvision", "transformers", "all"], default="all")
+    p.add_argument("--models", default=None, help="a regular expression the model names match")
+    p.add_argument("--modes", default="eval,train", help="eval, train or both (comma list)")
+    p.add_argument("--dtypes", default="float64,float32", help="float64, float32 or both")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per run (child process)")
+    p.add_argument("--size", type=int, default=None,
+                   help="torchvision input size (at least the model's own minimum)")
+    p.add_argument("--max-params", type=float, default=60e6,
+                   help="skip models with more parameters (memory of a float64 export)")
+    p.add_argument("--results", default=None, help="a JSON file the results accumulate in")
+    p.add_argument("--write-docs", default=None, metavar="docs/models.md",
+                   help="write the table of all results into this file")
+    p.add_argument("--report-only", action="store_true", help="run nothing; with --write-docs")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        record = run_one(json.loads(a.child))
+        print("ZOO-RESULT " + json.dumps(record), flush=True)
+        return 0
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit(f"zoo_check: {INSTALL}")
+    results = _load(a.results)
+    if not a.report_only:
+        try:
+            models = _models(a.zoo, a.models)
+        except ImportError as exc:
+            sys.exit(f"zoo_check: {exc}: {INSTALL}")
+        command = "python scripts/zoo_check.py " + " ".join(
+            x if re.fullmatch(r"[\w./=,:-]+", x) else repr(x) for x in (argv or sys.argv[1:]))
+        results["parts"].append({"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                           time.gmtime()),
+                                 "versions": _versions()})
+        for zoo, model in models:
+            for mode in a.modes.split(","):
+                for dtype in a.dtypes.split(","):
+                    spec = {"zoo": zoo, "model": model, "mode": mode, "dtype": dtype,
+                            "max_params": a.max_params, "size": a.size}
+                    record = dict(spec, **_run_child(spec, a.timeout))
+                    record.pop("max_params")
+                    if zoo != "torchvision" or not a.size:
+                        record.pop("size")
+                    results["runs"][_key(record)] = record
+                    print(f"{_key(record)}: {record['status']} "
+                          f"({record.get('seconds', 0):.0f} s) {record.get('detail', '')[:200]}",
+                          flush=True)
+                    if a.results:
+                        with open(a.results, "w") as fh:
+                            json.dump(results, fh, indent=1)
+    if a.write_docs:
+        try:
+            everything = _models("all", None)
+        except ImportError:
+            everything = _models("transformers", None)
+        write_docs(results, a.write_docs, everything)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

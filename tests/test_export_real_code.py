@@ -1,0 +1,176 @@
+"""``gradcli export`` on code as real models write it: keyword inputs, dtype moves,
+detach, train-mode randomness, grouped-query attention, data-dependent control flow."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the gradcli[torch] extra)")
+from click.testing import CliRunner  # noqa: E402
+
+from gradcli.bridges.torch import from_module  # noqa: E402
+from gradcli.cli import main as gradcli_main  # noqa: E402
+
+
+def _validate(graph, tmp_path):
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output
+    return graph.document
+
+
+KEYWORDS = """\
+import torch
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(10, 6)
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.emb(input_ids) * attention_mask.unsqueeze(-1).to(torch.float32)
+        return self.fc(h)
+
+
+def build():
+    return Encoder()
+"""
+
+
+def test_cli_passes_keyword_inputs_by_name(tmp_path):
+    (tmp_path / "enc.py").write_text(KEYWORDS)
+    np.save(tmp_path / "ids.npy", np.array([[1, 2, 3], [4, 5, 0]], dtype=np.int64))
+    np.save(tmp_path / "mask.npy", np.array([[1, 1, 0], [1, 1, 1]], dtype=np.int64))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(gradcli_main, [
+        "export", f"{tmp_path / 'enc.py'}:build", "--input", f"attention_mask={tmp_path / 'mask.npy'}",
+        "--input", f"input_ids={tmp_path / 'ids.npy'}", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = (out / "graph.yaml").read_text()
+    assert "input_ids:" in text and "attention_mask" in text     # leaves named by keyword
+    result = CliRunner().invoke(gradcli_main, ["validate", str(out / "graph.yaml")])
+    assert result.exit_code == 0, result.output
+
+
+def test_keyword_input_given_twice_is_refused(tmp_path):
+    (tmp_path / "enc.py").write_text(KEYWORDS)
+    np.save(tmp_path / "ids.npy", np.array([[1, 2]], dtype=np.int64))
+    result = CliRunner().invoke(gradcli_main, [
+        "export", f"{tmp_path / 'enc.py'}:build", "--input", f"input_ids={tmp_path / 'ids.npy'}",
+        "--input", f"input_ids={tmp_path / 'ids.npy'}", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "the keyword input_ids is given twice" in result.output
+
+
+class Moves(torch.nn.Module):
+    """Rotary-embedding style code: ``.to(x.device)``, ``type_as``, ``.to(dtype)``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x).to(x.device)
+        h = h.to(torch.float32).type_as(x) * 2
+        return h.to(device="cpu", dtype=x.dtype)
+
+
+def test_no_op_device_moves_and_dtype_moves_record_tocopy_as_pytorch(tmp_path):
+    graph = from_module(Moves(), (torch.randn(3, 4),), dtype="float64")
+    ops = [op for op in graph.document["ops"] if op["op"] == "aten._to_copy.default"]
+    assert any(op.get("args", {}).get("device") == "cpu" for op in ops)
+    assert "ToCopyBackward0" in graph.document["expect"]["order"]
+    _validate(graph, tmp_path)
+
+
+def test_a_real_device_move_as_an_aten_op_is_refused_naming_both_devices():
+    from gradcli import loader
+    from gradcli.errors import GraphError
+
+    text = ("version: 1\ntensors:\n  x: {shape: [2], init: ones, requires_grad: true}\nops:\n"
+            "  - {op: aten._to_copy.default, inputs: [x], output: y, args: {device: 'sim:0'}}\n"
+            "  - {op: aten.sum.default, inputs: [y], output: s}\nbackward: {roots: [s]}\n")
+    with pytest.raises(GraphError, match=r"a move to device='sim:0' of a tensor on cpu"):
+        loader.loads(text).run()
+
+
+class Refine(torch.nn.Module):
+    """Iterative refinement: the state is detached every step, as such loops do."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        state = x
+        for _ in range(3):
+            state = torch.tanh(self.fc(state)) + x
+            state = state.detach() if _ < 2 else state
+        return state
+
+
+def test_detach_on_the_gradient_path_stops_it_as_in_pytorch(tmp_path):
+    graph = from_module(Refine(), (torch.randn(2, 4),), dtype="float64")
+    assert sum(op["op"] == "aten.detach.default" for op in graph.document["ops"]) == 2
+    # only the last step's nodes run: the detached steps are cut off, as in PyTorch
+    assert graph.document["expect"]["order"].count("TanhBackward0") == 1
+    _validate(graph, tmp_path)
+
+
+class Routed(torch.nn.Module):
+    """Data-dependent control flow: a count from nonzero picks how many rows go on,
+    .item() picks a branch."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        k = h.nonzero().shape[0] % 3 + 1          # how many rows: decided by the data
+        out = h[:k]
+        if out.sum().item() > 0:
+            return out * 2
+        return out - 1
+
+
+def test_data_dependent_control_flow_exports_the_path_the_inputs_took(tmp_path):
+    graph = from_module(Routed(), (torch.randn(6, 4),), dtype="float64")
+    said = graph.document["x-data-dependent"]
+    assert any("aten.nonzero.default" in s for s in said)
+    assert any("_local_scalar_dense" in s for s in said)
+    assert "data-dependent: this graph is the path these inputs took" in graph.header
+    _validate(graph, tmp_path)
+    assert "x-data-dependent:" in (tmp_path / "graph.yaml").read_text()
+
+
+class InplaceDropoutOnView(torch.nn.Module):
+    """EfficientNet's classifier: flatten (a view), then Dropout(inplace=True) in train."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 6)
+        self.drop = torch.nn.Dropout(0.5, inplace=True)
+        self.out = torch.nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.out(self.drop(torch.flatten(self.fc(x).view(2, 1, 6), 1)))
+
+
+def test_inplace_op_on_a_view_exports_despite_pytorchs_copyslices(tmp_path):
+    # PyTorch's own run records AsStridedBackward0 + CopySlices for the in-place mul on
+    # the view; the written graph (out of place) records MulBackward0 + the view nodes
+    graph = from_module(InplaceDropoutOnView(), (torch.randn(2, 4),), dtype="float64",
+                        train=True)
+    order = graph.document["expect"]["order"]
+    assert "CopySlices" not in order and order.count("MulBackward0") == 2
+    _validate(graph, tmp_path)

@@ -510,6 +510,7 @@ def cuda():
     return cp
 
 
+@pytest.mark.gpu
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("multithreading", [True, False], ids=["mt", "single-thread"])
 def test_cuda_graph_matches_cpu(engine, cuda, multithreading):
@@ -530,6 +531,7 @@ def test_cuda_graph_matches_cpu(engine, cuda, multithreading):
             assert ident == threading.get_ident()
 
 
+@pytest.mark.gpu
 @pytest.mark.timeout(30)
 def test_cuda_and_sim_share_device_thread(engine, cuda):
     loss, leaves = build_mlp({"x": "sim:0", "d0": "cuda:0", "d1": "sim:0", "dl": "cpu"})

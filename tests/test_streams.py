@@ -83,6 +83,7 @@ def test_engine_runs_nodes_on_their_streams_and_syncs(monkeypatch, multithreadin
     assert waits == [("A", "B"), ("A", "B"), ("L", "A"), ("caller", "L")]
 
 
+@pytest.mark.gpu
 def test_cuda_streams_on_a_real_gpu():
     cupy = pytest.importorskip("cupy")
     try:

@@ -119,7 +119,9 @@ class AtenOp(Op):
             return p, i - p
         return i - n_list + 1, None
 
-    def _forward_any(self, *inputs, **args):
+    # Note [an argument named self]: pow.Scalar's ``Scalar self`` comes by name, so the
+    # methods that take the schema's arguments as keywords take the op positionally only
+    def _forward_any(self, /, *inputs, **args):
         if self._list_pos is not None and not self._is_structured(inputs):
             inputs = self.structure(inputs)
         full = self.defaults.copy()
@@ -127,7 +129,7 @@ class AtenOp(Op):
         return self.forward(*inputs, **full)
 
     # -- calling --------------------------------------------------------------------
-    def __call__(self, *inputs, **args):
+    def __call__(self, /, *inputs, **args):
         if not self._is_structured(inputs):
             raise TypeError(f"{self.name} takes {len(self.schema.tensors)} tensor inputs "
                             f"({self.schema.text}), got {len(inputs)}")
@@ -371,10 +373,10 @@ class AtenCall:
             return v
         return tuple(put(v) for v in self.layout)
 
-    def __call__(self, *flat, **args):
+    def __call__(self, /, *flat, **args):
         return self.op(*self.structure(flat), **args)
 
-    def fn(self, *flat, **args):
+    def fn(self, /, *flat, **args):
         return self.op.fn(*self.structure(flat), **args)
 
     def infer_outputs(self, shapes, dtypes, args):

@@ -1,0 +1,289 @@
+"""The core ATen opset's elementwise, comparison, bitwise, logical, reduction and creation
+ops, one table row per case, run by the checks of ``tests/test_aten_ops.py`` (finite
+differences, PyTorch's values, gradients and node names in float64 and float32, the
+load-time shape rule) plus the ones below: non-contiguous inputs, rows with no gradient
+(comparisons, integer inputs), and the random ops' distributions.
+
+``GRADGRAD`` holds these ops' second-derivative lines, run by ``tests/test_aten_gradgrad.py``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradcli.autograd import Tensor, grad
+from gradcli.ops import OPS
+from gradcli.ops.aten import ATEN_OPS
+from test_aten_ops import (PARAMS, R, _flat, _rebuild, _theirs, _torch_call, _wrt, case, needs_torch, refused,
+                           torch)
+from test_aten_ops import test_float32_forward_dtype_matches_torch as _float32_check
+from test_aten_ops import test_float64_forward_gradients_and_node_name_match_torch as _float64_check
+from test_aten_ops import test_gradients_match_finite_differences as _fd_check
+from test_aten_ops import test_inputs_torch_refuses_are_refused as _refused_check
+from test_aten_ops import test_load_time_infer_matches_the_forward as _infer_check
+from test_aten_ops import test_load_time_infer_never_computes_on_full_size_inputs as _infer_alloc_check
+
+ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows
+CASES = []          # differentiable rows: every check of tests/test_aten_ops.py
+FORWARD_ONLY = []   # rows with no gradient (bool results, integer inputs): values, dtypes, no grad_fn
+REFUSED = []        # inputs PyTorch refuses
+GRADGRAD = {}       # op -> (inputs, args, wrt): its second derivative (tests/test_aten_gradgrad.py)
+
+
+def row(op, inputs, args=None, wrt=None, fd=True, id=None):  # noqa: A002
+    case(op, inputs, args, wrt, fd, id, table=CASES)
+
+
+def forward(op, inputs, args=None, id=None):  # noqa: A002
+    case(op, inputs, args, [], False, id, table=FORWARD_ONLY)
+
+
+def refuse(op, inputs, args, match, static=True, id=None):  # noqa: A002
+    refused(op, inputs, args, match, static, id, table=REFUSED)
+
+
+_i23, _b23 = np.arange(-3, 3).reshape(2, 3), np.array([[True, False, True], [False, False, True]])
+
+# -- unary float ops ----------------------------------------------------------------------------------
+_DOMAINS = {"acos": (-0.9, 0.9), "asin": (-0.9, 0.9), "atanh": (-0.9, 0.9), "acosh": (1.2, 3.0),
+            "log10": (0.2, 3.0), "log2": (0.2, 3.0), "log1p": (-0.7, 3.0), "reciprocal": (0.3, 2.0),
+            "tan": (-1.2, 1.2)}
+for _u in ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh", "tan", "erf",
+           "expm1", "log10", "log1p", "log2", "reciprocal"):
+    _lo, _hi = _DOMAINS.get(_u, (-2.0, 2.0))
+    _op = f"aten.{_u}.default"
+    row(_op, [R(3, 4, low=_lo, high=_hi)])
+    row(_op, [R(0, 3, low=_lo, high=_hi)], id=f"{_op}-empty")
+    row(_op, [R(low=_lo, high=_hi)], id=f"{_op}-0d")
+    forward(_op, [np.clip(_i23, 1 if _lo > 0.5 else (0 if _lo >= 0 else -1), 1)], id=f"{_op}-int")
+    forward(_op, [_b23], id=f"{_op}-bool")
+    GRADGRAD[_op] = ([R(2, 3, low=_lo, high=_hi)], {}, None)
+
+for _u in ("ceil", "floor", "round", "trunc", "sign"):
+    _op = f"aten.{_u}.default"
+    row(_op, [R(3, 4, low=-3, high=3) + 0.25])
+    row(_op, [R(0, 2)], id=f"{_op}-empty")
+    forward(_op, [np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, np.inf, np.nan])], id=f"{_op}-halves")
+    forward(_op, [_i23], id=f"{_op}-int")
+    GRADGRAD[_op] = ([R(2, 3, low=-3, high=3) + 0.25], {}, None)
+    if _u != "sign":
+        refuse(_op, [_b23], {}, "not implemented for bool", id=f"{_op}-bool")
+forward("aten.sign.default", [_b23], id="aten.sign.default-bool")
+
+_ELU = {"alpha": 1.3, "scale": 0.7, "input_scale": 1.1}
+row("aten.elu.default", [R(3, 4, away=[0])])
+row("aten.elu.default", [R(3, 4, away=[0])], _ELU)
+row("aten.elu.default", [R(0, 4)], id="aten.elu.default-empty")
+row("aten.elu_backward.default", [R(3, 4), R(3, 4, seed=1, away=[0])], dict(_ELU, is_result=False))
+row("aten.elu_backward.default", [R(3, 4), R(3, 4, seed=1, away=[0])], dict(_ELU, is_result=True))
+row("aten.leaky_relu.default", [R(3, 4, away=[0])])
+row("aten.leaky_relu.default", [R(3, 4, away=[0])], {"negative_slope": 0.2})
+row("aten.leaky_relu_backward.default", [R(3, 4), R(3, 4, seed=1, away=[0])],
+    {"negative_slope": 0.2, "self_is_result": False})
+for _u in ("elu", "leaky_relu"):
+    refuse(f"aten.{_u}.default", [_i23], {}, "not implemented for int64", id=f"aten.{_u}.default-int")
+GRADGRAD["aten.elu.default"] = ([R(2, 3, away=[0])], _ELU, None)
+GRADGRAD["aten.elu_backward.default"] = ([R(2, 3), R(2, 3, seed=1, away=[0])], dict(_ELU, is_result=False), None)
+GRADGRAD["aten.leaky_relu.default"] = ([R(2, 3, away=[0])], {"negative_slope": 0.2}, None)
+GRADGRAD["aten.leaky_relu_backward.default"] = ([R(2, 3), R(2, 3, seed=1, away=[0])],
+                                                {"negative_slope": 0.2, "self_is_result": False}, None)
+
+# -- binary ops ---------------------------------------------------------------------------------------
+for _b in ("atan2.default", "maximum.default", "minimum.default"):
+    _op = f"aten.{_b}"
+    row(_op, [R(3, 4), R(3, 4, seed=1)])
+    row(_op, [R(3, 1), R(1, 4, seed=1)], id=f"{_op}-broadcast")
+    row(_op, [R(0, 4), R(4, seed=1)], id=f"{_op}-empty")
+    row(_op, [R(3, 4), R(seed=1)], id=f"{_op}-0d")
+    forward(_op, [_i23, np.array([2, -1, 0])], id=f"{_op}-int")
+    GRADGRAD[_op] = ([R(2, 3), R(3, seed=1)], {}, None)
+_tie = R(3, 4)
+row("aten.maximum.default", [_tie, np.where(R(3, 4, seed=2) > 0, _tie, R(3, 4, seed=1))], fd=False, id="ties")
+row("aten.minimum.default", [_tie, np.where(R(3, 4, seed=2) > 0, _tie, R(3, 4, seed=1))], fd=False, id="min-ties")
+forward("aten.maximum.default", [_b23, _b23[::-1].copy()], id="aten.maximum.default-bool")
+forward("aten.atan2.out", [R(3, 4), R(4, seed=1), np.empty(0)], id="aten.atan2.out")
+forward("aten.atan2.out", [R(3, 4), R(4, seed=1), np.empty((3, 4), np.float32)], id="aten.atan2.out-float32")
+refuse("aten.atan2.out", [_i23, np.array([1, 2, 3]), np.empty(0, np.int64)], {}, "can't be cast")
+
+row("aten.pow.Tensor_Tensor", [R(3, 4, low=0.5, high=2), R(3, 4, seed=1)])
+row("aten.pow.Tensor_Tensor", [R(3, 1, low=0.5, high=2), R(1, 4, seed=1)], id="broadcast")
+row("aten.pow.Tensor_Tensor", [R(0, 4, low=0.5, high=2), R(4, seed=1)], id="empty")
+row("aten.pow.Tensor_Tensor", [np.array([0.0, 0.0, 2.0]), np.array([2.0, 0.0, 0.0])], fd=False, id="zeros")
+forward("aten.pow.Tensor_Tensor", [_i23, np.array([2, 1, 3])], id="int")
+forward("aten.pow.Tensor_Tensor", [np.array([2, 1, -1, 0, -1, 3]), np.array([-1, -2, -3, -1, -2, 2])],
+        id="int-negative-powers")
+row("aten.pow.Scalar", [R(3, 4)], {"self": 2.5})
+row("aten.pow.Scalar", [R(0, 4)], {"self": 2.5}, id="empty")
+row("aten.pow.Scalar", [np.array([0.0, 1.0, -1.0])], {"self": 0.0}, fd=False, id="zero-base")
+forward("aten.pow.Scalar", [_i23 + 3], {"self": 2}, id="int")
+forward("aten.pow.Scalar", [_i23], {"self": 2.0}, id="int-float-base")
+GRADGRAD["aten.pow.Tensor_Tensor"] = ([R(2, 3, low=0.5, high=2), R(3, seed=1)], {}, None)
+GRADGRAD["aten.pow.Scalar"] = ([R(2, 3)], {"self": 1.5}, None)
+
+# away from the steps of fmod/remainder (the quotient's integer jumps)
+_num, _den = np.array([[5.3, -5.3, 2.2, -2.2], [7.1, -7.1, 0.4, -0.9]]), np.array([2.0, 2.0, -1.5, -1.5])
+for _m in ("fmod", "remainder"):
+    _op = f"aten.{_m}.Tensor"
+    row(_op, [_num, _den])
+    row(_op, [_num[:, :1], _den[None, :2]], id=f"{_op}-broadcast")
+    row(_op, [R(0, 4), _den], id=f"{_op}-empty")
+    forward(_op, [np.array([-7, 7, -7, 7]), np.array([2, 2, -2, -2])], id=f"{_op}-int")
+    refuse(_op, [np.array([1, 2]), np.array([1, 0])], {}, "division by zero", static=False, id=f"{_op}-zero")
+    refuse(_op, [_b23, _b23], {}, "not implemented for bool", id=f"{_op}-bool")
+    row(f"aten.{_m}.Scalar", [_num], {"other": -1.5})
+    row(f"aten.{_m}.Scalar", [R(0, 3)], {"other": 2.0}, id=f"aten.{_m}.Scalar-empty")
+    forward(f"aten.{_m}.Scalar", [np.array([-7, 7, -3])], {"other": 2}, id=f"aten.{_m}.Scalar-int")
+    forward(f"aten.{_m}.Scalar", [np.array([-7, 7, -3])], {"other": 2.5}, id=f"aten.{_m}.Scalar-int-float")
+    GRADGRAD[_op] = ([_num, _den], {}, None)
+    GRADGRAD[f"aten.{_m}.Scalar"] = ([_num], {"other": 1.5}, None)
+
+for _mode in (None, "trunc", "floor"):
+    row("aten.div.Tensor_mode", [_num, _den], {"rounding_mode": _mode}, id=f"div.Tensor_mode-{_mode}")
+    row("aten.div.Tensor_mode", [R(3, 1), R(1, 4, seed=1, low=0.5, high=2)], {"rounding_mode": _mode},
+        id=f"div.Tensor_mode-{_mode}-broadcast")
+    row("aten.div.Scalar_mode", [_num], {"other": -1.5, "rounding_mode": _mode}, id=f"div.Scalar_mode-{_mode}")
+    forward("aten.div.Tensor_mode", [np.array([-7, 7, -7, 7, 6]), np.array([2, 2, -2, -2, 3])],
+            {"rounding_mode": _mode}, id=f"div.Tensor_mode-{_mode}-int")
+    forward("aten.div.Scalar_mode", [np.array([-7, 7, -3])], {"other": 2, "rounding_mode": _mode},
+            id=f"div.Scalar_mode-{_mode}-int")
+row("aten.div.Tensor_mode", [R(0, 4), R(4, seed=1, low=0.5, high=2)], {"rounding_mode": "floor"}, id="empty")
+refuse("aten.div.Tensor_mode", [_num, _den], {"rounding_mode": "round"}, "rounding_mode to be one of")
+refuse("aten.div.Tensor_mode", [np.array([1, 2]), np.array([1, 0])], {"rounding_mode": "trunc"},
+       "division by zero", static=False)
+GRADGRAD["aten.div.Tensor_mode"] = ([R(2, 3), R(3, seed=1, low=0.5, high=2)], {"rounding_mode": None}, None)
+GRADGRAD["aten.div.Scalar_mode"] = ([R(2, 3)], {"other": 2.0, "rounding_mode": None}, None)
+
+_cx = R(3, 4, low=-2, high=2, away=[-0.5, 0.5, 1.0])
+row("aten.clamp.default", [_cx], {"min": -0.5, "max": 0.5})
+row("aten.clamp.default", [_cx], {"min": -0.5})
+row("aten.clamp.default", [_cx], {"max": 0.5})
+row("aten.clamp.default", [_cx], {"min": 1.0, "max": -1.0}, id="min-over-max")
+row("aten.clamp.default", [R(0, 4)], {"min": 0.0}, id="empty")
+forward("aten.clamp.default", [_i23], {"min": -1, "max": 1}, id="int")
+forward("aten.clamp.default", [_i23], {"min": -0.5}, id="int-float-bound")
+refuse("aten.clamp.default", [_cx], {}, "At least one of 'min' or 'max'")
+forward("aten.clamp.default", [_b23], {"min": 0}, id="bool")
+_lo_t, _hi_t = R(4, low=-1.5, high=-0.2, seed=3), R(3, 1, low=0.2, high=1.5, seed=4)
+row("aten.clamp.Tensor", [_cx, _lo_t, _hi_t])
+row("aten.clamp.Tensor", [_cx, _lo_t, None])
+row("aten.clamp.Tensor", [_cx, None, _hi_t])
+row("aten.clamp.Tensor", [_cx, _hi_t.T[:, :1] * 0 + 1.0, _lo_t], id="min-over-max")
+row("aten.clamp.Tensor", [R(0, 4), _lo_t, None], id="empty")
+forward("aten.clamp.Tensor", [_i23, np.array([-1, 0, -2]), np.array([[1], [0]])], id="int")
+refuse("aten.clamp.Tensor", [_cx, None, None], {}, "At least one of 'min' or 'max'")
+GRADGRAD["aten.clamp.default"] = ([_cx], {"min": -0.5, "max": 0.5}, None)
+GRADGRAD["aten.clamp.Tensor"] = ([_cx, _lo_t, _hi_t], {}, None)
+
+
+# -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
+@pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
+def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
+    _fd_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float64_forward_gradients_and_node_name_match_torch(op_name, inputs, args, wrt, fd):
+    _float64_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float32_forward_dtype_matches_torch(op_name, inputs, args, wrt, fd):
+    _float32_check(op_name, inputs, args, wrt, fd)
+
+
+@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
+def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
+    _infer_check(op_name, inputs, args, wrt, fd)
+
+
+@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
+def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
+    _infer_alloc_check(op_name, inputs, args, wrt, fd, monkeypatch)
+
+
+@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
+def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
+    _refused_check(op_name, inputs, args, match, static)
+
+
+def _dtype_name(t):
+    return str(t.dtype).removeprefix("torch.")
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, FORWARD_ONLY)
+def test_rows_without_a_gradient_match_torch_and_record_no_node(op_name, inputs, args, wrt, fd):
+    # float inputs require grad on both sides: a bool or integer result records no node in
+    # PyTorch (a comparison is not differentiable), and none in gradcli
+    for cast in (lambda x: x, lambda x: x.astype(np.float32) if x.dtype == np.float64 else x):
+        arrays = _rebuild(inputs, lambda i, x: cast(x) if isinstance(x, np.ndarray) else x)
+        differentiable = op_name != "aten.atan2.out"         # out= refuses inputs that require grad (below)
+        need = [i for i, x in enumerate(_flat(arrays)) if differentiable and isinstance(x, np.ndarray)
+                and x.dtype.kind == "f"]
+        ours = OPS[op_name](*_rebuild(arrays, lambda i, x: Tensor(x.copy(), requires_grad=i in need)
+                                      if isinstance(x, np.ndarray) else x), **args)
+        _, theirs = _theirs(op_name, arrays, args, need)
+        ours = list(ours) if OPS[op_name].multi_output else [ours]
+        for o, t in zip(ours, theirs):
+            assert o.dtype == np.dtype(_dtype_name(t)) and o.shape == tuple(t.shape)
+            np.testing.assert_allclose(o.data, t.detach().numpy(), rtol=2e-6 if o.dtype == np.float32 else 1e-12)
+            assert (o.grad_fn is None) == (t.grad_fn is None)
+
+
+def _non_contiguous(x):
+    """The same values as ``x`` in a non-contiguous layout (its last two dims' strides swapped)."""
+    if not isinstance(x, np.ndarray) or x.ndim < 2:
+        return x
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)
+
+
+NON_CONTIGUOUS = [c for c in CASES if any(isinstance(x, np.ndarray) and x.ndim >= 2 and min(x.shape[-2:]) > 1
+                                          for x in _flat(c.values[1]))]
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, NON_CONTIGUOUS)
+def test_non_contiguous_inputs_match_torch(op_name, inputs, args, wrt, fd):
+    wrt = _wrt(inputs, wrt)
+    strided = _rebuild(inputs, lambda i, x: _non_contiguous(x))
+    assert any(isinstance(x, np.ndarray) and not x.flags.c_contiguous for x in _flat(strided))
+    tensors = _rebuild(strided, lambda i, x: Tensor(x, requires_grad=i in wrt) if isinstance(x, np.ndarray) else x)
+    out = OPS[op_name](*tensors, **args)
+    outs = list(out) if OPS[op_name].multi_output else [out]
+
+    def torch_view(i, x):
+        if not isinstance(x, np.ndarray):
+            return x
+        t = torch.tensor(np.ascontiguousarray(np.swapaxes(x, -1, -2))).transpose(-1, -2) if x.ndim >= 2 \
+            else torch.tensor(x)
+        return t.requires_grad_(i in wrt)
+
+    tflat = _flat(_rebuild(strided, torch_view))
+    touts = _torch_call(op_name, *_rebuild(inputs, lambda i, x: tflat[i]), **args)
+    touts = list(touts) if isinstance(touts, (tuple, list)) else [touts]
+    for o, t in zip(outs, touts):
+        np.testing.assert_allclose(o.data, t.detach().numpy(), rtol=1e-12, atol=1e-14)
+    used = [k for k, t in enumerate(touts) if t.grad_fn is not None]
+    vs = [np.random.default_rng(k).standard_normal(touts[k].shape) for k in used]
+    flat = _flat(tensors)
+    ours = grad([outs[k] for k in used], [flat[i] for i in wrt], grad_outputs=vs)
+    theirs = torch.autograd.grad([touts[k] for k in used], [tflat[i] for i in wrt], [torch.tensor(v) for v in vs])
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_every_op_of_this_table_has_a_row_and_a_second_derivative_line():
+    ops = {p.values[0] for p in CASES + FORWARD_ONLY}
+    assert ops <= set(ATEN_OPS)
+    differentiable = {p.values[0] for p in CASES}
+    assert sorted(differentiable - set(GRADGRAD)) == []
+
+
+def test_atan2_out_refuses_inputs_that_require_grad_like_torch():
+    x = Tensor(R(3), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"out=\.\.\. arguments don't support automatic differentiation"):
+        OPS["aten.atan2.out"](x, Tensor(R(3, seed=1)), np.empty(0))
+    out = OPS["aten.atan2.out"](Tensor(R(3)), Tensor(R(3, seed=1)), np.empty(0, np.float32))
+    assert out.grad_fn is None and out.dtype == np.float32

@@ -175,6 +175,63 @@ GRADGRAD["aten.clamp.default"] = ([_cx], {"min": -0.5, "max": 0.5}, None)
 GRADGRAD["aten.clamp.Tensor"] = ([_cx, _lo_t, _hi_t], {}, None)
 
 
+# -- comparisons, bitwise and logical ops, isinf/isnan: no gradient -------------------------------------
+_nan = np.array([[0.5, np.nan, -np.inf], [np.inf, -0.0, 2.0]])
+_f = np.round(R(3, 4) * 2) / 2                    # repeated values: some comparisons hold with equality
+for _c in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _op = f"aten.{_c}.Tensor"
+    forward(_op, [_f, _f[::-1].copy()], id=f"{_op}")
+    forward(_op, [_f, _f[0]], id=f"{_op}-broadcast")
+    forward(_op, [_f, np.array(0.5)], id=f"{_op}-0d")
+    forward(_op, [R(0, 4), R(4, seed=1)], id=f"{_op}-empty")
+    forward(_op, [_nan, _nan[:, ::-1].copy()], id=f"{_op}-nan")
+    forward(_op, [_i23, np.array([0, 1, -2])], id=f"{_op}-int")
+    forward(_op, [_i23, np.array([0.5, 1.0, -2.5])], id=f"{_op}-int-float")
+    forward(_op, [_b23, _b23[::-1].copy()], id=f"{_op}-bool")
+    forward(_op, [_f.astype(np.float32), _f[0]], id=f"{_op}-float32-float64")
+    _op = f"aten.{_c}.Scalar"
+    forward(_op, [_f], {"other": 0.5}, id=f"{_op}")
+    forward(_op, [_nan], {"other": np.inf}, id=f"{_op}-inf")
+    forward(_op, [R(0, 4)], {"other": 0}, id=f"{_op}-empty")
+    forward(_op, [_i23], {"other": 1}, id=f"{_op}-int")
+    forward(_op, [_i23], {"other": 0.5}, id=f"{_op}-int-float")
+    forward(_op, [_b23], {"other": True}, id=f"{_op}-bool")
+
+_u8 = np.array([[3, 250, 7], [0, 128, 255]], np.uint8)
+for _bw in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    _op = f"aten.{_bw}.Tensor"
+    forward(_op, [_i23 * 37, np.array([5, -6, 255])], id=f"{_op}")
+    forward(_op, [_b23, _b23[::-1].copy()], id=f"{_op}-bool")
+    forward(_op, [_u8, np.array(6, np.int64)], id=f"{_op}-uint8-0d")
+    forward(_op, [_i23, _b23], id=f"{_op}-int-bool")
+    forward(_op, [np.zeros((0, 3), np.int64), np.array([1, 2, 3])], id=f"{_op}-empty")
+    refuse(_op, [_f, _f], {}, "not implemented for float64", id=f"{_op}-float")
+    _op = f"aten.{_bw}.Scalar"
+    forward(_op, [_i23 * 37], {"other": 12}, id=f"{_op}")
+    forward(_op, [_b23], {"other": True}, id=f"{_op}-bool")
+    forward(_op, [_b23], {"other": 3}, id=f"{_op}-bool-int")
+    forward(_op, [_u8], {"other": 6}, id=f"{_op}-uint8")
+    refuse(_op, [_i23], {"other": 0.5}, "not implemented for float32", id=f"{_op}-float")
+forward("aten.bitwise_not.default", [_i23 * 37])
+forward("aten.bitwise_not.default", [_b23], id="bitwise_not-bool")
+forward("aten.bitwise_not.default", [_u8], id="bitwise_not-uint8")
+refuse("aten.bitwise_not.default", [_f], {}, "not implemented for float64")
+
+for _lg in ("logical_and", "logical_or", "logical_xor"):
+    _op = f"aten.{_lg}.default"
+    forward(_op, [_nan, np.array([0.0, 1.0, 0.0])], id=f"{_op}")
+    forward(_op, [_i23, _b23], id=f"{_op}-int-bool")
+    forward(_op, [R(0, 3), R(3)], id=f"{_op}-empty")
+forward("aten.logical_not.default", [_nan])
+forward("aten.logical_not.default", [_i23], id="logical_not-int")
+forward("aten.logical_not.default", [_b23], id="logical_not-bool")
+for _u in ("isinf", "isnan"):
+    forward(f"aten.{_u}.default", [_nan])
+    forward(f"aten.{_u}.default", [_nan.astype(np.float32)], id=f"{_u}-float32")
+    forward(f"aten.{_u}.default", [_i23], id=f"{_u}-int")
+    forward(f"aten.{_u}.default", [R(0, 2)], id=f"{_u}-empty")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

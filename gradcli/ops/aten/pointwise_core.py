@@ -26,7 +26,7 @@ from ..library import _value
 from ...autograd.tensor import Tensor
 from .pointwise import as_dtype, div_scalar, masked_fill, pow_tensor_scalar, rsqrt, scalar, zeros
 from .promotion import cast, result_type, to_float
-from .registry import ELEMENTWISE, aten, defvjp, defvjp_joint
+from .registry import ELEMENTWISE, aten, defvjp, defvjp_joint, not_differentiable
 
 
 def _float_unary(name, node, fn, saves=True):
@@ -277,7 +277,7 @@ class _OutOverload(type(atan2_out)):
 
 
 atan2_out.__class__ = _OutOverload
-defvjp(atan2_out, None, None, None)
+not_differentiable(atan2_out)
 
 
 def _extremum(name, node, fn):

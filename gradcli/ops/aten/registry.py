@@ -323,6 +323,16 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
         op.vjp_all = _all_vjps(op)      # one call for every wanted input, as PyTorch's one formula
 
 
+def not_differentiable(op):
+    """Note [ops without a node]: ``op`` is not differentiable (derivatives.yaml lists it as
+    ``non_differentiable``, or not at all: comparisons, ``argmax``, the factories): its tensor
+    inputs are passed on as plain arrays, so its result never requires grad and no node is
+    recorded, whatever its dtype, as in PyTorch. ``gradcli ops`` shows no node name."""
+    op.node_name = None
+    op.differentiable_inputs = [False] * len(op.schema.tensors)
+    return op
+
+
 # -- one graph entry's call --------------------------------------------------------------
 ELEMENTWISE = "elementwise"
 
@@ -392,8 +402,12 @@ class AtenCall:
             from ..shapes import broadcast  # noqa: PLC0415
 
             shape = broadcast(shapes)
+            # Note [stand-ins keep their rank]: a tensor with dims promotes differently from a
+            # 0-dim one (promotion.py's Note [wrapped numbers]: uint8 [2, 3] & int64 [] is uint8),
+            # so a stand-in has the input's number of dims, each of size one, at zero stride
             with np.errstate(all="ignore"):
-                out = self.op.fn(*self.structure([np.zeros((), d) for d in dtypes]), **args)
+                out = self.op.fn(*self.structure([np.broadcast_to(np.zeros((), d), (1,) * len(s))
+                                                  for s, d in zip(shapes, dtypes)]), **args)
             return [(shape, np.dtype(out.dtype))]
         if meta is None:
             return None

@@ -232,6 +232,128 @@ for _u in ("isinf", "isnan"):
     forward(f"aten.{_u}.default", [R(0, 2)], id=f"{_u}-empty")
 
 
+# -- reductions and orderings ---------------------------------------------------------------------------------
+def distinct(*shape, seed=0):
+    """Values far apart, no ties (selection gradients are defined)."""
+    n = int(np.prod(shape))
+    return (np.random.default_rng(seed + 5).permutation(n) * 0.37 - n * 0.15).reshape(shape).astype(np.float64)
+
+
+_d = distinct(3, 4)
+forward("aten.any.default", [_nan])
+forward("aten.any.default", [np.zeros((2, 3))], id="any-zeros")
+forward("aten.any.default", [np.zeros((0, 3))], id="any-empty")
+forward("aten.any.default", [_u8], id="any-uint8")
+forward("aten.any.dim", [_b23], {"dim": 1})
+forward("aten.any.dim", [_i23], {"dim": 0, "keepdim": True})
+forward("aten.any.dim", [np.zeros((0, 3))], {"dim": 0}, id="any.dim-empty")
+forward("aten.any.dims", [_b23], {"dim": [0, 1]})
+forward("aten.any.dims", [_b23], {"dim": None, "keepdim": True})
+forward("aten.any.dims", [_b23], {"dim": []}, id="any.dims-no-dims")
+for _e in ("amax", "amin"):
+    _op = f"aten.{_e}.default"
+    row(_op, [_d], {"dim": [1]})
+    row(_op, [_d], {"dim": [0, 1], "keepdim": True})
+    row(_op, [_d], {}, id=f"{_op}-all")
+    row(_op, [np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]) * (1 if _e == "amax" else -1)], {"dim": [1]},
+        fd=False, id=f"{_op}-ties")
+    row(_op, [R(0, 3)], {"dim": [1]}, id=f"{_op}-empty")
+    row(_op, [R()], {}, id=f"{_op}-0d")
+    forward(_op, [_i23], {"dim": [0]}, id=f"{_op}-int")
+    forward(_op, [_b23], {"dim": [1]}, id=f"{_op}-bool")
+    refuse(_op, [R(0, 3)], {"dim": [0]}, "reduction dim 0 to have non-zero size", id=f"{_op}-empty-dim")
+    refuse(_op, [R(0, 3)], {}, "Expected reduction dim to be specified", id=f"{_op}-empty-all")
+    GRADGRAD[_op] = ([distinct(2, 3)], {"dim": [1]}, None)
+    _op = f"aten.arg{_e[1:]}.default"
+    forward(_op, [_d])
+    forward(_op, [_d], {"dim": 1})
+    forward(_op, [_d], {"dim": -2, "keepdim": True})
+    forward(_op, [_d], {"keepdim": True}, id=f"{_op}-all-keepdim")
+    forward(_op, [_nan], {"dim": 1}, id=f"{_op}-nan")
+    forward(_op, [np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])], {"dim": 1}, id=f"{_op}-ties")
+    forward(_op, [_i23], id=f"{_op}-int")
+    forward(_op, [R(0, 3)], {"dim": 1}, id=f"{_op}-empty")
+    refuse(_op, [R(0, 3)], {}, "Expected reduction dim to be specified", id=f"{_op}-empty-all")
+    refuse(_op, [_b23], {}, "does not support bool", id=f"{_op}-bool")
+    _op = f"aten.{_e[1:]}.dim"
+    row(_op, [_d], {"dim": 1})
+    row(_op, [_d], {"dim": 0, "keepdim": True})
+    row(_op, [distinct(2, 3, 4)], {"dim": -2})
+    row(_op, [R()], {"dim": 0}, id=f"{_op}-0d")
+    row(_op, [R(2, 0)], {"dim": 0}, id=f"{_op}-empty")
+    forward(_op, [_i23], {"dim": 1}, id=f"{_op}-int")
+    forward(_op, [np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])], {"dim": 1}, id=f"{_op}-ties")
+    refuse(_op, [R(0, 3)], {"dim": 0}, "reduction dim 0 to have non-zero size", id=f"{_op}-empty-dim")
+    GRADGRAD[_op] = ([distinct(2, 3)], {"dim": 1}, None)
+
+row("aten.sort.default", [_d])
+row("aten.sort.default", [_d], {"dim": 0, "descending": True})
+row("aten.sort.default", [distinct(2, 3, 4)], {"dim": 1})
+row("aten.sort.default", [R(0, 3)], id="sort-empty")
+row("aten.sort.default", [R()], id="sort-0d")
+forward("aten.sort.default", [np.array([[3, 1, 3, 2, 1]])], id="sort-int-ties")
+forward("aten.sort.default", [np.array([[3, 1, 3, 2, 1]])], {"descending": True}, id="sort-int-ties-descending")
+forward("aten.sort.default", [_nan], {"descending": True}, id="sort-nan")
+forward("aten.sort.default", [_nan], id="sort-nan-ascending")
+row("aten.topk.default", [_d], {"k": 2})
+row("aten.topk.default", [_d], {"k": 2, "dim": 0, "largest": False})
+row("aten.topk.default", [distinct(2, 5)], {"k": 0}, id="topk-k0")
+forward("aten.topk.default", [np.array([[3, 1, 3, 2, 1]])], {"k": 3}, id="topk-int")
+refuse("aten.topk.default", [_d], {"k": 5}, "k out of range")
+GRADGRAD["aten.sort.default"] = ([distinct(2, 3)], {"dim": 1}, None)
+GRADGRAD["aten.topk.default"] = ([distinct(2, 4)], {"k": 2}, None)
+
+_p = R(3, 4, low=0.5, high=1.5) * np.where(R(3, 4, seed=7) > 0, 1, -1)
+row("aten.prod.default", [_p])
+row("aten.prod.default", [R(0, 3)], id="prod-empty")
+row("aten.prod.default", [np.array([[0.5, 0.0, 2.0], [1.5, -1.0, 3.0]])], id="prod-one-zero")
+row("aten.prod.default", [np.array([[0.5, 0.0, 2.0], [1.5, 0.0, 3.0]])], id="prod-two-zeros")
+forward("aten.prod.default", [_i23 + 4], id="prod-int")
+forward("aten.prod.default", [_b23], id="prod-bool")
+forward("aten.prod.default", [_i23 + 4], {"dtype": "float64"}, id="prod-int-dtype")
+row("aten.prod.dim_int", [_p], {"dim": 1})
+row("aten.prod.dim_int", [_p], {"dim": 0, "keepdim": True})
+row("aten.prod.dim_int", [np.array([[0.5, 0.0, 2.0], [1.5, -1.0, 0.0], [0.0, 0.0, 1.0]])], {"dim": 1},
+    id="prod.dim-zeros")
+row("aten.prod.dim_int", [R(0, 3)], {"dim": 1}, id="prod.dim-empty")
+forward("aten.prod.dim_int", [_i23 + 4], {"dim": 0}, id="prod.dim-int")
+GRADGRAD["aten.prod.default"] = ([R(2, 3, low=0.5, high=1.5)], {}, None)
+GRADGRAD["aten.prod.dim_int"] = ([R(2, 3, low=0.5, high=1.5)], {"dim": 1}, None)
+
+row("aten.var.correction", [R(3, 4)])
+row("aten.var.correction", [R(3, 4)], {"dim": [1], "correction": 0, "keepdim": True})
+row("aten.var.correction", [R(2, 3, 4)], {"dim": [0, 2], "correction": 2})
+row("aten.var.correction", [R(3, 4)], {"dim": [1], "correction": 1.5}, id="var-float-correction")
+row("aten.var.correction", [R(1, 4)], {"dim": [0]}, fd=False, id="var-no-dof")
+row("aten.var.correction", [R(0, 4)], {"dim": [1]}, id="var-empty")
+row("aten.var.dim", [R(3, 4)], {"dim": [1]})
+row("aten.var.dim", [R(3, 4)], {"dim": [0], "unbiased": False, "keepdim": True})
+row("aten.var.dim", [R(3, 4)], {"dim": None})
+refuse("aten.var.correction", [_i23], {}, "only support floating point")
+GRADGRAD["aten.var.correction"] = ([R(2, 3)], {"dim": [1]}, None)
+GRADGRAD["aten.var.dim"] = ([R(2, 3)], {"dim": [0], "unbiased": False}, None)
+
+row("aten.cumsum.default", [R(3, 4)], {"dim": 1})
+row("aten.cumsum.default", [R(2, 3, 4)], {"dim": -3})
+row("aten.cumsum.default", [R(0, 4)], {"dim": 1}, id="cumsum-empty")
+row("aten.cumsum.default", [R()], {"dim": 0}, id="cumsum-0d")
+forward("aten.cumsum.default", [_i23], {"dim": 1, "dtype": "float64"}, id="cumsum-dtype")
+forward("aten.cumsum.default", [_i23], {"dim": 1}, id="cumsum-int")
+forward("aten.cumsum.default", [_b23], {"dim": 0}, id="cumsum-bool")
+refuse("aten.cumsum.default", [R(3, 4)], {"dim": 2}, "Dimension out of range")
+GRADGRAD["aten.cumsum.default"] = ([R(2, 3)], {"dim": 1}, None)
+
+# Note [selection by one-hot] and Note [reversed cumsum] in reduce_core.py: the create_graph
+# gradient's root node differs from PyTorch's (same values)
+NODE_NAME_DIFFERENCES = {
+    "aten.max.dim": "a one-hot sum (Sum/PermuteBackward0) where PyTorch has ScatterBackward0",
+    "aten.min.dim": "a one-hot sum (Sum/PermuteBackward0) where PyTorch has ScatterBackward0",
+    "aten.sort.default": "a one-hot sum (Sum/PermuteBackward0) where PyTorch has ScatterBackward0",
+    "aten.topk.default": "a one-hot sum (Sum/PermuteBackward0) where PyTorch has ScatterBackward0",
+    "aten.cumsum.default": "AddBackward0 where PyTorch has FlipBackward0",
+}
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

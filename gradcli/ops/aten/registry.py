@@ -136,6 +136,11 @@ class AtenOp(Op):
         full = self.defaults.copy()
         full.update(args)
         flat = self.flatten(inputs)
+        if not self.schema.tensors:
+            # Note [factories make Tensors]: an op with no tensor input (arange, full, rand)
+            # makes Tensors, as a PyTorch factory does, so that a graph entry's result is one
+            out = self.forward(**full)
+            return [Tensor(o) for o in out] if self.multi_output else Tensor(out)
         if not any(type(x) is Tensor for x in flat):
             return self.forward(*inputs, **full)
         diff = self.differentiable_flat(len(flat))

@@ -37,6 +37,7 @@ import numpy as np
 from .devices import to_device, to_host
 from .errors import GraphError
 from .graph import Graph
+from .ops.rng import seeded
 
 LOWER_FLOATS = ("float16", "float32")
 
@@ -126,7 +127,8 @@ class _Function:
         overrides = overrides or {}
         vals = dict(self.leaves)
         vals.update({k: v for k, v in overrides.items() if k in vals})
-        with np.errstate(all="ignore"):
+        # the forward's random draws on every replay (Note [the graph's generator])
+        with np.errstate(all="ignore"), seeded(getattr(self.graph, "seed", 0)):
             for spec in self.graph.ops:
                 args = [vals[n] for n in spec.inputs]
                 if getattr(spec.op, "moves_device", False):   # the identity here: all on host
@@ -532,7 +534,7 @@ def replay(graph, leaves, overrides=None):
     for name, leaf in graph.leaves.items():
         data = overrides.get(name, leaves[name])
         values[name] = Tensor(np.array(data, copy=True), requires_grad=leaf.requires_grad)
-    with set_grad_enabled(True), np.errstate(all="ignore"):
+    with set_grad_enabled(True), np.errstate(all="ignore"), seeded(getattr(graph, "seed", 0)):
         for spec in graph.ops:
             inputs = [values[n] for n in spec.inputs]
             if getattr(spec.op, "moves_device", False):

@@ -246,6 +246,7 @@ class Graph:
         self.expect = expect
         self.base_dir = base_dir
         self.values = None       # name -> Tensor after forward()
+        self.seed = 0            # the file's seed: its random ops' generator (set by the loader)
 
     def fail(self, message, line=None, where=None):
         raise GraphError(message, self.file, line, where)
@@ -260,6 +261,12 @@ class Graph:
         return values
 
     def _forward(self):
+        from .ops.rng import seeded
+
+        with seeded(self.seed):      # Note [the graph's generator] (gradcli/ops/rng.py)
+            return self._run_ops()
+
+    def _run_ops(self):
         from .autograd import Tensor, set_grad_enabled
 
         values = {}

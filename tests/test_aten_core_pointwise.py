@@ -14,7 +14,7 @@ import pytest
 from gradcli.autograd import Tensor, grad
 from gradcli.ops import OPS
 from gradcli.ops.aten import ATEN_OPS
-from test_aten_ops import (PARAMS, R, _flat, _rebuild, _theirs, _torch_call, _wrt, case, needs_torch, refused,
+from test_aten_ops import (PARAMS, R, _flat, _ours, _rebuild, _theirs, _torch_call, _wrt, case, needs_torch, refused,
                            torch)
 from test_aten_ops import test_float32_forward_dtype_matches_torch as _float32_check
 from test_aten_ops import test_float64_forward_gradients_and_node_name_match_torch as _float64_check
@@ -399,6 +399,26 @@ refuse("aten.sym_size.int", [R(3, 4)], {"dim": 2}, "Dimension out of range")
 UNINITIALISED = {"aten.empty.memory_format", "aten.empty_strided.default"}
 
 
+# -- random ops: deterministic rows (eval mode, p = 0 or 1) in the table, the rest below --------------------
+row("aten.native_dropout.default", [R(3, 4)], {"p": 0.3, "train": False}, id="dropout-eval")
+row("aten.native_dropout.default", [R(3, 4)], {"p": 0.0, "train": True}, id="dropout-p0")
+row("aten.native_dropout.default", [R(3, 4)], {"p": 1.0, "train": True}, id="dropout-p1")
+row("aten.native_dropout.default", [R(0, 4)], {"p": 0.5, "train": True}, id="dropout-empty")
+refuse("aten.native_dropout.default", [R(3, 4)], {"p": 1.5, "train": True}, "between 0 and 1")
+refuse("aten.native_dropout.default", [_i23], {"p": 0.5, "train": True}, "not implemented for int64")
+refuse("aten.rand.default", [], {"size": [2], "dtype": "int64"}, "not implemented for int64")
+GRADGRAD["aten.native_dropout.default"] = ([R(2, 3)], {"p": 0.0, "train": True}, None)
+RANDOM = []         # rows whose values come from the graph's generator: shapes, dtypes, shape rules
+case("aten.rand.default", [], {"size": [3, 4]}, [], False, table=RANDOM)
+case("aten.rand.default", [], {"size": [0, 2], "dtype": "float64"}, [], False, table=RANDOM)
+case("aten.randn.default", [], {"size": [5]}, [], False, table=RANDOM)
+case("aten.randn.default", [], {"size": [2, 3], "dtype": "float64"}, [], False, table=RANDOM)
+case("aten.randperm.default", [], {"n": 6}, [], False, table=RANDOM)
+case("aten.randperm.default", [], {"n": 0, "dtype": "float32"}, [], False, table=RANDOM)
+case("aten.native_dropout.default", [R(3, 4)], {"p": 0.4, "train": True}, None, False, table=RANDOM)
+case("aten.native_dropout.default", [R(3, 4)], {"p": 0.4, "train": None}, None, False, table=RANDOM)
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
@@ -417,12 +437,12 @@ def test_float32_forward_dtype_matches_torch(op_name, inputs, args, wrt, fd):
     _float32_check(op_name, inputs, args, wrt, fd)
 
 
-@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
+@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY + RANDOM)
 def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
     _infer_check(op_name, inputs, args, wrt, fd)
 
 
-@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
+@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY + RANDOM)
 def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
     _infer_alloc_check(op_name, inputs, args, wrt, fd, monkeypatch)
 
@@ -575,3 +595,88 @@ backward: {roots: [s]}
     np.testing.assert_allclose(result.grads["x"], picked * np.cos(y) * (x > 0.5))
     assert [r.node for r in result.order] == ["SumBackward0", "MaxBackward0", "SinBackward0", "WhereBackward0",
                                               "AccumulateGrad"]
+
+
+# -- random ops: PyTorch's shapes, dtypes, nodes and formulas; the distributions; the graph's seed ----
+@needs_torch
+@pytest.mark.parametrize(PARAMS, RANDOM)
+def test_random_ops_have_torchs_shapes_dtypes_and_nodes(op_name, inputs, args, wrt, fd):
+    # Note [the graph's generator] in gradcli/ops/rng.py: the values come from another generator
+    # than PyTorch's and are not compared; everything else is
+    wrt = _wrt(inputs, wrt)
+    flat, outs = _ours(op_name, inputs, args, wrt)
+    _, touts = _theirs(op_name, inputs, args, wrt)
+    for o, t in zip(outs, touts):
+        assert o.shape == tuple(t.shape) and o.dtype == np.dtype(_dtype_name(t))
+        assert (o.grad_fn is None) == (t.grad_fn is None)
+        if t.grad_fn is not None:
+            assert o.grad_fn.name == t.grad_fn.name()
+
+
+def test_rand_randn_and_randperm_draw_their_distributions():
+    from gradcli.ops.rng import seeded
+
+    with seeded(3):
+        u = OPS["aten.rand.default"](size=[200, 100], dtype="float64").data
+        n = OPS["aten.randn.default"](size=[200, 100], dtype="float64").data
+        p = OPS["aten.randperm.default"](n=1000).data
+    assert 0 <= u.min() and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005      # 20000 draws: ~5 sigma
+    assert abs(n.mean()) < 0.04 and abs(n.std() - 1) < 0.02
+    assert sorted(p.tolist()) == list(range(1000)) and p.tolist() != list(range(1000))
+    assert OPS["aten.rand.default"](size=[4], dtype="float32").dtype == np.float32
+
+
+@needs_torch
+@pytest.mark.parametrize("train", [True, None])
+def test_native_dropout_keeps_one_minus_p_and_scales_and_differentiates_as_torch(train):
+    from gradcli.ops.rng import seeded
+
+    p = 0.3
+    x = Tensor(R(100, 100) + 3.0, requires_grad=True)
+    with seeded(11):
+        out, mask = OPS["aten.native_dropout.default"](x, p=p, train=train)
+    assert mask.dtype == np.bool_ and mask.grad_fn is None
+    assert abs(mask.data.mean() - (1 - p)) < 0.02                      # 10000 draws: ~4 sigma
+    np.testing.assert_allclose(out.data, x.data * mask.data / (1 - p), rtol=1e-15)
+    v = R(100, 100, seed=1)
+    (g,) = grad([out], [x], grad_outputs=[v])
+    # PyTorch's formula on the same mask: native_dropout_backward(grad, mask, scale), where
+    # scale is 1 / (1 - p) only when train is True (Note [dropout with train unset])
+    scale = 1 / (1 - p) if train is True else 1.0
+    theirs = torch.ops.aten.native_dropout_backward.default(torch.tensor(v), torch.tensor(mask.data), scale)
+    np.testing.assert_allclose(g, theirs.numpy(), rtol=1e-15)
+    # and PyTorch's own draw obeys the same rule for train (the quirk is PyTorch's)
+    tx = torch.tensor(R(100, 100) + 3.0, requires_grad=True)
+    tout, tmask = torch.ops.aten.native_dropout.default(tx, p, train)
+    (tg,) = torch.autograd.grad(tout, tx, torch.tensor(v))
+    np.testing.assert_allclose(tg.numpy(), v * tmask.numpy() * scale, rtol=1e-15)
+
+
+_RANDOM_GRAPH = """version: 1
+seed: {seed}
+tensors:
+  x: {{value: [[1.0, -2.0, 3.0, 0.5], [0.5, 4.0, -1.0, 2.0]], requires_grad: true}}
+ops:
+  - {{op: aten.randn.default, inputs: [], args: {{size: [2, 4], dtype: float64}}, output: noise}}
+  - {{op: aten.add.Tensor, inputs: [x, noise], output: y}}
+  - {{op: aten.native_dropout.default, inputs: [y], args: {{p: 0.5, train: true}}, outputs: [d, mask]}}
+  - {{op: aten.mul.Tensor, inputs: [d, d], output: z}}
+  - {{op: aten.sum.default, inputs: [z], output: s}}
+backward: {{roots: [s]}}
+"""
+
+
+def test_a_graph_draws_from_its_seed_the_same_numbers_on_every_forward():
+    from gradcli import loader
+    from gradcli.gradcheck import gradcheck
+
+    graph = loader.loads(_RANDOM_GRAPH.format(seed=5))
+    first = {k: v.data.copy() for k, v in graph.forward().items()}
+    second = graph.forward()
+    for name in ("noise", "mask", "d"):
+        np.testing.assert_array_equal(first[name], second[name].data)
+    other = loader.loads(_RANDOM_GRAPH.format(seed=6)).forward()
+    assert not np.array_equal(first["noise"], other["noise"].data)
+    # gradcheck replays the forward: with the same draws, finite differences agree
+    assert gradcheck(loader.loads(_RANDOM_GRAPH.format(seed=5))) == []

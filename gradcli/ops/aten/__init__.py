@@ -4,7 +4,7 @@
 ``pointwise``, ``shape``, ``nn``, ``conv_pool`` and ``norm_attention``; ``meta`` holds
 their shape rules (what the loader infers without computing).
 """
-from . import conv_pool, factory, logical, nn, norm_attention, pointwise, pointwise_core, reduce_core, shape  # noqa: F401 - registers the entries
+from . import conv_pool, factory, logical, nn, norm_attention, pointwise, pointwise_core, reduce_core, sampling, shape  # noqa: F401 - registers the entries
 from . import meta  # noqa: F401 - their shape rules (after the entries)
 from .registry import ATEN_OPS, AtenOp
 

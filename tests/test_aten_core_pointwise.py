@@ -680,3 +680,41 @@ def test_a_graph_draws_from_its_seed_the_same_numbers_on_every_forward():
     assert not np.array_equal(first["noise"], other["noise"].data)
     # gradcheck replays the forward: with the same draws, finite differences agree
     assert gradcheck(loader.loads(_RANDOM_GRAPH.format(seed=5))) == []
+
+
+# -- on a simulated accelerator: results and gradients stay on the inputs' device ----------------------------
+def _sim():
+    from gradcli.devices import device, sim_device_count
+
+    if sim_device_count() < 1:
+        pytest.skip("needs GRADCLI_SIM_DEVICES >= 1")
+    return device("sim:0")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(PARAMS, [c for c in CASES + FORWARD_ONLY if any(
+    isinstance(x, np.ndarray) for x in _flat(c.values[1]))])
+def test_rows_on_a_simulated_device_stay_there_and_match_cpu(op_name, inputs, args, wrt, fd):
+    from gradcli.devices import device_of, to_device
+
+    dev = _sim()
+    if op_name == "aten.atan2.out":
+        wrt = []
+    wrt = _wrt(inputs, wrt)
+    _, cpu_outs = _ours(op_name, inputs, args, wrt)
+    tensors = _rebuild(inputs, lambda i, x: Tensor(to_device(x.copy(), dev), requires_grad=i in wrt)
+                       if isinstance(x, np.ndarray) else x)
+    out = OPS[op_name](*tensors, **args)
+    outs = list(out) if OPS[op_name].multi_output else [out]
+    for o, c in zip(outs, cpu_outs):
+        assert device_of(o.data) is dev, f"{op_name}: result on {device_of(o.data)}"
+        if op_name not in UNINITIALISED:
+            np.testing.assert_array_equal(np.asarray(o.data), c.data)
+    used = [k for k, o in enumerate(outs) if o.grad_fn is not None]
+    if not used or not wrt:
+        return
+    flat = _flat(tensors)
+    gs = grad([outs[k] for k in used], [flat[i] for i in wrt],
+              grad_outputs=[to_device(np.ones(outs[k].shape, outs[k].dtype), dev) for k in used])
+    for g in gs:
+        assert device_of(g) is dev, f"{op_name}: gradient on {device_of(g)}"

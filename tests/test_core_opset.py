@@ -31,15 +31,18 @@ def _run(*args):
 def test_the_shipped_core_opset_is_the_installed_torchs():
     from gradcli.bridges.torch.opset import core_aten_overloads, torch_version
 
-    assert list(core_opset.CORE_ATEN) == core_aten_overloads()
     assert core_opset.TORCH_VERSION == torch_version()
+    assert set(core_opset.CORE_ATEN) <= set(core_aten_overloads())    # others' imports may tag more
     # the generator script agrees byte for byte (it is how the list is made)
     check = subprocess.run([sys.executable, "scripts/gen_core_opset.py", "--check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
 
 
 def test_missing_lists_exactly_the_core_overloads_without_an_op():
-    data = json.loads(_run("--format", "json"))
+    # in a fresh process: modules imported by other tests may tag more overloads core
+    out = subprocess.run([sys.executable, "-m", "gradcli", "ops", "--missing", "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
     core = set(core_opset.CORE_ATEN)
     assert data["core_count"] == len(core)
     assert data["missing"] == sorted(core - set(ATEN_OPS))
@@ -48,7 +51,10 @@ def test_missing_lists_exactly_the_core_overloads_without_an_op():
     assert "aten.sin.default" not in data["missing"]
 
 
-def test_missing_prints_one_name_a_line_and_the_count():
+def test_missing_prints_one_name_a_line_and_the_count(monkeypatch):
+    from gradcli.bridges.torch import opset
+
+    monkeypatch.setattr(opset, "core_aten_overloads", lambda: list(core_opset.CORE_ATEN))
     lines = _run().splitlines()
     absent = core_opset.missing()
     assert lines[:-1] == absent

@@ -55,7 +55,7 @@ class AtenOp(Op):
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
-                 "numbers_as_tensors")
+                 "numbers_as_tensors", "draws_random")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None):
         multi = schema.list_output or schema.n_outputs > 1
@@ -78,6 +78,7 @@ class AtenOp(Op):
         self._list_pos = list_pos[0] if list_pos else None
         # a Python number may stand for a Tensor input (Note [numbers as tensors])
         self.numbers_as_tensors = schema.name.split(".")[1].rstrip("_") in NUMBERS_AS_TENSORS
+        self.draws_random = False   # draws from the graph's generator (ops/rng.py; sampling.py sets it)
 
     # -- as a graph file names it -----------------------------------------------------
     @property

@@ -107,3 +107,6 @@ def _dropout_vjp(g, ans, input, p, train):  # noqa: A002
 
 
 defvjp(native_dropout, _dropout_vjp)
+
+for _op in (rand, randn, randperm, native_dropout):
+    _op.draws_random = True       # the graph runs its forward under its seed (ops/rng.py)

@@ -108,6 +108,17 @@ def differentiable_inputs(graph: Graph) -> list:
     return [name for name, leaf in graph.leaves.items() if leaf.requires_grad]
 
 
+def _seeded(graph):
+    """The graph's random draws on a replay (Note [the graph's generator] in gradcli/ops/rng.py)."""
+    import contextlib  # noqa: PLC0415
+
+    if not getattr(graph, "draws_random", lambda: False)():
+        return contextlib.nullcontext()
+    from .ops.rng import seeded  # noqa: PLC0415
+
+    return seeded(getattr(graph, "seed", 0))
+
+
 # -- the forward as a pure function ------------------------------------------------------
 class _Function:
     """``f(overrides) -> [root arrays]``: the graph's ops replayed on NumPy arrays."""
@@ -126,7 +137,8 @@ class _Function:
         overrides = overrides or {}
         vals = dict(self.leaves)
         vals.update({k: v for k, v in overrides.items() if k in vals})
-        with np.errstate(all="ignore"):
+        # the forward's random draws on every replay (Note [the graph's generator])
+        with np.errstate(all="ignore"), _seeded(self.graph):
             for spec in self.graph.ops:
                 args = [vals[n] for n in spec.inputs]
                 if getattr(spec.op, "moves_device", False):   # the identity here: all on host
@@ -547,7 +559,7 @@ def replay(graph, leaves, overrides=None):
     for name, leaf in graph.leaves.items():
         data = overrides.get(name, leaves[name])
         values[name] = Tensor(np.array(data, copy=True), requires_grad=leaf.requires_grad)
-    with set_grad_enabled(True), np.errstate(all="ignore"):
+    with set_grad_enabled(True), np.errstate(all="ignore"), _seeded(graph):
         for spec in graph.ops:
             inputs = [values[n] for n in spec.inputs]
             if getattr(spec.op, "moves_device", False):

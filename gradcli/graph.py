@@ -296,6 +296,8 @@ class Graph:
         self.expect = expect
         self.base_dir = base_dir
         self.values = None       # name -> Tensor after forward()
+        self.seed = 0            # the file's seed: its random ops' generator (set by the loader)
+        self._draws_random = None
 
     def fail(self, message, line=None, where=None):
         raise GraphError(message, self.file, line, where)
@@ -310,6 +312,21 @@ class Graph:
         return values
 
     def _forward(self):
+        if not self.draws_random():
+            return self._run_ops()
+        from .ops.rng import seeded
+
+        with seeded(self.seed):      # Note [the graph's generator] (gradcli/ops/rng.py)
+            return self._run_ops()
+
+    def draws_random(self):
+        """Does an op of this graph draw random numbers (the op says so)? Asked once; a graph
+        without one runs without importing the generator."""
+        if self._draws_random is None:
+            self._draws_random = any(getattr(spec.op, "draws_random", False) for spec in self.ops)
+        return self._draws_random
+
+    def _run_ops(self):
         from .autograd import Tensor, set_grad_enabled
 
         values = {}

@@ -327,6 +327,7 @@ class _Loader:
                       expect=expect, base_dir=self.base_dir)
         # What gradcheck may allocate, and what the graph's forward allocates as loaded
         # and in float64 (Note [The memory budget of a whole graph]).
+        graph.seed = self.seed
         graph.max_graph_bytes = self.options.max_graph_bytes
         graph.forward_bytes = self.graph_bytes
         graph.float64_forward_bytes = self.graph_bytes64

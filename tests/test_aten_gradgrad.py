@@ -172,6 +172,24 @@ EXCLUDED = {
 }
 
 
+
+def _other_tables():
+    """The other ATen table files (``tests/test_aten_*.py``): they keep their ops' second-derivative
+    lines beside their rows (``GRADGRAD``, ``GRADGRAD_EXCLUDED``, ``NODE_NAME_DIFFERENCES``)."""
+    import importlib
+    from pathlib import Path
+
+    here = Path(__file__)
+    modules = [importlib.import_module(p.stem) for p in sorted(here.parent.glob("test_aten_*.py"))
+               if p.stem not in (here.stem, "test_aten_ops")]
+    return [m for m in modules if getattr(m, "ATEN_TABLE", False)]
+
+
+for _module in _other_tables():
+    GRADGRAD.update(getattr(_module, "GRADGRAD", {}))
+    EXCLUDED.update(getattr(_module, "GRADGRAD_EXCLUDED", {}))
+
+
 def _flat(inputs):
     out = []
     for x in inputs:
@@ -201,7 +219,8 @@ def _outputs(op, out):
 
 
 def _differentiable(op):
-    return op.vjps is not None and any(op.differentiable_inputs)
+    # an op with no derivative at all (PyTorch's NotImplemented node, aten.copy) has no second one
+    return op.vjps is not None and any(op.differentiable_inputs) and op.node_name != "torch::autograd::NotImplemented"
 
 
 def test_every_differentiable_aten_overload_has_a_gradgrad_line():
@@ -401,6 +420,8 @@ def test_second_derivatives_stay_on_a_simulated_device():
 # checked above): the backward is written with several ops where PyTorch has one
 # double-backward node. What gradcli records instead, per gradient:
 NODE_NAME_DIFFERENCES: dict[str, str] = {}
+for _module in _other_tables():
+    NODE_NAME_DIFFERENCES.update(getattr(_module, "NODE_NAME_DIFFERENCES", {}))
 
 
 @needs_torch

@@ -49,12 +49,14 @@ def I(*values):  # noqa: E743 - an int64 index tensor
 CASES = []
 
 
-def case(op, inputs, args=None, wrt=None, fd=True, id=None):  # noqa: A002
+def case(op, inputs, args=None, wrt=None, fd=True, id=None, table=None):  # noqa: A002
     """One row: ``op`` on ``inputs`` with ``args``; ``wrt``: flat input positions
     that require grad (default: every float array); ``fd``: check against
-    finite differences."""
-    n = sum(1 for c in CASES if c.values[0] == op)
-    CASES.append(pytest.param(op, inputs, args or {}, wrt, fd, id=id or f"{op}-{n}"))
+    finite differences; ``table``: the list it goes in (another test file's table
+    run by these same checks; this file's ``CASES`` by default)."""
+    table = CASES if table is None else table
+    n = sum(1 for c in table if c.values[0] == op)
+    table.append(pytest.param(op, inputs, args or {}, wrt, fd, id=id or f"{op}-{n}"))
 
 
 x34, x234 = R(3, 4), R(2, 3, 4)
@@ -486,8 +488,26 @@ def other_tables(covered="table_ops"):
     return out
 
 
+def _all_tables(name):
+    """Every row of the table ``name`` in this file and in the other ATen table files
+    (``tests/test_aten_*.py`` that say ``ATEN_TABLE = True``), so that each op's row may live
+    beside its family."""
+    import importlib
+
+    rows = list(globals().get(name, []))
+    for path in sorted(Path(__file__).parent.glob("test_aten_*.py")):
+        if path.stem != Path(__file__).stem:
+            module = importlib.import_module(path.stem)
+            if getattr(module, "ATEN_TABLE", False):
+                rows += list(getattr(module, name, []))
+    return rows
+
+
 def test_every_aten_op_has_a_case():
-    assert sorted(set(ATEN_OPS) - {p.values[0] for p in CASES} - other_tables()) == []
+    # FORWARD_ONLY: rows with no gradient; RANDOM: random ops (their values are not PyTorch's);
+    # other_tables(): the files with a table_ops()
+    tables = _all_tables("CASES") + _all_tables("FORWARD_ONLY") + _all_tables("RANDOM")
+    assert sorted(set(ATEN_OPS) - {p.values[0] for p in tables} - other_tables()) == []
 
 
 # backticked words in that paragraph that are not op names
@@ -991,12 +1011,13 @@ def test_shape_rules_raise_what_the_forward_raises(op_name, inputs, args):
 REFUSED = []
 
 
-def refused(op, inputs, args, match, static=True, id=None):  # noqa: A002
+def refused(op, inputs, args, match, static=True, id=None, table=None):  # noqa: A002
     """One row: gradcli raises ValueError/TypeError matching ``match`` where torch raises;
     ``static``: the load-time shape rule refuses it too (the problem is in shapes, dtypes or
-    arguments, not in values such as indices)."""
-    n = sum(1 for c in REFUSED if c.values[0] == op)
-    REFUSED.append(pytest.param(op, inputs, args, match, static, id=id or f"{op}-{n}"))
+    arguments, not in values such as indices); ``table`` as for ``case``."""
+    table = REFUSED if table is None else table
+    n = sum(1 for c in table if c.values[0] == op)
+    table.append(pytest.param(op, inputs, args, match, static, id=id or f"{op}-{n}"))
 
 
 refused("aten.embedding.default", [R(6, 3), I(1, -1)], {}, "index -1 out of range", static=False)

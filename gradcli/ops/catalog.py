@@ -30,6 +30,8 @@ def _value(v):
 
 def _node_name(op):
     name = op.node_name
+    if name is None:            # Note [ops without a node]
+        return "none (not differentiable)"
     return name if isinstance(name, str) else "depends on inputs and args"
 
 

@@ -1,11 +1,15 @@
 """PyTorch's ATen ops (``aten.NAME.OVERLOAD``), one table entry per overload.
 
 ``registry`` turns entries into ops registered in ``OPS``; the entries live in
-``pointwise``, ``shape``, ``nn``, ``conv_pool``, ``norm_attention``, the core-opset
-modules (``group_norm``, ``index``, ...), which carry their own shape rules, and ``inplace``;
-``meta`` holds the others' (what the loader infers without computing).
+``pointwise``, ``shape``, ``nn``, ``conv_pool`` and ``norm_attention``, whose shape rules
+``meta`` holds (what the loader infers without computing); the core opset's families,
+which carry their own: ``pointwise_core`` (elementwise math), ``logical`` (comparisons,
+bitwise, logical), ``reduce_core`` (reductions, sort, topk), ``factory`` (factories and
+tensor queries), ``sampling`` (random ops), ``group_norm``, ``index``, ``pad``,
+``upsample``, ``layout``, ...; and ``inplace``. ``core_opset`` lists PyTorch's core opset
+(``gradcli ops --missing``).
 """
-from . import conv_pool, nn, norm_attention, pointwise, shape  # noqa: F401 - registers the entries
+from . import conv_pool, factory, logical, nn, norm_attention, pointwise, pointwise_core, reduce_core, sampling, shape  # noqa: F401 - registers the entries
 from . import cdist, fold, group_norm, index, layout, pad, pool3d, upsample  # noqa: F401 - core ATen entries, each with its shape rule
 from . import meta  # noqa: F401 - their shape rules (after the entries)
 from . import conv_backward, norm_legit  # noqa: F401 - core entries reusing the rules above

@@ -55,7 +55,7 @@ class AtenOp(Op):
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
-                 "numbers_as_tensors", "mutated")
+                 "numbers_as_tensors", "mutated", "draws_random")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None,
                  mutates=()):
@@ -82,6 +82,7 @@ class AtenOp(Op):
         # the schema positions of the tensor inputs the forward writes into
         names = [p.name for p in schema.tensors]
         self.mutated = tuple(names.index(m) for m in mutates)
+        self.draws_random = False   # draws from the graph's generator (ops/rng.py; sampling.py sets it)
 
     # -- as a graph file names it -----------------------------------------------------
     @property
@@ -123,7 +124,9 @@ class AtenOp(Op):
             return p, i - p
         return i - n_list + 1, None
 
-    def _forward_any(self, *inputs, **args):
+    # Note [an argument named self]: pow.Scalar's ``Scalar self`` comes by name, so the
+    # methods that take the schema's arguments as keywords take the op positionally only
+    def _forward_any(self, /, *inputs, **args):
         if self._list_pos is not None and not self._is_structured(inputs):
             inputs = self.structure(inputs)
         if self.mutated:
@@ -151,7 +154,7 @@ class AtenOp(Op):
         return inputs
 
     # -- calling --------------------------------------------------------------------
-    def __call__(self, *inputs, **args):
+    def __call__(self, /, *inputs, **args):
         if not self._is_structured(inputs):
             raise TypeError(f"{self.name} takes {len(self.schema.tensors)} tensor inputs "
                             f"({self.schema.text}), got {len(inputs)}")
@@ -160,6 +163,11 @@ class AtenOp(Op):
         full = self.defaults.copy()
         full.update(args)
         flat = self.flatten(inputs)
+        if not self.schema.tensors:
+            # Note [factories make Tensors]: an op with no tensor input (arange, full, rand)
+            # makes Tensors, as a PyTorch factory does, so that a graph entry's result is one
+            out = self.forward(**full)
+            return [Tensor(o) for o in out] if self.multi_output else Tensor(out)
         if not any(type(x) is Tensor for x in flat):
             return self.forward(*inputs, **full)
         diff = self.differentiable_flat(len(flat))
@@ -349,6 +357,16 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
         op.vjp_all = _all_vjps(op)      # one call for every wanted input, as PyTorch's one formula
 
 
+def not_differentiable(op):
+    """Note [ops without a node]: ``op`` is not differentiable (derivatives.yaml lists it as
+    ``non_differentiable``, or not at all: comparisons, ``argmax``, the factories): its tensor
+    inputs are passed on as plain arrays, so its result never requires grad and no node is
+    recorded, whatever its dtype, as in PyTorch. ``gradcli ops`` shows no node name."""
+    op.node_name = None
+    op.differentiable_inputs = [False] * len(op.schema.tensors)
+    return op
+
+
 # -- one graph entry's call --------------------------------------------------------------
 ELEMENTWISE = "elementwise"
 
@@ -399,7 +417,7 @@ class AtenCall:
             return v
         return tuple(put(v) for v in self.layout)
 
-    def __call__(self, *flat, **args):
+    def __call__(self, /, *flat, **args):
         return self.op(*self.structure(flat), **args)
 
     def bind_args(self, args):
@@ -418,7 +436,9 @@ class AtenCall:
         forward = op.forward
         keep_out = op.differentiable_outputs if op.multi_output else None
         # (an op class with a call of its own, such as the in-place overloads, keeps it)
+        # (and a factory, which makes Tensors from no tensor input: Note [factories make Tensors])
         if (op._list_pos is not None or op.mutated or type(op).__call__ is not AtenOp.__call__
+                or not op.schema.tensors
                 or not all(type(v) is Slot and v == k for k, v in enumerate(layout))):
             def general(*flat):
                 return op(*self.structure(flat), **args)
@@ -452,7 +472,7 @@ class AtenCall:
             return out
         return call
 
-    def fn(self, *flat, **args):
+    def fn(self, /, *flat, **args):
         return self.op.fn(*self.structure(flat), **args)
 
     def infer_outputs(self, shapes, dtypes, args):
@@ -468,8 +488,12 @@ class AtenCall:
             from ..shapes import broadcast  # noqa: PLC0415
 
             shape = broadcast(shapes)
+            # Note [stand-ins keep their rank]: a tensor with dims promotes differently from a
+            # 0-dim one (promotion.py's Note [wrapped numbers]: uint8 [2, 3] & int64 [] is uint8),
+            # so a stand-in has the input's number of dims, each of size one, at zero stride
             with np.errstate(all="ignore"):
-                out = self.op.fn(*self.structure([np.zeros((), d) for d in dtypes]), **args)
+                out = self.op.fn(*self.structure([np.broadcast_to(np.zeros((), d), (1,) * len(s))
+                                                  for s, d in zip(shapes, dtypes)]), **args)
             return [(shape, np.dtype(out.dtype))]
         if meta is None:
             return None

@@ -17,6 +17,8 @@ from ..core import Arg
 # Note [schema defaults]: native_functions.yaml writes a few defaults by
 # name: `int reduction=Mean` is at::Reduction::Mean (1); an `int[N]` default
 # given as one int means that int N times (`int[2] padding=0` is [0, 0]).
+# c10::ScalarType's numbers, as a schema prints a ScalarType default (``ScalarType? dtype=4``)
+_SCALAR_TYPE_CODES = {3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64", 11: "bool"}
 _NAMED_DEFAULTS = {"None": None, "True": True, "False": False, "Mean": 1, "Sum": 2,
                    "contiguous_format": "contiguous_format"}
 
@@ -102,7 +104,10 @@ def _arg(type_, default_text):
         check = lambda v, _c=inner: None if v is None else _c(v)  # noqa: E731
     if default_text is None:
         return Arg(check=check)
-    return Arg(check(_literal(default_text.strip())) if default_text.strip() != "None" else None, check)
+    value = _literal(default_text.strip())
+    if base == "ScalarType" and isinstance(value, int):
+        value = _SCALAR_TYPE_CODES[value]     # Note [schema defaults]: randperm's dtype=4 is Long
+    return Arg(check(value) if default_text.strip() != "None" else None, check)
 
 
 def _literal(text):

@@ -27,6 +27,18 @@ DIFFERENCES = {
         (2, 14), "native_batch_norm's double backward refuses a third derivative "
                  "('batch_norm does not support 3rd+ order derivatives'); 2.13 computed one, "
                  "and gradcli keeps 2.13's formula"),
+    "group_norm_non_contiguous_accepted": (
+        (2, 14), "native_group_norm accepts a non-contiguous input (it computes on a "
+                 "contiguous copy); 2.13 refused it ('Expected X.is_contiguous(memory_format)'), "
+                 "and gradcli still refuses it"),
+    "replication_pad_empty_output_refused": (
+        (2, 14), "replication_pad2d refuses padding that leaves an empty output ('Calculated "
+                 "output H: 2 W: 0 must be >= 1'); 2.13 returned the empty tensor, and gradcli "
+                 "still does"),
+    "group_norm_backward_none_weight_accepted": (
+        (2, 14), "native_group_norm_backward with weight None and output_mask [True, False, "
+                 "True] returns (grad_input, None, grad_bias); 2.13 refused it ('tensor does "
+                 "not have a device'), and gradcli still refuses a partial output_mask"),
 }
 
 

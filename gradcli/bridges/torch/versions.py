@@ -39,6 +39,10 @@ DIFFERENCES = {
         (2, 14), "native_group_norm_backward with weight None and output_mask [True, False, "
                  "True] returns (grad_input, None, grad_bias); 2.13 refused it ('tensor does "
                  "not have a device'), and gradcli still refuses a partial output_mask"),
+    "clamp_tensor_grad_masked_fill": (
+        (2, 14), "clamp.Tensor's create_graph gradients for self and min/max are "
+                 "MaskedFillBackward0 nodes; 2.13 recorded WhereBackward0 (same values), and "
+                 "gradcli keeps 2.13's WhereBackward0"),
 }
 
 

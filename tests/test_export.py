@@ -423,6 +423,20 @@ def test_detach_on_the_gradient_path_is_written_as_detach(tmp_path):
     path, mod = _module_file(tmp_path, DETACH_ON_GRAD_PATH)
     graph = from_module(mod.build_model(), (torch.randn(2, 4),))
     assert [op["op"] for op in graph.document["ops"]].count("aten.detach.default") == 1
+    assert "aten.alias.default" not in [op["op"] for op in graph.document["ops"]]
+
+
+def test_make_fx_records_detach_as_the_tested_release_does():
+    # Note [detach traced as alias]: 2.13 records aten.detach, 2.14 aten.alias; the test
+    # above checks that the file says aten.detach either way
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from gradcli.bridges.torch.versions import differs
+
+    gm = make_fx(lambda x: x * x.detach())(torch.randn(3))
+    traced = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    expected = "aten.alias.default" if differs("make_fx_detach_as_alias", torch.__version__) else "aten.detach.default"
+    assert traced == [expected, "aten.mul.Tensor"]
 
 
 @pytest.mark.parametrize("body, words", [

@@ -101,6 +101,7 @@ from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from ..graphfile import ExportedGraph
 from .reference import attach_reference, reference_note
+from .versions import differs
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 # Ops whose result depends on their inputs' shapes and dtypes only, never their values.
@@ -110,6 +111,13 @@ METADATA_ONLY = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_lik
 # Ops that update an input in place and keep doing so in the graph file (spec).
 KEEPS_MUTATION = {"native_batch_norm"}
 DETACH = {"detach"}
+# Note [detach traced as alias]: from torch 2.14 (versions.py, "make_fx_detach_as_alias")
+# make_fx records `x.detach()` as aten.alias, and its nodes carry no requires_grad to tell
+# a detach from a plain alias. In the module's own trace an alias is then taken as the
+# detach it was (written as aten.detach, a gradient stop), and the exported graph's
+# backward order is still checked against the module's real backward, so a plain alias
+# taken for a detach is a one-line ExportMismatch, never a silently wrong file.
+DETACH_FROM_2_14 = {"detach", "alias"}
 # (node in the replay, node in the module's own run) for the same op: see Note [Exported order].
 EAGER_RENAMES = {("ViewBackward0", "ReshapeAliasBackward0")}
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -160,6 +168,8 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     leaf_values = pytree.tree_leaves((params, buffers0, inputs, kw, extras))
     kinds = _leaf_kinds(params, buffers0, inputs, kw, extras)
     conv = _Converter(gm, names, leaf_values, kinds, seed)
+    if differs("make_fx_detach_as_alias", torch.__version__):
+        conv.detach_ops = DETACH_FROM_2_14      # Note [detach traced as alias]
     doc_ops, tensors, arrays, root = conv.run()
 
     torch.manual_seed(seed)
@@ -425,6 +435,7 @@ class _Converter:
         self.missing = {}           # op name -> (is core, source line): all of them, one message
         self.outputs = []           # the traced function's result nodes
         self.stops = set()          # detach nodes that stop a gradient
+        self.detach_ops = DETACH    # the traced ops that are a detach (Note [detach traced as alias])
         self.data_dependent = []    # Note [Data-dependent paths]: what the inputs decided
         self.inplace_on_views = 0   # in-place ops on views, written out of place
         self.nodes = list(gm.graph.nodes)
@@ -489,7 +500,7 @@ class _Converter:
                     continue                        # Note [Data-dependent paths]: folded
                 dynamic.add(node)
                 if any(i in requires for i in inputs):
-                    if base in DETACH:
+                    if base in self.detach_ops:
                         self.stops.add(node)        # written as itself (Note [detach in graphs])
                     else:
                         requires.add(node)
@@ -581,12 +592,11 @@ class _Converter:
         schema = overload._schema
         base = schema.name.split("::", 1)[1]
         mutated = S.mutated_arguments(schema)
-        if base in DETACH:
+        if base in self.detach_ops:
             # Note [detach in graphs] (gradcli/ops/aten/pointwise.py): on the gradient
-            # path it is written as itself, stopping the gradient as in PyTorch
-            if node not in self.stops:
-                overload = torch.ops.aten.alias.default
-                schema = overload._schema
+            # path it is written as a detach, stopping the gradient as in PyTorch
+            overload = torch.ops.aten.detach.default if node in self.stops else torch.ops.aten.alias.default
+            schema = overload._schema
         elif mutated and base not in KEEPS_MUTATION:
             if mutated != [0]:
                 _fail(node, "it updates an argument other than its first in place")

@@ -43,6 +43,11 @@ DIFFERENCES = {
         (2, 14), "clamp.Tensor's create_graph gradients for self and min/max are "
                  "MaskedFillBackward0 nodes; 2.13 recorded WhereBackward0 (same values), and "
                  "gradcli keeps 2.13's WhereBackward0"),
+    "make_fx_detach_as_alias": (
+        (2, 14), "make_fx records Tensor.detach() as aten.alias.default (2.13: "
+                 "aten.detach.default), and its nodes carry no requires_grad; the exporter "
+                 "takes an alias in a module's trace as the detach it was, and still writes "
+                 "aten.detach.default"),
 }
 
 

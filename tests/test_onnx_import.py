@@ -5,6 +5,7 @@ onnx.helper); gradients are compared with the PyTorch module's own.
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -686,3 +687,18 @@ def test_a_file_that_is_not_a_program_is_a_one_line_error(tmp_path):
     path.write_bytes(b"not a zip")
     line = _import_error(tmp_path, path)
     assert "not a torch.export program" in line
+
+
+def test_a_file_that_is_not_a_program_logs_nothing(tmp_path, caplog):
+    # Note [torch.export.load's log]: torch's loader logs a traceback for such a file (to a
+    # handler that, under torch 2.14, writes it into the command's own output)
+    pytest.importorskip("torch")
+    from gradcli.bridges.torch.errors import ExportError
+    from gradcli.bridges.torch.program import from_program
+
+    path = tmp_path / "bad.pt2"
+    path.write_bytes(b"not a zip")
+    with caplog.at_level(logging.WARNING, logger="torch.export"), \
+            pytest.raises(ExportError, match="not a torch.export program"):
+        from_program(str(path))
+    assert [r for r in caplog.records if r.name.startswith("torch.export")] == []

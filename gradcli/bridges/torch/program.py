@@ -11,6 +11,8 @@ pickled constants). The importer bounds its size and reports its failures in one
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 
 import numpy as np
@@ -19,6 +21,21 @@ import torch
 from ..errors import SUM_LOSS
 from .errors import ExportError
 from .exporter import from_module
+
+
+# Note [torch.export.load's log]: the loader logs a warning with a whole traceback on the
+# "torch.export" logger when a file is not a .pt2 archive, before its fallback raises
+# (under torch 2.14 that handler writes into the command's own output); the importer's
+# error stays one line, so the logger is held at ERROR while the file loads.
+@contextlib.contextmanager
+def _quiet_export_log():
+    log = logging.getLogger("torch.export")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def from_program(path, *, inputs=None, input_shapes=None, loss="projection", dtype=None,
@@ -42,7 +59,8 @@ def from_program(path, *, inputs=None, input_shapes=None, loss="projection", dty
     if size > limit:
         raise ExportError(f"{path}: the file has {size} bytes, over the budget of {limit} bytes")
     try:
-        program = torch.export.load(path)
+        with _quiet_export_log():
+            program = torch.export.load(path)
     except Exception as exc:  # noqa: BLE001 - torch's loader refusing the file, in one line
         text = str(exc).strip().splitlines()
         raise ExportError(f"{path}: not a torch.export program: {type(exc).__name__}: "

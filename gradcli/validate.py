@@ -219,9 +219,7 @@ def _check_grads(graph, result, expect, opts=None):
             check.message = (f"expected a gradient of shape {list(expected.shape)}, got "
                              f"{list(actual.shape)}")
             continue
-        ok, max_abs, max_rel, worst = _compare(actual, expected, expect.rtol, expect.atol)
-        check.max_abs_err, check.max_rel_err, check.worst_index = max_abs, max_rel, worst
-        idx = f"{name}[{', '.join(map(str, worst))}]" if worst else name
+        failure = _elementwise(check, name, actual, expected, expect.rtol, expect.atol)
         p = precisions.get(name)
         low = p is not None and np.dtype(p.dtype).itemsize < 8
         check.precision = None if p is None else str(p.dtype)
@@ -235,17 +233,27 @@ def _check_grads(graph, result, expect, opts=None):
             note = ("; element-wise on request" if elementwise else
                     "; element-wise: the file has no float64 reference (re-export it for the "
                     "norm-wise verdict)") + f"; {_why(p)}"
-        if ok:
+        if failure is None:
             check.message = f"matches (rtol={expect.rtol:g}, atol={expect.atol:g}){note}"
         else:
-            a = actual[tuple(worst)] if worst else actual
-            e = expected[tuple(worst)] if worst else expected
             check.status = FAIL
-            check.message = (f"gradient of {name!r} differs from expect.grads: max abs error "
-                             f"{max_abs:.6g}, max rel error {max_rel:.6g} (rtol={expect.rtol:g}, "
-                             f"atol={expect.atol:g}); worst element {idx}: got {float(a):.10g}, "
-                             f"expected {float(e):.10g}{note}")
+            check.message = f"gradient of {name!r} differs from expect.grads: {failure}{note}"
     return checks
+
+
+def _elementwise(check, name, actual, expected, rtol, atol):
+    """Compare element-wise, record the errors on ``check``; None where it matches, else
+    the difference in words (the errors, the tolerance and the worst element)."""
+    ok, max_abs, max_rel, worst = _compare(actual, expected, rtol, atol)
+    check.max_abs_err, check.max_rel_err, check.worst_index = max_abs, max_rel, worst
+    if ok:
+        return None
+    idx = f"{name}[{', '.join(map(str, worst))}]" if worst else name
+    a = actual[tuple(worst)] if worst else actual
+    e = expected[tuple(worst)] if worst else expected
+    return (f"max abs error {max_abs:.6g}, max rel error {max_rel:.6g} (rtol={rtol:g}, "
+            f"atol={atol:g}); worst element {idx}: got {float(a):.10g}, "
+            f"expected {float(e):.10g}")
 
 
 # Note [Forward check]: ``expect.forward`` holds the values another runtime (onnxruntime,
@@ -271,19 +279,12 @@ def _check_forward(graph, expect):
             continue
         if actual.dtype == np.bool_ or expected.dtype == np.bool_:
             actual, expected = actual.astype(np.int64), expected.astype(np.int64)
-        ok, max_abs, max_rel, worst = _compare(actual, expected, forward.rtol, forward.atol)
-        check.max_abs_err, check.max_rel_err, check.worst_index = max_abs, max_rel, worst
-        idx = f"{name}[{', '.join(map(str, worst))}]" if worst else name
-        if ok:
+        failure = _elementwise(check, name, actual, expected, forward.rtol, forward.atol)
+        if failure is None:
             check.message = f"matches (rtol={forward.rtol:g}, atol={forward.atol:g})"
         else:
-            a = actual[tuple(worst)] if worst else actual
-            e = expected[tuple(worst)] if worst else expected
             check.status = FAIL
-            check.message = (f"value of {name!r} differs from expect.forward: max abs error "
-                             f"{max_abs:.6g}, max rel error {max_rel:.6g} (rtol={forward.rtol:g}, "
-                             f"atol={forward.atol:g}); worst element {idx}: got {float(a):.10g}, "
-                             f"expected {float(e):.10g}")
+            check.message = f"value of {name!r} differs from expect.forward: {failure}"
     return checks
 
 

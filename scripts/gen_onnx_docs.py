@@ -13,6 +13,9 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from docgen import regenerate  # noqa: E402
 
 DOC = ROOT / "docs" / "onnx.md"
 
@@ -86,18 +89,7 @@ def replace_section(text):
 
 
 def main(argv):
-    old = DOC.read_text(encoding="utf-8")
-    text = replace_section(old)
-    if "--check" in argv:
-        if old != text:
-            print(f"{DOC} is out of date: run python scripts/gen_onnx_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    if old != text:
-        DOC.write_text(text, encoding="utf-8")
-        print(f"wrote {DOC}")
-    return 0
-
+    return regenerate(DOC, replace_section, argv, "gen_onnx_docs.py")
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

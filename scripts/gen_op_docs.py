@@ -12,25 +12,17 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from gradcli.ops.catalog import replace_section  # noqa: E402
+
+from docgen import regenerate  # noqa: E402
 
 DOC = ROOT / "docs" / "graph-format.md"
 
 
 def main(argv):
-    text = DOC.read_text(encoding="utf-8")
-    new = replace_section(text)
-    if "--check" in argv:
-        if new != text:
-            print(f"{DOC} is out of date: run python scripts/gen_op_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        DOC.write_text(new, encoding="utf-8")
-        print(f"rewrote the op table in {DOC}")
-    return 0
-
+    return regenerate(DOC, replace_section, argv, "gen_op_docs.py")
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

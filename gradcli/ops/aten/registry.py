@@ -55,7 +55,7 @@ class AtenOp(Op):
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
-                 "numbers_as_tensors", "mutated", "draws_random")
+                 "numbers_as_tensors", "mutated", "draws_random", "_plain")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None,
                  mutates=()):
@@ -83,6 +83,8 @@ class AtenOp(Op):
         names = [p.name for p in schema.tensors]
         self.mutated = tuple(names.index(m) for m in mutates)
         self.draws_random = False   # draws from the graph's generator (ops/rng.py; sampling.py sets it)
+        # Note [Raw calls]: no Tensor[] input, no input written into, at least one tensor input
+        self._plain = not list_pos and not self.mutated and n > 0
 
     # -- as a graph file names it -----------------------------------------------------
     @property
@@ -154,7 +156,24 @@ class AtenOp(Op):
         return inputs
 
     # -- calling --------------------------------------------------------------------
+    # Note [Raw calls]: the VJPs call ATen ops on raw arrays (``mm(g, t(mat2))``), a
+    # dozen calls per node of a transformer's backward. Such a call of an op with no
+    # ``Tensor[]`` input and no input it writes into, given all its tensor inputs and
+    # none of them a Tensor, is the forward with the schema's defaults merged: the
+    # first branch below does that without the schema layout's work (structure check,
+    # flattening) that ``__call__`` does for the general case. Same result, same
+    # errors (the forward's own checks run either way).
     def __call__(self, /, *inputs, **args):
+        if self._plain and len(inputs) == self.arity:
+            for x in inputs:
+                if type(x) is Tensor:
+                    break
+            else:
+                if args:
+                    full = self.defaults.copy()
+                    full.update(args)
+                    return self.forward(*inputs, **full)
+                return self.forward(*inputs, **self.defaults)
         if not self._is_structured(inputs):
             raise TypeError(f"{self.name} takes {len(self.schema.tensors)} tensor inputs "
                             f"({self.schema.text}), got {len(inputs)}")
@@ -340,7 +359,14 @@ def defvjp(op, *vjps, first_order_only=False):
     op.schema_vjps = vjps
     op.first_order_only = first_order_only
     op.differentiable_inputs = [v is not None for v in vjps]
-    op.vjps = _FlatVJPs(op)
+    # Note [Direct VJPs]: where every schema input is differentiable, none is a Tensor[]
+    # and the formulas differentiate (not ``first_order_only``), edge i is schema input i
+    # and the flat inputs are the schema's: ``_FlatVJPs``' mapping is the identity, so
+    # the node calls the formulas themselves (one frame and one closure less per call).
+    if op._list_pos is None and not first_order_only and all(op.differentiable_inputs):
+        op.vjps = tuple(vjps)
+    else:
+        op.vjps = _FlatVJPs(op)
     if op._list_pos is not None and not first_order_only:
         op.vjp_all = _all_vjps(op)      # a Tensor[]'s VJP once per node, not once per element
 

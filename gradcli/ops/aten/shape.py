@@ -65,7 +65,7 @@ def _view(self, size, name="view"):
         if known == 0 or self.size % known:
             raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
         size = tuple(self.size // known if n == -1 else n for n in size)
-    elif int(np.prod(size, dtype=object)) != self.size:
+    elif L._numel(size) != self.size:      # (Python ints: no overflow, no NumPy call)
         raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
     if self.flags.c_contiguous:         # the common case: NumPy's strides are PyTorch's
         return self.reshape(size)

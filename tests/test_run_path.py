@@ -1,0 +1,66 @@
+"""The per-op path of a run: what the VJPs and the recorded ops call, with no work that
+the general path would do for nothing (Note [Raw calls], Note [Direct VJPs] in
+gradcli/ops/aten/registry.py). Each shortcut gives what the general path gives."""
+import numpy as np
+import pytest
+
+from gradcli.autograd import Tensor
+from gradcli.ops.aten.registry import ATEN_OPS, _FlatVJPs
+
+MM = ATEN_OPS["aten.mm.default"]
+ADDMM = ATEN_OPS["aten.addmm.default"]
+VIEW = ATEN_OPS["aten.view.default"]
+CAT = ATEN_OPS["aten.cat.default"]
+EMBEDDING = ATEN_OPS["aten.embedding.default"]
+
+
+def test_plain_ops_call_their_formulas_directly():
+    """An op whose every schema input is differentiable, without a Tensor[], hands the
+    node its formulas themselves: edge i is schema input i."""
+    for op in (MM, ADDMM, VIEW):
+        assert type(op.vjps) is tuple
+        assert all(op.vjps[i] is op.schema_vjps[i] for i in range(len(op.schema_vjps)))
+    # a Tensor[] input, or an input without a gradient, still maps edges to inputs
+    assert type(CAT.vjps) is _FlatVJPs
+    assert type(EMBEDDING.vjps) is _FlatVJPs
+
+
+def test_every_op_with_direct_vjps_qualifies():
+    direct = [op for op in ATEN_OPS.values() if type(op.vjps) is tuple]
+    assert len(direct) > 100
+    for op in direct:
+        assert op._list_pos is None and not op.first_order_only and op.joint_vjp is None
+        assert all(op.differentiable_inputs)
+
+
+def _general(op, *inputs, **args):
+    """The schema path of ``AtenOp.__call__`` (the raw-call shortcut turned off)."""
+    op._plain = False
+    try:
+        return op(*inputs, **args)
+    finally:
+        op._plain = True
+
+
+def test_raw_calls_give_what_the_schema_path_gives():
+    rng = np.random.default_rng(0)
+    a, b, c = rng.normal(size=(3, 4)), rng.normal(size=(4, 5)), rng.normal(size=(5,))
+    np.testing.assert_array_equal(MM(a, b), _general(MM, a, b))
+    np.testing.assert_array_equal(ADDMM(c, a, b, alpha=2), _general(ADDMM, c, a, b, alpha=2))
+    np.testing.assert_array_equal(ADDMM(c, a, b), _general(ADDMM, c, a, b))
+    assert VIEW(a, size=[-1]).shape == _general(VIEW, a, size=[-1]).shape == (12,)
+
+
+def test_raw_calls_keep_the_forward_checks():
+    with pytest.raises(ValueError, match="invalid for input of size 12"):
+        VIEW(np.zeros((3, 4)), size=[5])
+    with pytest.raises(ValueError, match="2-D operands"):
+        MM(np.zeros(3), np.zeros((3, 2)))
+
+
+def test_a_tensor_input_still_records():
+    x = Tensor(np.ones((2, 3)), requires_grad=True)
+    out = MM(x, np.ones((3, 4)))
+    assert type(out) is Tensor and out.grad_fn.name == "MmBackward0"
+    with pytest.raises(TypeError, match="takes 2 tensor inputs"):
+        MM(np.ones((2, 2)))

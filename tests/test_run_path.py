@@ -64,3 +64,23 @@ def test_a_tensor_input_still_records():
     assert type(out) is Tensor and out.grad_fn.name == "MmBackward0"
     with pytest.raises(TypeError, match="takes 2 tensor inputs"):
         MM(np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(), (0,), (3, 4), (257,)])
+def test_host_erf_is_libm_erf_element_by_element(dtype, shape):
+    """Note [erf on the host]: the fast path computes libm's erf on each element widened
+    to float64, cast back to the input's dtype: the bits of ``math.erf``."""
+    import math
+
+    from gradcli.ops.aten_kernels._common import host_erf
+
+    x = (np.random.default_rng(1).normal(size=shape) * 3).astype(dtype)
+    if x.ndim == 2:
+        x = x.T                                  # a non-contiguous input
+    expect = np.array([math.erf(float(v)) for v in x.ravel()], np.float64).astype(dtype)
+    out = host_erf(x)
+    assert out.dtype == x.dtype and out.shape == x.shape
+    assert out.ravel().tobytes() == expect.tobytes()
+    special = host_erf(np.array([np.nan, np.inf, -np.inf, -0.0]))
+    assert np.isnan(special[0]) and list(special[1:3]) == [1.0, -1.0] and np.signbit(special[3])

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .. import library as L
-from ..aten_kernels._common import check_dtype
+from ..aten_kernels._common import check_dtype, host_erf
 from ..library import _value
 from ...autograd.tensor import Tensor
 from .pointwise import as_dtype, div_scalar, masked_fill, pow_tensor_scalar, rsqrt, scalar, zeros
@@ -47,9 +47,7 @@ def _c(value, like):
 
 def _erf(x):
     """erf elementwise in x's dtype (math.erf per element: NumPy has no erf ufunc)."""
-    flat = np.fromiter((math.erf(v) for v in np.asarray(x, np.float64).reshape(-1)), np.float64,
-                       count=int(np.size(x)))
-    return flat.reshape(np.shape(x)).astype(np.asarray(x).dtype, copy=False)
+    return host_erf(x)
 
 
 

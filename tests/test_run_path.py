@@ -82,5 +82,6 @@ def test_host_erf_is_libm_erf_element_by_element(dtype, shape):
     out = host_erf(x)
     assert out.dtype == x.dtype and out.shape == x.shape
     assert out.ravel().tobytes() == expect.tobytes()
+    assert out.strides == np.empty_like(x).strides          # laid out like the input
     special = host_erf(np.array([np.nan, np.inf, -np.inf, -0.0]))
     assert np.isnan(special[0]) and list(special[1:3]) == [1.0, -1.0] and np.signbit(special[3])

@@ -15,7 +15,7 @@ import numpy as np
 from ..devices import CPU, device_of, on_device, xp_of_array
 from . import dispatch
 from .streams import stream_of
-from .state import STATE, next_sequence_nr
+from .state import STATE
 
 UINT64_MAX = 2**64 - 1
 
@@ -108,7 +108,11 @@ class Node:
     def __init__(self, name, next_edges, input_metadata, sequence_nr=None):
         self.name = name
         self.next_edges = next_edges
-        self.sequence_nr = next_sequence_nr() if sequence_nr is None else sequence_nr
+        if sequence_nr is None:          # next_sequence_nr() inline: one call less per node
+            state = STATE
+            sequence_nr = state.sequence_nr
+            state.sequence_nr = sequence_nr + 1
+        self.sequence_nr = sequence_nr
         # Note [Topological number]: 0 for a node with no (valid) next edge,
         # else one more than the largest topological_nr among the nodes it
         # feeds. A node's number never changes once something points at it, so

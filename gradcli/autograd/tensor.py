@@ -101,10 +101,15 @@ class Tensor:
 
     def gradient_edge(self):
         """The edge a gradient for this tensor flows into (``impl::gradient_edge``)."""
-        if self._base is not None:
-            from .views import refresh_view  # noqa: PLC0415 - views only
+        base = self._base
+        if base is not None:
+            # (refresh_view's first test inline: a view whose base's history is the one it
+            # was made from has nothing to regenerate, the common case of every view op)
+            fn = base.grad_fn
+            if fn is not None and getattr(self, "_view_of_fn", None) is not fn:
+                from .views import refresh_view  # noqa: PLC0415 - views only
 
-            refresh_view(self)
+                refresh_view(self)
         if self.grad_fn is not None:
             return (self.grad_fn, self.output_nr)
         acc = self.grad_accumulator

@@ -577,7 +577,8 @@ def record(op, inputs, args, forward=None):
                     _mark_view(t, inputs)
                 return t
             # (a tuple of edges and of saved arrays: smaller than lists, read-only here)
-            node = OpBackward(op.node_name_for(datas, args),
+            name = op.node_name
+            node = OpBackward(name if type(name) is str else op.node_name_for(datas, args),
                               tuple([x.gradient_edge() if type(x) is Tensor and x.requires_grad
                                      else None for x in inputs]),
                               InputMetadata.cpu(o) if type(o) is np.ndarray

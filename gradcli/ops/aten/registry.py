@@ -473,9 +473,6 @@ class AtenCall:
         keep = None if all(diff) else tuple(diff)
         edges = None if keep is None else [i for i, d in enumerate(keep) if d]
 
-        def fn(*inputs, **_):
-            return forward(*inputs, **full)
-
         def call(*flat):
             for x in flat:
                 if type(x) is Tensor:
@@ -484,7 +481,7 @@ class AtenCall:
                 return forward(*flat, **full)
             passed = flat if keep is None else [
                 x if d or type(x) is not Tensor else x.data for x, d in zip(flat, keep)]
-            out = record(op, passed, full, fn)
+            out = record(op, passed, full, forward)     # (record calls forward(*arrays, **full))
             if edges is not None:
                 node = out.grad_fn if type(out) is Tensor else next(
                     (o.grad_fn for o in out if o.grad_fn is not None), None)

@@ -481,8 +481,8 @@ class Graph:
         elapsed = time.perf_counter() - start
         if named is None:
             named = {}
-            for name, t in values.items():
-                if (t.is_leaf and t.requires_grad) or t.retains_grad:
+            for name, t in values.items():      # (is_leaf inline: grad_fn is None)
+                if (t.requires_grad and t.grad_fn is None) or t.retains_grad:
                     named[name] = t.grad
         if spec.create_graph:      # differentiable gradients (Tensors) are reported as arrays
             from .autograd import Tensor

@@ -342,15 +342,18 @@ class Graph:
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.
                 call = spec.call
-                if call is not None:
-                    out = call([values[n] for n in spec.inputs], proved)
+                if call is not None:     # (map: no comprehension frame per op)
+                    out = call(list(map(values.__getitem__, spec.inputs)), proved)
                 else:
                     out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
                 if type(out) is Tensor and not spec.retain_grad and len(spec.outputs) == 1:
                     # the common case of the code below, without its lists
                     node = out.grad_fn
                     if node is not None:
-                        node.stamp_metadata(spec.stamp)
+                        if node._metadata is None:   # stamp_metadata's first case inline
+                            node._metadata = spec.stamp
+                        else:
+                            node.stamp_metadata(spec.stamp)
                     name = out.name = spec.outputs[0]
                     values[name] = out
                     continue

@@ -578,11 +578,14 @@ def record(op, inputs, args, forward=None):
                 if op.view:
                     _mark_view(t, inputs)
                 return t
-            # (a tuple of edges and of saved arrays: smaller than lists, read-only here)
+            # (a tuple of edges and of saved arrays: smaller than lists, read-only here;
+            # built in a loop: a comprehension is a frame of its own per call)
+            edges = []
+            for x in inputs:
+                edges.append(x.gradient_edge() if type(x) is Tensor and x.requires_grad else None)
             name = op.node_name
             node = OpBackward(name if type(name) is str else op.node_name_for(datas, args),
-                              tuple([x.gradient_edge() if type(x) is Tensor and x.requires_grad
-                                     else None for x in inputs]),
+                              tuple(edges),
                               InputMetadata.cpu(o) if type(o) is np.ndarray
                               else [InputMetadata.of(o)])
             node.op = op

@@ -56,6 +56,19 @@ class LeafSpec(Record):
         """The leaf's array on its device (shared on the host: ``shared``)."""
         return to_device(self.shared(shape), self.device)
 
+    def stamp(self):
+        """What a run stamps on the leaf's accumulator (Note [Metadata stamps]): the
+        (key, value) pairs ``op_id``, ``line`` and ``leaf``, made once and shared by the
+        runs (a node's ``metadata`` becomes a dict of its own when read).
+
+        >>> LeafSpec("w", (2,), np.float64, None, True, None, 4).stamp()
+        (('op_id', 'w'), ('line', 4), ('leaf', True))
+        """
+        stamp = self.__dict__.get("_stamp")
+        if stamp is None or stamp[0][1] != self.name or stamp[1][1] != self.line:
+            stamp = self._stamp = (("op_id", self.name), ("line", self.line), ("leaf", True))
+        return stamp
+
 
 # Note [Lines on demand for ops]: the line of an entry of a JSON file is found
 # when something asks for it (an error message, a node's metadata read), by
@@ -337,7 +350,7 @@ class Graph:
                            or t.data.dtype != leaf.dtype):
                 proved = False
             if t.requires_grad:
-                t.grad_accumulator.metadata.update(op_id=name, line=leaf.line, leaf=True)
+                t.grad_accumulator.stamp_metadata(leaf.stamp())
         with set_grad_enabled(True):
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.

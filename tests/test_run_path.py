@@ -85,3 +85,22 @@ def test_host_erf_is_libm_erf_element_by_element(dtype, shape):
     assert out.strides == np.empty_like(x).strides          # laid out like the input
     special = host_erf(np.array([np.nan, np.inf, -np.inf, -0.0]))
     assert np.isnan(special[0]) and list(special[1:3]) == [1.0, -1.0] and np.signbit(special[3])
+
+
+def test_leaf_accumulators_share_one_stamp_per_leaf():
+    """A run stamps each leaf's accumulator with the leaf's (op_id, line, leaf) pairs, made
+    once per loaded graph (Note [Metadata stamps]); reading a node's metadata gives it
+    a dict of its own."""
+    from gradcli.loader import loads
+
+    graph = loads("version: 1\ntensors:\n  w: {shape: [3], init: ones, requires_grad: true}\n"
+                  "ops:\n  - {op: mul, inputs: [w, w], output: y}\n"
+                  "  - {op: sum, inputs: [y], output: loss}\nbackward:\n  roots: [loss]\n")
+    graph.run(order=False)              # (an order record reads every node's metadata)
+    first = graph.values["w"].grad_accumulator
+    graph.run(order=False)
+    second = graph.values["w"].grad_accumulator
+    assert first is not second and first._metadata is second._metadata
+    assert second.metadata == {"op_id": "w", "line": 3, "leaf": True}
+    second.metadata["extra"] = 1                       # its own dict now
+    assert "extra" not in dict(first._metadata)

@@ -232,8 +232,9 @@ class AccumulateGrad(Node):
     __slots__ = ("variable", "lock")
 
     def __init__(self, variable):
-        super().__init__("AccumulateGrad", [], [InputMetadata.of(variable.data)],
-                         sequence_nr=UINT64_MAX)
+        data = variable.data     # (a host array's metadata is the shared one: Note [Recording on the CPU])
+        super().__init__("AccumulateGrad", [], InputMetadata.cpu(data) if type(data) is np.ndarray
+                         else [InputMetadata.of(data)], sequence_nr=UINT64_MAX)
         self.variable = variable
         self.lock = threading.Lock()
 

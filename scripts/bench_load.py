@@ -5,7 +5,7 @@ N ops; CPU and wall time of ``gradcli.load`` and of the first ``run``.
 
 Targets (a 2-core machine shared with other work, so CPU seconds are
 the figure to compare): 100,000 tensors load in well under 11 s (9 s of CPU
-before Note [No cyclic GC while loading] in gradcli/loader.py, 5 s after, of
+before Note [Collector pauses] in gradcli/collector.py, 5 s after, of
 which the YAML reader is about 3.5 s).
 """
 from __future__ import annotations

@@ -25,8 +25,7 @@ LAYERS = {
     "gradcli.autograd": 1,
     "gradcli.ops": 2,
     "gradcli.graph": 3,
-    "gradcli.loader": 3,
-    "gradcli.weights": 3,       # weight files, read once per loaded graph
+    "gradcli.loader": 3,        # check.py, then build.py: a file -> a Graph
     "gradcli.gradcheck": 3,
     "gradcli.document": 3,
     "gradcli.trace": 3,

@@ -7,7 +7,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from gradcli import weights as W
+from gradcli.loader import weights as W
 from gradcli.loader import loads
 
 

@@ -133,7 +133,7 @@ class ExportedGraph:
         """Write ``DIR/graph.yaml`` and ``DIR/weights.npz``; returns the graph file's path.
 
         The archive stores its members uncompressed: the loader maps them without a
-        copy and inflates nothing at a run (Note [Weights read once] in gradcli/weights.py)."""
+        copy and inflates nothing at a run (Note [Weights read once] in gradcli/loader/weights.py)."""
         os.makedirs(directory, exist_ok=True)
         weights = os.path.join(directory, WEIGHTS_FILE)
         with open(weights, "wb") as fh:

@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from .errors import first_line as _first_line
+from ..errors import first_line as _first_line
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")   # zipfile's structFileHeader
 _LOCAL_MAGIC = b"PK\x03\x04"

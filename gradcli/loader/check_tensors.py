@@ -19,6 +19,8 @@ DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
 TENSOR_KEYS = {"shape", "dtype", "device", "requires_grad", "value", "init", "file", "key"}
 INIT_KEYS = {"dist", "mean", "std", "low", "high", "fill", "seed"}
 INIT_DISTS = ("zeros", "ones", "normal", "uniform", "arange", "full")
+WEIGHT_FILES = {".npy": "a .npy file", ".npz": "an .npz archive",
+                ".safetensors": "a .safetensors file"}
 
 
 class TensorChecks(Checker):
@@ -163,7 +165,8 @@ class TensorChecks(Checker):
     def file_source(self, entry, dtype, shape, path, where):
         rel = entry["file"]
         if not isinstance(rel, str) or not rel or "\x00" in rel:
-            self.fail("file must be a path to a .npy or .npz file", path + ("file",), where)
+            self.fail("file must be a path to a .npy, .npz or .safetensors file", path + ("file",),
+                      where)
         full = os.path.normpath(os.path.join(self.base_dir, rel))
         if not self.options.allow_outside_paths:
             base = os.path.realpath(self.base_dir)
@@ -172,19 +175,21 @@ class TensorChecks(Checker):
                 self.fail(f"file {rel!r} is outside the graph's folder (refused; pass "
                           "--allow-outside-paths to allow it)", path + ("file",), where)
         ext = os.path.splitext(full)[1].lower()
-        if ext not in (".npy", ".npz"):
-            self.fail(f"file {rel!r} must be a .npy or .npz file", path + ("file",), where)
+        if ext not in WEIGHT_FILES:
+            self.fail(f"file {rel!r} must be a .npy, .npz or .safetensors file", path + ("file",),
+                      where)
         if not os.path.isfile(full):
             what = "is not a regular file" if os.path.exists(full) else "not found"
             self.fail(f"file {rel!r} {what}", path + ("file",), where)
         key = entry.get("key")
         if key is not None and (not isinstance(key, str) or not key):
-            self.fail(f"key must be the name of an array in the .npz file, got {key!r}",
+            self.fail(f"key must be the name of an array in the file, got {key!r}",
                       path + ("key",), where)
-        if ext == ".npz" and key is None:
-            self.fail(f"file {rel!r} is an .npz archive: give key to pick an array", path, where)
+        if ext != ".npy" and key is None:
+            self.fail(f"file {rel!r} is {WEIGHT_FILES[ext]}: give key to pick an array", path,
+                      where)
         if ext == ".npy" and key is not None:
-            self.fail("key is only valid with an .npz file", path + ("key",), where)
+            self.fail("key is only valid with an .npz or .safetensors file", path + ("key",), where)
         try:
             file_shape, file_dtype = self.weights.peek(full, key)
         except KeyError:

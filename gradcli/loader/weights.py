@@ -1,12 +1,13 @@
-"""Weight files: the arrays of ``.npy`` files and ``.npz`` archives that a graph's
-leaves name, each file opened once per loaded graph and each array read once.
+"""Weight files: the arrays of ``.npy`` files, ``.npz`` archives and ``.safetensors``
+files (``safetensors_file.py``) that a graph's leaves name, each file opened once per
+loaded graph and each array read once.
 
 Note [Weights read once]: the loader reads every member's header through one
 ``WeightFiles`` (one zip directory parse per archive, however many leaves name it;
 each leaf re-opening the archive and parsing its whole directory was quadratic in
 the number of weights). The data is read the first time a run needs it and kept,
 read-only, for the graph's life: an uncompressed member (``np.savez``, gradcli's
-own export) and a ``.npy`` file are memory-mapped without a copy; a compressed
+own export), a ``.npy`` file and a ``.safetensors`` tensor are memory-mapped without a copy; a compressed
 member is inflated once. Read-only is what keeps one run from altering the next
 (an op that writes into an input, batch norm's running statistics, copies it
 first: Note [Copy on write of leaves] in ops/aten/registry.py). The check that the
@@ -24,6 +25,7 @@ import threading
 import numpy as np
 
 from ..errors import first_line as _first_line
+from .safetensors_file import Safetensors
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")   # zipfile's structFileHeader
 _LOCAL_MAGIC = b"PK\x03\x04"
@@ -44,24 +46,16 @@ class WeightFiles:
         self._lock = threading.Lock()   # concurrent runs of one graph read a file once
 
     def peek(self, full, key):
-        """Shape and dtype of an array in a .npy/.npz file, without loading it."""
+        """Shape and dtype of an array in a .npy/.npz/.safetensors file, without loading it."""
         if key is None:
             with open(full, "rb") as fh:
                 return read_npy_header(fh)
-        archive = self._archive(full)
-        info = archive.member(key)
-        try:
-            with archive.zf.open(info) as fh:
-                return read_npy_header(fh)
-        except (KeyError, MemoryError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
-            raise _zip_error(exc) from None
+        return self._archive(full).header(key)
 
     def array(self, full, key):
-        """The array of a .npy file, or of member ``key`` of an .npz (the member
-        ``peek`` read the header of), without pickles: read once, then shared
-        read-only (Note [Weights read once])."""
+        """The array of a .npy file, or of member ``key`` of an .npz or a .safetensors
+        file (the member ``peek`` read the header of), without pickles: read once, then
+        shared read-only (Note [Weights read once])."""
         cached = self._arrays.get((full, key))
         if cached is not None:
             return cached
@@ -70,20 +64,7 @@ class WeightFiles:
             return cached if cached is not None else self._read(full, key)
 
     def _read(self, full, key):
-        if key is None:
-            arr = _map_npy(full)
-        else:
-            archive = self._archive(full)
-            info = archive.member(key)
-            arr = archive.mapped(info)
-            if arr is None:
-                try:
-                    with archive.zf.open(info) as fh:
-                        arr = np.lib.format.read_array(fh, allow_pickle=False)
-                except MemoryError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
-                    raise _zip_error(exc) from None
+        arr = _map_npy(full) if key is None else self._archive(full).read(key)
         arr.flags.writeable = False
         self._arrays[(full, key)] = arr
         return arr
@@ -100,7 +81,10 @@ class WeightFiles:
             archive.close()             # replaced since: its directory is read again
             archive = None
         if archive is None:
-            archive = self._archives[full] = _Archive(full)
+            stamp = _stamp(full)
+            kind = Safetensors if full.lower().endswith(".safetensors") else _Archive
+            archive = self._archives[full] = kind(full)
+            archive.stamp = stamp
         return archive
 
 
@@ -118,7 +102,6 @@ class _Archive:
 
     def __init__(self, full):
         self.full = full
-        self.stamp = _stamp(full)
         self.zf = _open_npz(full)
         self.counts = {}
         for name in self.zf.namelist():
@@ -134,6 +117,31 @@ class _Archive:
     # failure of zipfile on a hostile archive (unsupported compression, encryption, an
     # unknown zip version, patched-data flags, bad CRCs, truncation) is a ValueError
     # with zipfile's own first line.
+    def header(self, key):
+        """Shape and dtype of member ``key``, from its .npy header."""
+        info = self.member(key)
+        try:
+            with self.zf.open(info) as fh:
+                return read_npy_header(fh)
+        except (KeyError, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+            raise _zip_error(exc) from None
+
+    def read(self, key):
+        """Member ``key``'s array: mapped when stored, else inflated through zipfile."""
+        info = self.member(key)
+        arr = self.mapped(info)
+        if arr is None:
+            try:
+                with self.zf.open(info) as fh:
+                    arr = np.lib.format.read_array(fh, allow_pickle=False)
+            except MemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+                raise _zip_error(exc) from None
+        return arr
+
     def member(self, key):
         """The ZipInfo of the array ``key`` names."""
         counts = self.counts

@@ -98,6 +98,13 @@ def test_a_missing_key_and_a_dtype_mismatch_name_the_file(tmp_path):
               base_dir=str(tmp_path))
 
 
+def test_an_integer_dtype_the_graph_format_lacks_is_refused_as_in_npy(tmp_path):
+    safetensors_numpy.save_file({"w": np.arange(3, dtype=np.uint8)}, str(tmp_path / "w.safetensors"))
+    with pytest.raises(GraphError, match=r"'w.safetensors' holds uint8 \(expected one of float16"):
+        loads(_doc({"w": {"file": "w.safetensors", "key": "w"}}), format="json", name="g",
+              base_dir=str(tmp_path))
+
+
 F64 = {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}
 DATA = np.arange(2.0).tobytes()
 
@@ -166,3 +173,76 @@ def test_a_header_padded_with_spaces_and_an_odd_offset_are_read(tmp_path):
     graph = _graph(tmp_path)
     assert graph.run().grads["w"].tolist() == [0.0, 2.0]
     assert graph.leaves["w"].shared().flags.aligned
+
+
+# -- what export writes ---------------------------------------------------------------------------
+def _exported():
+    from gradcli.bridges.graphfile import ExportedGraph
+
+    w = np.arange(6.0).reshape(2, 3)
+    return ExportedGraph.build(
+        name="g", tensors={"w": {"requires_grad": True}, "m": {}},
+        arrays={"w": w, "m": np.array([True, False, True])},
+        ops=[{"op": "mul", "inputs": ["w", "w"], "output": "p"},
+             {"op": "sum", "inputs": ["p"], "output": "s"}],
+        root="s", grads={"w": 2 * w}, order=None, floating="float64", forward={"p": w * w})
+
+
+def test_write_safetensors_names_the_file_everywhere_and_runs_as_npz_does(tmp_path):
+    from gradcli.loader import load
+
+    graph = _exported()
+    st = graph.write(str(tmp_path / "st"), weights="safetensors")
+    npz = graph.write(str(tmp_path / "npz"))
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["graph.yaml",
+                                                                   "weights.safetensors"]
+    text = (tmp_path / "st" / "graph.yaml").read_text()
+    assert "weights.npz" not in text and text.count("file: weights.safetensors") == 4
+    assert graph.document["tensors"]["w"]["file"] == "weights.npz"   # the graph's own: as it was
+    written = safetensors_numpy.load_file(str(tmp_path / "st" / "weights.safetensors"))
+    assert sorted(written) == sorted(graph.arrays)
+    for key, value in graph.arrays.items():
+        np.testing.assert_array_equal(written[key], value)
+    a, b = load(st), load(npz)
+    ra, rb = a.run(), b.run()
+    np.testing.assert_array_equal(ra.grads["w"], rb.grads["w"])
+    np.testing.assert_array_equal(a.expect.forward.values["p"].shared(),
+                                  b.expect.forward.values["p"].shared())
+    assert isinstance(_root(a.leaves["w"].shared()), mmap.mmap)
+
+
+def test_write_without_the_safetensors_package_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    from gradcli.bridges.errors import BridgeError
+
+    monkeypatch.setitem(sys.modules, "safetensors.numpy", None)     # import fails
+    with pytest.raises(BridgeError, match=r"needs the safetensors package: pip install "
+                                          r"'gradcli\[torch\]' \(or write weights.npz: "
+                                          r"--weights npz\)"):
+        _exported().write(str(tmp_path), weights="safetensors")
+    with pytest.raises(ValueError, match="weights must be one of npz, safetensors"):
+        _exported().write(str(tmp_path), weights="pt")
+
+
+def test_the_export_command_writes_safetensors_unless_told_npz(tmp_path):
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from gradcli.cli import main
+
+    (tmp_path / "model.py").write_text("import torch\n\ndef build_model():\n"
+                                       "    torch.manual_seed(0)\n"
+                                       "    return torch.nn.Linear(3, 2)\n")
+    outs = {}
+    for weights in (None, "npz"):
+        out = tmp_path / f"out_{weights}"
+        args = ["export", f"{tmp_path / 'model.py'}:build_model", "--input-shape", "4,3",
+                "--dtype", "float64", "-o", str(out)]
+        res = CliRunner().invoke(main, args + (["--weights", weights] if weights else []))
+        assert res.exit_code == 0, res.output
+        outs[weights] = sorted(p.name for p in out.iterdir())
+        assert f"its weights.{weights or 'safetensors'}" in res.output
+        res = CliRunner().invoke(main, ["validate", str(out / "graph.yaml")])
+        assert res.exit_code == 0, res.output
+    assert outs == {None: ["graph.yaml", "weights.safetensors"], "npz": ["graph.yaml", "weights.npz"]}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gradcli.loader import weights as W
+from gradcli.errors import GraphError
 from gradcli.loader import loads
 
 
@@ -112,3 +113,19 @@ def test_a_replaced_make_is_made_again(tmp_path):
     graph.run()
     graph.leaves["b"].make = lambda shape=None: np.full(3, 2.0)
     np.testing.assert_array_equal(graph.run().grads["a"], [2.0, 2.0, 2.0])
+
+
+def test_a_weight_file_named_by_many_leaves_is_checked_once(tmp_path, monkeypatch):
+    """Note [Weight files checked once]: the path of the file is resolved and checked
+    once per load, not once per leaf; each leaf's key still is."""
+    import os
+
+    resolved = []
+    real = os.path.realpath
+    monkeypatch.setattr(os.path, "realpath", lambda p, **kw: resolved.append(p) or real(p, **kw))
+    arrays = {f"w{i}": np.full(4, float(i + 1)) for i in range(20)}
+    graph = _graph(tmp_path, arrays)
+    assert len(resolved) == 2                  # the graph's folder and the file, once
+    assert len(graph.leaves) == 20
+    with pytest.raises(GraphError, match=r"no array 'nope' in 'w.npz'"):
+        _graph(tmp_path, arrays, extra_tensors={"v": {"file": "w.npz", "key": "nope"}})

@@ -88,6 +88,32 @@ class TensorChecks(Checker):
         self.sources.append((leaf, source, where))     # its array: made by the build step
         return leaf
 
+    # Note [Weight files checked once]: the leaves of an exported model name one weight
+    # file (hundreds of entries, one file): its path is resolved, kept inside the
+    # graph's folder and found a regular file once per load, not once per leaf
+    # (two realpath walks each were a fifth of the load of an exported ViT).
+    def weight_file(self, rel, path, where):
+        """``(full path, extension)`` of the weight file ``rel`` an entry names, checked."""
+        if not isinstance(rel, str) or not rel or "\x00" in rel:
+            self.fail("file must be a path to a .npy, .npz or .safetensors file", path + ("file",),
+                      where)
+        full = os.path.normpath(os.path.join(self.base_dir, rel))
+        if not self.options.allow_outside_paths:
+            base = os.path.realpath(self.base_dir)
+            real = os.path.realpath(full)
+            if os.path.commonpath([base, real]) != base:
+                self.fail(f"file {rel!r} is outside the graph's folder (refused; pass "
+                          "--allow-outside-paths to allow it)", path + ("file",), where)
+        ext = os.path.splitext(full)[1].lower()
+        if ext not in WEIGHT_FILES:
+            self.fail(f"file {rel!r} must be a .npy, .npz or .safetensors file", path + ("file",),
+                      where)
+        if not os.path.isfile(full):
+            what = "is not a regular file" if os.path.exists(full) else "not found"
+            self.fail(f"file {rel!r} {what}", path + ("file",), where)
+        self._weight_files[rel] = full, ext
+        return full, ext
+
     def device(self, spec, path, where):
         if not isinstance(spec, str):
             self.fail(f"device must be a string such as cpu, cuda:0 or sim:0, got {spec!r}",
@@ -164,23 +190,7 @@ class TensorChecks(Checker):
 
     def file_source(self, entry, dtype, shape, path, where):
         rel = entry["file"]
-        if not isinstance(rel, str) or not rel or "\x00" in rel:
-            self.fail("file must be a path to a .npy, .npz or .safetensors file", path + ("file",),
-                      where)
-        full = os.path.normpath(os.path.join(self.base_dir, rel))
-        if not self.options.allow_outside_paths:
-            base = os.path.realpath(self.base_dir)
-            real = os.path.realpath(full)
-            if os.path.commonpath([base, real]) != base:
-                self.fail(f"file {rel!r} is outside the graph's folder (refused; pass "
-                          "--allow-outside-paths to allow it)", path + ("file",), where)
-        ext = os.path.splitext(full)[1].lower()
-        if ext not in WEIGHT_FILES:
-            self.fail(f"file {rel!r} must be a .npy, .npz or .safetensors file", path + ("file",),
-                      where)
-        if not os.path.isfile(full):
-            what = "is not a regular file" if os.path.exists(full) else "not found"
-            self.fail(f"file {rel!r} {what}", path + ("file",), where)
+        full, ext = self._weight_files.get(rel) or self.weight_file(rel, path, where)
         key = entry.get("key")
         if key is not None and (not isinstance(key, str) or not key):
             self.fail(f"key must be the name of an array in the file, got {key!r}",

@@ -64,7 +64,7 @@ class WeightFiles:
             return cached if cached is not None else self._read(full, key)
 
     def _read(self, full, key):
-        arr = _map_npy(full) if key is None else self._archive(full).read(key)
+        arr = _map_npy(full) if key is None else self._archive(full, at_load=False).read(key)
         arr.flags.writeable = False
         self._arrays[(full, key)] = arr
         return arr
@@ -75,9 +75,13 @@ class WeightFiles:
             archive.close()
         self._archives.clear()
 
-    def _archive(self, full):
+    def _archive(self, full, at_load=True):
+        """The open archive (or safetensors file) ``full``. At load its headers are read
+        in one pass, the file opened by the first leaf that names it; at the first run
+        (``at_load=False``) a file replaced since is read again, and refused there if
+        it no longer holds what the load checked."""
         archive = self._archives.get(full)
-        if archive is not None and archive.stamp != _stamp(full):
+        if archive is not None and not at_load and archive.stamp != _stamp(full):
             archive.close()             # replaced since: its directory is read again
             archive = None
         if archive is None:

@@ -45,7 +45,7 @@ class Checker:
         self._line_finders = {}      # path of a list of ops -> _OpLines
         self.weights = WeightFiles()  # Note [Weights read once]
         self._weight_files = {}      # a file as entries name it -> (full path, ext), checked
-        # for the build step: (LeafSpec, its source, fail) of every leaf made, and
+        # for the build step: (LeafSpec, its source, its label) of every leaf made, and
         # (OpSpec, inputs checked at load, checkpoint body or None) of every op entry
         self.sources = []
         self.unbound = []

@@ -129,3 +129,7 @@ def test_a_weight_file_named_by_many_leaves_is_checked_once(tmp_path, monkeypatc
     assert len(graph.leaves) == 20
     with pytest.raises(GraphError, match=r"no array 'nope' in 'w.npz'"):
         _graph(tmp_path, arrays, extra_tensors={"v": {"file": "w.npz", "key": "nope"}})
+    for bad in ({}, ["w.npz"], 3):          # not a name: refused, never looked up
+        with pytest.raises(GraphError, match=r"tensors\.v: file must be a path to a \.npy, "
+                                             r"\.npz or \.safetensors file$"):
+            _graph(tmp_path, arrays, extra_tensors={"v": {"file": bad, "key": "w0"}})

@@ -190,7 +190,8 @@ class TensorChecks(Checker):
 
     def file_source(self, entry, dtype, shape, path, where):
         rel = entry["file"]
-        full, ext = self._weight_files.get(rel) or self.weight_file(rel, path, where)
+        known = self._weight_files.get(rel) if type(rel) is str else None
+        full, ext = known or self.weight_file(rel, path, where)
         key = entry.get("key")
         if key is not None and (not isinstance(key, str) or not key):
             self.fail(f"key must be the name of an array in the file, got {key!r}",

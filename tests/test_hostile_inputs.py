@@ -384,11 +384,13 @@ NAMES = st.builds(lambda pre, body, post: pre + body + post, ODD,
 
 
 @example("x\n")
+@example("loss")
 @given(NAMES | st.text(max_size=6))
 def test_tensor_names_match_the_spec_pattern_whole(name):
     ok = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_./-]*", name, re.ASCII) is not None
+    out = "loss" if name != "loss" else "loss2"     # (a leaf named loss: not a clash)
     text = _doc({name: {"shape": [2], "requires_grad": True}},
-                [{"op": "sum", "inputs": [name], "output": "loss"}])
+                [{"op": "sum", "inputs": [name], "output": out}], roots=(out,))
     try:
         loads(text, format="json")
         assert ok, name

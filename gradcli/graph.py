@@ -123,7 +123,7 @@ class OpSpec(Record, LineOnDemand):
         self.find_line = find_line
         self._stamp = None
         # run(inputs, proved): the op with ``args`` bound at load, or None (Note
-        # [ATen calls bound at load]; Note [Checks proved at load] in loader.py)
+        # [ATen calls bound at load]; Note [Checks proved at load] in loader/bound_op.py)
         self.call = None
 
     def _values(self):

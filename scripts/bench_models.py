@@ -18,8 +18,13 @@ from ``transformers`` configs with random weights, no downloads) it
    loads), in ``--rounds`` rounds that interleave the two and the models:
    - steady: the median of ``--repeat`` runs after one warm-up;
    - first run: gradcli's ``load`` plus its first run, against PyTorch reading
-     the same weights (``weights.npz`` through ``numpy.load`` into
-     ``load_state_dict``) into a fresh copy of the module plus its first step;
+     the same weights file (``weights.safetensors`` through
+     ``safetensors.torch.load_file``, or ``weights.npz`` through ``numpy.load``,
+     as ``--weights`` says) into a fresh copy of the module plus its first step;
+   - load: gradcli's ``load`` (parsing, checking, binding) plus making every leaf
+     (its array read or drawn), against PyTorch's ``torch.load`` of the module's
+     float64 ``state_dict`` (written once with ``torch.save``) plus
+     ``load_state_dict`` into a copy of the module made beforehand;
    each row shows the median ratio over the rounds and its spread (min-max);
 4. with ``--memory``, the peak memory of load plus three runs, in a fresh
    process for each side: the peak of the resident set (sampled every
@@ -31,6 +36,7 @@ from a throwaway environment (README "Running a real model").
 
     python scripts/bench_models.py [--repeat 5] [--rounds 3] [--threads 1] [--memory]
                                    [--out /tmp/gradcli-models] [--models resnet18,vit_tiny]
+                                   [--weights safetensors|npz]
 
 torchvision's C++ extension may not load with a CPU torch; its model
 definitions are plain Python, so the extension's operator registration
@@ -135,10 +141,22 @@ def median_time(fn, repeat):
     return statistics.median(times)
 
 
+def read_state(torch, weights, names):
+    """The arrays of ``weights`` (a .safetensors or .npz file) that the module's
+    state_dict names, as torch tensors."""
+    if weights.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return {k: v for k, v in load_file(weights).items() if k in names}
+    with np.load(weights) as npz:
+        return {k: torch.from_numpy(npz[k]) for k in npz.files if k in names}
+
+
 def torch_side(torch, module, inputs, train, weights):
     """(first(): a fresh copy of the module reading ``weights`` plus its first step,
-    step(): one steady step): the module's forward, a projection loss and backward()
-    at float64."""
+    step(): one steady step, load(): ``torch.load`` of the module's state_dict plus
+    ``load_state_dict``): the module's forward, a projection loss and backward() at
+    float64."""
     import copy
 
     base = copy.deepcopy(module).to(torch.float64).train(train)
@@ -154,11 +172,16 @@ def torch_side(torch, module, inputs, train, weights):
 
     def first():
         m = copy.deepcopy(module).to(torch.float64).train(train)
-        with np.load(weights) as npz:
-            state = {k: torch.from_numpy(npz[k]) for k in npz.files if k in names}
-        m.load_state_dict(state, strict=False)
+        m.load_state_dict(read_state(torch, weights, names), strict=False)
         step(m)
-    return first, lambda: step(base)
+
+    state_file = os.path.join(os.path.dirname(weights), "state_dict.pt")
+    torch.save(base.state_dict(), state_file)
+    target = copy.deepcopy(base)
+
+    def load():
+        target.load_state_dict(torch.load(state_file, weights_only=True))
+    return first, lambda: step(base), load
 
 
 def gradcli_check(path):
@@ -186,8 +209,12 @@ def gradcli_side(path):
 
     def first():
         loader.load(path).run(order=False)
+
+    def load():
+        for leaf in loader.load(path).leaves.values():
+            leaf.shared()
     graph = loader.load(path)
-    return first, lambda: graph.run(order=False)
+    return first, lambda: graph.run(order=False), load
 
 
 def peak_memory(side, name, path):
@@ -219,8 +246,7 @@ def _memory_child(side, name, path):
     torch.manual_seed(0)
     module, inputs, train = MODELS[name](torch)
     if side == "torch":
-        first, step = torch_side(torch, module, inputs, train,
-                                 os.path.join(os.path.dirname(path), "weights.npz"))
+        first, step, _ = torch_side(torch, module, inputs, train, _weights_file(path))
     import gc
 
     gc.collect()
@@ -247,6 +273,13 @@ def _memory_child(side, name, path):
     print(json.dumps(peak - before))
 
 
+def _weights_file(path):
+    """The weights file the export wrote beside the graph file ``path``."""
+    folder = os.path.dirname(path)
+    return next(os.path.join(folder, f) for f in ("weights.safetensors", "weights.npz")
+                if os.path.exists(os.path.join(folder, f)))
+
+
 def _spread(values):
     return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
 
@@ -263,6 +296,8 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--weights", choices=("safetensors", "npz"), default="safetensors",
+                        help="the weights file the export writes (gradcli export's default)")
     parser.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._memory:
@@ -281,10 +316,10 @@ def main():
             module, inputs, train = MODELS[name](torch)
             t0 = time.perf_counter()
             exported = from_module(module, inputs, dtype="float64", train=train, name=name)
-            path = exported.write(os.path.join(args.out, name))
+            path = exported.write(os.path.join(args.out, name), weights=args.weights)
             export_s = time.perf_counter() - t0
             row = gradcli_check(path)
-            weights = os.path.join(os.path.dirname(path), "weights.npz")
+            weights = _weights_file(path)
             models[name] = (path, torch_side(torch, module, inputs, train, weights),
                             gradcli_side(path), inputs, train)
         except Exception as exc:  # noqa: BLE001 - a model that fails is a row saying why
@@ -292,12 +327,13 @@ def main():
             failed.append(f"| {name} | failed: {type(exc).__name__}: {msg} |")
             print(failed[-1], file=sys.stderr, flush=True)
             continue
-        row.update(steady=[], first=[], g_steady=[], t_steady=[], g_first=[], t_first=[])
+        row.update(steady=[], first=[], g_steady=[], t_steady=[], g_first=[], t_first=[],
+                   load=[], g_load=[], t_load=[])
         rows[name] = row
         print(f"{name}: exported in {export_s:.1f} s", file=sys.stderr, flush=True)
 
     for r in range(args.rounds):        # interleaved: every model, both sides, each round
-        for name, (path, (t_first, t_step), (g_first, g_step), _, _) in models.items():
+        for name, (path, (t_first, t_step, t_load), (g_first, g_step, g_load), _, _) in models.items():
             row = rows[name]
             ts = median_time(t_step, args.repeat)
             gs = median_time(g_step, args.repeat)
@@ -311,10 +347,16 @@ def main():
             row["t_steady"].append(ts)
             row["g_first"].append(gf)
             row["t_first"].append(tf)
+            gl = median_time(g_load, args.repeat)
+            tl = median_time(t_load, args.repeat)
+            row["g_load"].append(gl)
+            row["t_load"].append(tl)
+            row["load"].append(gl / tl)
             row["steady"].append(gs / ts)
             row["first"].append(gf / tf)
             print(f"round {r + 1} {name}: steady {gs * 1e3:.1f} / {ts * 1e3:.1f} ms, first "
-                  f"{gf * 1e3:.1f} / {tf * 1e3:.1f} ms", file=sys.stderr, flush=True)
+                  f"{gf * 1e3:.1f} / {tf * 1e3:.1f} ms, load {gl * 1e3:.1f} / {tl * 1e3:.1f} ms",
+                  file=sys.stderr, flush=True)
 
     memory = {}
     if args.memory:
@@ -323,9 +365,10 @@ def main():
 
     print("| model | ops | nodes | gradcli steady (ms) | PyTorch steady (ms) | steady ratio (min-max) | "
           "gradcli load + first run (ms) | PyTorch read + first step (ms) | first-run ratio (min-max) | "
+          "gradcli load + leaves (ms) | torch.load + load_state_dict (ms) | load ratio (min-max) | "
           + ("peak memory gradcli / PyTorch (MB) | " if memory else "")
           + "vs PyTorch (float64, rtol 1e-7) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if memory else "") + "---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if memory else "") + "---|")
     for name, row in rows.items():
         med = statistics.median
         check = (f"grads {'equal' if row['grads_ok'] else 'DIFFER'} (max rel err "
@@ -334,7 +377,8 @@ def main():
         print(f"| {name} | {row['ops']} | {row['nodes']} | {med(row['g_steady']) * 1e3:.1f} | "
               f"{med(row['t_steady']) * 1e3:.1f} | {_spread(row['steady'])} | "
               f"{med(row['g_first']) * 1e3:.1f} | {med(row['t_first']) * 1e3:.1f} | "
-              f"{_spread(row['first'])} |{mem} {check} |")
+              f"{_spread(row['first'])} | {med(row['g_load']) * 1e3:.1f} | "
+              f"{med(row['t_load']) * 1e3:.1f} | {_spread(row['load'])} |{mem} {check} |")
     for line in failed:
         print(line)
     if rows:
@@ -345,6 +389,10 @@ def main():
         print(f"\nsteady geomean {_geomean(steady):.2f}x (rounds {min(per_round):.2f}-{max(per_round):.2f}), "
               f"worst {max(steady):.2f}x; first-run geomean {_geomean(first):.2f}x "
               f"(rounds {min(per_round_first):.2f}-{max(per_round_first):.2f})")
+        load = [statistics.median(r["load"]) for r in rows.values()]
+        per_round_load = [_geomean([r["load"][k] for r in rows.values()]) for k in range(args.rounds)]
+        print(f"load geomean {_geomean(load):.2f}x (rounds {min(per_round_load):.2f}-"
+              f"{max(per_round_load):.2f}), worst {max(load):.2f}x")
 
 
 if __name__ == "__main__":

@@ -255,13 +255,16 @@ def cmd_phases(args):
         write_chain_json(big, args.ops)
         import gradcli.loader as L
         import gradcli.ops  # noqa: F401
+        from gradcli.document import read_document
+        from gradcli.loader.build import build
+        from gradcli.loader.check import DocumentCheck
         rows = {}
         for _ in range(args.repeat):
             clock = time.thread_time
             t0 = clock()
-            doc = L.read_document(big)
+            doc = read_document(big)
             t1 = clock()
-            graph = L._Loader(doc, tmp, "chain", L.LoadOptions()).graph()
+            graph = build(DocumentCheck(doc, tmp, "chain", L.LoadOptions()).check())
             t2 = clock()
             values = graph._forward()
             t3 = clock()

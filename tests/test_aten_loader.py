@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from gradcli import loader
+from gradcli.loader.check import DocumentCheck
 from gradcli.errors import GraphError
 
 
@@ -278,7 +279,7 @@ def test_null_in_a_tensor_list_is_refused_unless_the_list_is_optional():
             return AtenCall(self, layout)
 
     text = "inputs: [x, [null, i, null]]\n"
-    ld = loader._Loader(parse_yaml(text, "<t>"), ".", "t", loader.LoadOptions())
+    ld = DocumentCheck(parse_yaml(text, "<t>"), ".", "t", loader.LoadOptions())
     names, call = ld.schema_inputs(IndexLike(), IndexLike.tensor_inputs, ld.doc.data["inputs"],
                                    (), "ops[0]")
     assert names == ["x", "i"]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gradcli import loader
+from gradcli.loader.bound_op import BoundOp
 from gradcli.errors import GraphError
 from gradcli.ops.aten.registry import AtenOp, Slot
 
@@ -57,8 +58,8 @@ def test_a_run_does_no_per_call_schema_work(monkeypatch):
 def test_checks_are_skipped_only_on_the_loaded_leaves(monkeypatch):
     graph = _load("tiny_gpt")
     checks = []
-    real = loader._CheckedOp.check_inputs
-    monkeypatch.setattr(loader._CheckedOp, "check_inputs",
+    real = BoundOp.check_inputs
+    monkeypatch.setattr(BoundOp, "check_inputs",
                         lambda self, inputs, args: checks.append(self.label) or real(self, inputs, args))
     graph.forward()
     assert all(s.op.checked is None for s in graph.ops if s.op.label in checks)

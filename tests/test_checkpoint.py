@@ -260,7 +260,7 @@ def nested_checkpoints_yaml(levels):
 
 @pytest.mark.timeout(120)
 def test_deepest_supported_checkpoint_nesting_runs():
-    from gradcli.loader import MAX_CHECKPOINT_NESTING
+    from gradcli.loader.check_ops import MAX_CHECKPOINT_NESTING
 
     result = loads(nested_checkpoints_yaml(MAX_CHECKPOINT_NESTING), name="deep").run()
     np.testing.assert_allclose(result.grads["x"], [2.0, 4.0])

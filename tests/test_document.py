@@ -445,17 +445,36 @@ def test_other_yaml_errors_keep_their_report(shallow_libyaml):
 
 
 def test_lines_of_every_entry_of_a_deep_mapping_stream_the_document_once(monkeypatch):
-    """Asking the line of each entry of a mapping below the top two levels in turn (the
-    loader does it for every expected gradient) walks the document once: the first walk
-    indexes the asked entry's siblings too."""
+    """Asking the line of each entry of a mapping below the top two levels in turn walks
+    the document once: the first walk indexes the asked entry's siblings too."""
     from gradcli import document as D
 
     names = [f"w{i}" for i in range(30)]
-    text = "version: 1\nexpect:\n  grads:\n" + "".join(
+    text = "version: 1\nx-notes:\n  grads:\n" + "".join(
         f"    {n}: {{file: weights.npz, key: 'grad:{n}'}}\n" for n in names)
     doc = D.parse_yaml(text, "<t>")
     walks = []
     real = D._YamlLines._walk
     monkeypatch.setattr(D._YamlLines, "_walk", lambda self, *a: walks.append(1) or real(self, *a))
-    assert [doc.line("expect", "grads", n) for n in names] == list(range(4, 34))
+    assert [doc.line("x-notes", "grads", n) for n in names] == list(range(4, 34))
     assert len(walks) == 1
+
+
+def test_lines_of_expected_values_are_kept_while_parsing(monkeypatch):
+    """The loader takes the line of every expected value at load: under ``expect`` the
+    reader keeps them while parsing, four levels deep and no deeper (Note [Lines of
+    expect]), so no walk of the document is needed."""
+    from gradcli import document as D
+
+    text = ("version: 1\nexpect:\n  grads:\n    w: {file: weights.npz, key: 'grad:w'}\n"
+            "  forward:\n    values:\n      y: {value: [[1.0, 2.0],\n          [3.0, 4.0]]}\n"
+            "  reference:\n    grads:\n      w: {file: weights.npz, key: 'grad64:w'}\n")
+    doc = D.parse_yaml(text, "<t>")
+    walks = []
+    real = D._YamlLines._walk
+    monkeypatch.setattr(D._YamlLines, "_walk", lambda self, *a: walks.append(1) or real(self, *a))
+    assert [doc.line("expect", "grads", "w"), doc.line("expect", "forward", "values", "y"),
+            doc.line("expect", "reference", "grads", "w")] == [4, 7, 11]
+    assert walks == []
+    assert ("expect", "forward", "values", "y", "value", 1) not in doc._lines   # not so deep
+    assert doc.line("expect", "forward", "values", "y", "value", 1) == 8 and walks == [1]

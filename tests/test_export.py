@@ -42,12 +42,19 @@ def _examples_module():
 
 
 def _expected(path):
-    """(grads, order, rtol, atol) of a graph file's expect section, arrays read from the npz."""
+    """(grads, order, rtol, atol) of a graph file's expect section, arrays read from its
+    weights file (the .safetensors export writes by default, or an .npz)."""
     data = read_document(path).data
     base = os.path.dirname(path)
     grads = {}
     for name, spec in data["expect"]["grads"].items():
-        with np.load(os.path.join(base, spec["file"]), allow_pickle=False) as z:
+        file = os.path.join(base, spec["file"])
+        if file.endswith(".safetensors"):
+            from safetensors.numpy import load_file
+
+            grads[name] = load_file(file)[spec["key"]]
+            continue
+        with np.load(file, allow_pickle=False) as z:
             grads[name] = z[spec["key"]]
     e = data["expect"]
     return grads, e["order"], e["rtol"], e["atol"]

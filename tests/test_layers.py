@@ -25,8 +25,7 @@ LAYERS = {
     "gradcli.autograd": 1,
     "gradcli.ops": 2,
     "gradcli.graph": 3,
-    "gradcli.loader": 3,
-    "gradcli.weights": 3,       # weight files, read once per loaded graph
+    "gradcli.loader": 3,        # check.py, then build.py: a file -> a Graph
     "gradcli.gradcheck": 3,
     "gradcli.document": 3,
     "gradcli.trace": 3,
@@ -192,3 +191,20 @@ def test_tensor_operators_work_whichever_module_is_imported_first():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split(None, 2)[:2] == ["True", "SumBackward0"], proc.stdout
     assert "[2.0, 4.0] []" in proc.stdout     # gradients right; every stand-in replaced
+
+
+LOADER_CHECK = {"gradcli.loader.check", "gradcli.loader.check_ops",
+                "gradcli.loader.check_tensors", "gradcli.loader.checker"}
+LOADER_BUILD = {"gradcli.loader.build", "gradcli.loader.leaves", "gradcli.loader.bound_op"}
+
+
+def test_the_loaders_two_steps_stay_apart():
+    """The loader's check (what a bad file meets) does not reach into its build (what a
+    run meets) but for ``bound_op.INPUT_ERRORS``, and the build imports no check module:
+    ``gradcli.loader`` alone runs one after the other (docs/architecture.md)."""
+    graph = import_graph()
+    assert LOADER_CHECK | LOADER_BUILD <= set(graph)
+    crossing = {(m, d) for m in LOADER_CHECK for d in graph[m] & LOADER_BUILD}
+    assert crossing == {("gradcli.loader.check_ops", "gradcli.loader.bound_op")}
+    assert not {(m, d) for m in LOADER_BUILD for d in graph[m] & LOADER_CHECK}
+    assert {"gradcli.loader.check", "gradcli.loader.build"} <= graph["gradcli.loader"]

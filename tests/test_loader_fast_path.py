@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gradcli import loader
+from gradcli.loader.check_ops import OpChecks
 from gradcli.errors import GraphError
 
 
@@ -30,7 +31,7 @@ def _load(tmp_path, doc, fast, monkeypatch, name="g.json"):
     path = tmp_path / name
     path.write_text(json.dumps(doc, indent=1))
     taken = []
-    original = loader._Loader.plain_op
+    original = OpChecks.plain_op
 
     def spy(self, *args):
         spec = original(self, *args) if fast else None
@@ -38,7 +39,7 @@ def _load(tmp_path, doc, fast, monkeypatch, name="g.json"):
         return spec
 
     with monkeypatch.context() as m:
-        m.setattr(loader._Loader, "plain_op", spy)
+        m.setattr(OpChecks, "plain_op", spy)
         graph = loader.load(path)
     return graph, taken
 
@@ -131,7 +132,7 @@ def test_yaml_entries_get_their_lines_at_load_and_keep_no_document(monkeypatch):
     for fast in (True, False):
         with monkeypatch.context() as m:
             if not fast:
-                m.setattr(loader._Loader, "plain_op", lambda self, *args: None)
+                m.setattr(OpChecks, "plain_op", lambda self, *args: None)
             graphs.append(loader.loads(text, format="yaml", name="g"))
     fast, slow = graphs
     assert [_fields(s) for s in fast.ops] == [_fields(s) for s in slow.ops]

@@ -303,7 +303,7 @@ def test_after_the_install_step_a_run_without_bytecode_compiles_no_module(tmp_pa
     read = {src for _, src in from_pyc if src.startswith(package)}
     sources = {m for m in re.findall(r"# code object from '?([^'\s]+\.py)'?$", proc.stderr, re.M)
                if m.startswith(package)}
-    assert len(read) > 20 and str(copy / "gradcli" / "loader.py") in read
+    assert len(read) > 20 and str(copy / "gradcli" / "loader" / "__init__.py") in read
     assert sources == set()                    # no gradcli module compiled from source
     assert not list(copy.rglob("*.cpython-*.opt-*.pyc"))  # (and nothing else written)
 

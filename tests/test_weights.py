@@ -7,7 +7,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from gradcli import weights as W
+from gradcli.loader import weights as W
+from gradcli.errors import GraphError
 from gradcli.loader import loads
 
 
@@ -112,3 +113,66 @@ def test_a_replaced_make_is_made_again(tmp_path):
     graph.run()
     graph.leaves["b"].make = lambda shape=None: np.full(3, 2.0)
     np.testing.assert_array_equal(graph.run().grads["a"], [2.0, 2.0, 2.0])
+
+
+def test_a_weight_file_named_by_many_leaves_is_checked_once(tmp_path, monkeypatch):
+    """Note [Weight files checked once]: the path of the file is resolved and checked
+    once per load, not once per leaf; each leaf's key still is."""
+    import os
+
+    resolved = []
+    real = os.path.realpath
+    monkeypatch.setattr(os.path, "realpath", lambda p, **kw: resolved.append(p) or real(p, **kw))
+    arrays = {f"w{i}": np.full(4, float(i + 1)) for i in range(20)}
+    graph = _graph(tmp_path, arrays)
+    assert len(resolved) == 2                  # the graph's folder and the file, once
+    assert len(graph.leaves) == 20
+    with pytest.raises(GraphError, match=r"no array 'nope' in 'w.npz'"):
+        _graph(tmp_path, arrays, extra_tensors={"v": {"file": "w.npz", "key": "nope"}})
+    for bad in ({}, ["w.npz"], 3):          # not a name: refused, never looked up
+        with pytest.raises(GraphError, match=r"tensors\.v: file must be a path to a \.npy, "
+                                             r"\.npz or \.safetensors file$"):
+            _graph(tmp_path, arrays, extra_tensors={"v": {"file": bad, "key": "w0"}})
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(6.0).reshape(2, 3), np.zeros((), np.float32), np.ones(5, np.int32),
+    np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)), np.array([True, False]),
+    np.zeros((0, 7), np.float16), np.zeros((4, 1, 2), ">f8")])
+def test_numpys_own_headers_are_read_without_its_parser(tmp_path, monkeypatch, array):
+    """Note [Canonical npy headers]: what np.save writes is read by the pattern, to the
+    same shape, order and dtype numpy's reader gives; the array maps to the same data."""
+    import io
+
+    np.save(tmp_path / "a.npy", array)
+    data = (tmp_path / "a.npy").read_bytes()
+    want = np.lib.format.read_array_header_1_0(io.BytesIO(data[8:]))
+    monkeypatch.setattr(np.lib.format, "read_array_header_1_0", None)   # not called
+    fh = io.BytesIO(data)
+    assert W._header_fields(fh) == want
+    np.testing.assert_array_equal(W._array_at(data, 0, len(data)), array)
+
+
+def test_any_other_header_goes_to_numpys_reader(tmp_path):
+    """A header numpy reads but does not write (other spacing, key order, a structured
+    or a complex dtype, version 2.0) is read by numpy, as before."""
+    import io
+
+    def npy(header, version=b"\x01\x00", size=2):
+        text = header.encode("latin1")
+        return b"\x93NUMPY" + version + len(text).to_bytes(size, "little") + text
+
+    for header, want in [
+            ("{'shape': (2,), 'fortran_order': False, 'descr': '<f8'}\n", ((2,), False, "<f8")),
+            ("{'descr': '<f8',  'fortran_order': False, 'shape': (2,), }\n",
+             ((2,), False, "<f8")),
+            ("{'descr': '<c16', 'fortran_order': False, 'shape': (2,), }\n",
+             ((2,), False, "<c16"))]:
+        shape, fortran, dtype = W._header_fields(io.BytesIO(npy(header)))
+        assert (shape, fortran, dtype) == (want[0], want[1], np.dtype(want[2]))
+    v2 = npy("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n", b"\x02\x00", 4)
+    fh = io.BytesIO(v2 + b"\0" * 12)
+    assert W._header_fields(fh) == ((3,), False, np.dtype("<i4"))
+    assert fh.tell() == len(v2)                  # past the header: where the data starts
+    with pytest.raises(ValueError, match=r"not a valid \.npy file"):
+        W.read_npy_header(io.BytesIO(npy("{'descr': '<f8', 'shape': (2,)}\n")))

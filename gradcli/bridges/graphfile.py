@@ -1,4 +1,5 @@
-"""An exported graph as data: the YAML document and the arrays of ``weights.npz``.
+"""An exported graph as data: the YAML document and the arrays of ``weights.npz`` (or
+``weights.safetensors``, as ``write`` is told).
 
 NumPy and PyYAML only (no torch, no onnx), so a written graph can be inspected or
 rewritten without a framework; every bridge (``torch``, ``onnx``) writes through it.
@@ -14,6 +15,7 @@ from .errors import GRAPH_FILE, WEIGHTS_FILE, BridgeError as ExportError
 GRAD_PREFIX = "grad:"       # weights.npz keys of expected gradients; ':' is not in tensor names
 FORWARD_PREFIX = "forward:"  # weights.npz keys of expected forward values (expect.forward)
 FILE_DTYPES = {"float16", "float32", "float64", "int32", "int64", "bool"}   # the spec's dtypes
+WEIGHTS_FILES = {"npz": WEIGHTS_FILE, "safetensors": "weights.safetensors"}   # write(weights=)
 TOLERANCES = {"float64": (1e-7, 1e-10), "float32": (1e-4, 1e-6), "float16": (1e-2, 1e-3)}
 
 
@@ -129,16 +131,55 @@ class ExportedGraph:
         lines += [f"{k}: {flow(v)}" for k, v in doc.items() if k.startswith("x-")]
         return "\n".join(lines) + "\n"
 
-    def write(self, directory):
-        """Write ``DIR/graph.yaml`` and ``DIR/weights.npz``; returns the graph file's path.
+    def write(self, directory, weights="npz"):
+        """Write ``DIR/graph.yaml`` and its weights, ``DIR/weights.npz`` or (``weights=
+        "safetensors"``) ``DIR/weights.safetensors``; returns the graph file's path.
 
-        The archive stores its members uncompressed: the loader maps them without a
-        copy and inflates nothing at a run (Note [Weights read once] in gradcli/weights.py)."""
+        Either way the loader maps the arrays without a copy (Note [Weights read once] in
+        gradcli/loader/weights.py): the archive stores its members uncompressed, and a
+        safetensors file is written by the safetensors package (``gradcli[torch]``).
+
+        >>> g = ExportedGraph.build(name="g", tensors={"x": {"requires_grad": True}},
+        ...     arrays={"x": np.ones(2)}, ops=[{"op": "sum", "inputs": ["x"], "output": "s"}],
+        ...     root="s", grads={}, order=None, floating="float64")
+        >>> import tempfile; os.path.basename(g.write(tempfile.mkdtemp(), weights="safetensors"))
+        'graph.yaml'
+        """
+        if weights not in WEIGHTS_FILES:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS_FILES)}, not {weights!r}")
         os.makedirs(directory, exist_ok=True)
-        weights = os.path.join(directory, WEIGHTS_FILE)
-        with open(weights, "wb") as fh:
-            np.savez(fh, **self.arrays)
+        name = WEIGHTS_FILES[weights]
+        target = os.path.join(directory, name)
+        text = self.yaml_text()
+        if weights == "npz":
+            with open(target, "wb") as fh:
+                np.savez(fh, **self.arrays)
+        else:
+            _save_safetensors(self.arrays, target)
+            renamed = _with_weights_file(self.document, WEIGHTS_FILE, name)
+            text = ExportedGraph(renamed, self.arrays, self.header).yaml_text()
         path = os.path.join(directory, GRAPH_FILE)
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(self.yaml_text())
+            fh.write(text)
         return path
+
+
+def _save_safetensors(arrays, target):
+    try:
+        from safetensors.numpy import save_file  # noqa: PLC0415 - only to write this format
+    except ImportError:
+        raise ExportError("writing weights.safetensors needs the safetensors package: pip "
+                          "install 'gradcli[torch]' (or write weights.npz: --weights npz)") from None
+    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, target)
+
+
+def _with_weights_file(document, old, new):
+    """A copy of ``document`` whose ``file: old`` entries say ``new``."""
+    if isinstance(document, dict):
+        out = {k: _with_weights_file(v, old, new) for k, v in document.items()}
+        if out.get("file") == old:
+            out["file"] = new
+        return out
+    if isinstance(document, list):
+        return [_with_weights_file(v, old, new) for v in document]
+    return document

@@ -1,4 +1,5 @@
-"""``gradcli export``: trace a PyTorch module into DIR/graph.yaml + DIR/weights.npz.
+"""``gradcli export``: trace a PyTorch module into DIR/graph.yaml + DIR/weights.safetensors
+(or DIR/weights.npz with ``--weights npz``).
 
 Only click and the standard library at import time: torch, NumPy and the
 tracer are imported inside the command's body, so ``gradcli --help`` stays
@@ -57,9 +58,12 @@ def _allocation_failed(exc):
               help="Seeds the random inputs, the projection and random ops such as dropout.")
 @click.option("--name", default=None, help="The graph's name (default: the module's class).")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder to write graph.yaml and weights.npz into.")
+              help="Folder to write graph.yaml and its weights file into.")
+@click.option("--weights", "weights", type=click.Choice(["safetensors", "npz"]),
+              default="safetensors", show_default=True,
+              help="The weights file: weights.safetensors, or an uncompressed weights.npz.")
 def export(model, input_shapes, input_files, dtype, train, loss, target, seed, name,
-                   out_dir):
+                   out_dir, weights):
     """Trace a PyTorch module into a graph file of ATen ops, with PyTorch's gradients and
     node order as its `expect` section (needs the torch extra: pip install 'gradcli[torch]').
 
@@ -145,9 +149,11 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
             raise
         _fail(f"{model}: out of memory tracing the module on these inputs: {_first_line(exc)}")
     try:
-        path = graph.write(out_dir)
+        path = graph.write(out_dir, weights=weights)
+    except ExportError as exc:
+        _fail(str(exc))
     except OSError as exc:
         _fail(f"{out_dir}: cannot write: {exc.strerror or exc}")
     doc = graph.document
     core.echo(f"wrote {path} ({len(doc['ops'])} ops, {len(doc['tensors'])} tensors, "
-               f"{len(doc['expect']['order'])} backward nodes) and its weights.npz")
+               f"{len(doc['expect']['order'])} backward nodes) and its weights.{weights}")

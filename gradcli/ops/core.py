@@ -170,7 +170,7 @@ class Op:
       ops that read them allocate their own results in full);
     - ``backward_ms(args)``: the most milliseconds one call of its backward may
       spend waiting on purpose (``delay``), or None: the loader bounds the sum
-      over a file (Note [Time bounds] in loader.py).
+      over a file (Note [Time bounds] in loader/checker.py).
     - ``for_entry(entry, site)``: the op that runs one entry of a graph file (itself,
       or an op made for that entry: ``custom`` resolves its user code there);
     - ``vjp_all``: None, or one function giving all its inputs' gradients in one call per

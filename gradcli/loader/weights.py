@@ -1,12 +1,13 @@
-"""Weight files: the arrays of ``.npy`` files and ``.npz`` archives that a graph's
-leaves name, each file opened once per loaded graph and each array read once.
+"""Weight files: the arrays of ``.npy`` files, ``.npz`` archives and ``.safetensors``
+files (``safetensors_file.py``) that a graph's leaves name, each file opened once per
+loaded graph and each array read once.
 
 Note [Weights read once]: the loader reads every member's header through one
 ``WeightFiles`` (one zip directory parse per archive, however many leaves name it;
 each leaf re-opening the archive and parsing its whole directory was quadratic in
 the number of weights). The data is read the first time a run needs it and kept,
 read-only, for the graph's life: an uncompressed member (``np.savez``, gradcli's
-own export) and a ``.npy`` file are memory-mapped without a copy; a compressed
+own export), a ``.npy`` file and a ``.safetensors`` tensor are memory-mapped without a copy; a compressed
 member is inflated once. Read-only is what keeps one run from altering the next
 (an op that writes into an input, batch norm's running statistics, copies it
 first: Note [Copy on write of leaves] in ops/aten/registry.py). The check that the
@@ -16,14 +17,17 @@ contract, as with ``numpy.load(mmap_mode="r")`` and ``torch.load(mmap=True)``.
 """
 from __future__ import annotations
 
+import io
 import mmap
 import os
+import re
 import struct
 import threading
 
 import numpy as np
 
-from .errors import first_line as _first_line
+from ..errors import first_line as _first_line
+from .safetensors_file import Safetensors
 
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")   # zipfile's structFileHeader
 _LOCAL_MAGIC = b"PK\x03\x04"
@@ -44,24 +48,16 @@ class WeightFiles:
         self._lock = threading.Lock()   # concurrent runs of one graph read a file once
 
     def peek(self, full, key):
-        """Shape and dtype of an array in a .npy/.npz file, without loading it."""
+        """Shape and dtype of an array in a .npy/.npz/.safetensors file, without loading it."""
         if key is None:
             with open(full, "rb") as fh:
                 return read_npy_header(fh)
-        archive = self._archive(full)
-        info = archive.member(key)
-        try:
-            with archive.zf.open(info) as fh:
-                return read_npy_header(fh)
-        except (KeyError, MemoryError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
-            raise _zip_error(exc) from None
+        return self._archive(full).header(key)
 
     def array(self, full, key):
-        """The array of a .npy file, or of member ``key`` of an .npz (the member
-        ``peek`` read the header of), without pickles: read once, then shared
-        read-only (Note [Weights read once])."""
+        """The array of a .npy file, or of member ``key`` of an .npz or a .safetensors
+        file (the member ``peek`` read the header of), without pickles: read once, then
+        shared read-only (Note [Weights read once])."""
         cached = self._arrays.get((full, key))
         if cached is not None:
             return cached
@@ -70,20 +66,7 @@ class WeightFiles:
             return cached if cached is not None else self._read(full, key)
 
     def _read(self, full, key):
-        if key is None:
-            arr = _map_npy(full)
-        else:
-            archive = self._archive(full)
-            info = archive.member(key)
-            arr = archive.mapped(info)
-            if arr is None:
-                try:
-                    with archive.zf.open(info) as fh:
-                        arr = np.lib.format.read_array(fh, allow_pickle=False)
-                except MemoryError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
-                    raise _zip_error(exc) from None
+        arr = _map_npy(full) if key is None else self._archive(full, at_load=False).read(key)
         arr.flags.writeable = False
         self._arrays[(full, key)] = arr
         return arr
@@ -94,13 +77,20 @@ class WeightFiles:
             archive.close()
         self._archives.clear()
 
-    def _archive(self, full):
+    def _archive(self, full, at_load=True):
+        """The open archive (or safetensors file) ``full``. At load its headers are read
+        in one pass, the file opened by the first leaf that names it; at the first run
+        (``at_load=False``) a file replaced since is read again, and refused there if
+        it no longer holds what the load checked."""
         archive = self._archives.get(full)
-        if archive is not None and archive.stamp != _stamp(full):
+        if archive is not None and not at_load and archive.stamp != _stamp(full):
             archive.close()             # replaced since: its directory is read again
             archive = None
         if archive is None:
-            archive = self._archives[full] = _Archive(full)
+            stamp = _stamp(full)
+            kind = Safetensors if full.lower().endswith(".safetensors") else _Archive
+            archive = self._archives[full] = kind(full)
+            archive.stamp = stamp
         return archive
 
 
@@ -118,7 +108,6 @@ class _Archive:
 
     def __init__(self, full):
         self.full = full
-        self.stamp = _stamp(full)
         self.zf = _open_npz(full)
         self.counts = {}
         for name in self.zf.namelist():
@@ -134,6 +123,31 @@ class _Archive:
     # failure of zipfile on a hostile archive (unsupported compression, encryption, an
     # unknown zip version, patched-data flags, bad CRCs, truncation) is a ValueError
     # with zipfile's own first line.
+    def header(self, key):
+        """Shape and dtype of member ``key``, from its .npy header."""
+        info = self.member(key)
+        try:
+            with self.zf.open(info) as fh:
+                return read_npy_header(fh)
+        except (KeyError, MemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+            raise _zip_error(exc) from None
+
+    def read(self, key):
+        """Member ``key``'s array: mapped when stored, else inflated through zipfile."""
+        info = self.member(key)
+        arr = self.mapped(info)
+        if arr is None:
+            try:
+                with self.zf.open(info) as fh:
+                    arr = np.lib.format.read_array(fh, allow_pickle=False)
+            except MemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - zipfile's many ways to refuse an archive
+                raise _zip_error(exc) from None
+        return arr
+
     def member(self, key):
         """The ZipInfo of the array ``key`` names."""
         counts = self.counts
@@ -199,18 +213,11 @@ class _Archive:
 
 def _array_at(buffer, begin, end):
     """The .npy file in ``buffer[begin:end]`` as an array over the buffer, or None."""
-    import io  # noqa: PLC0415
-
-    fmt = np.lib.format
+    if buffer[begin + 6:begin + 8] not in (b"\x01\x00", b"\x02\x00"):
+        return None                  # (another version: zipfile and numpy read it)
     fh = io.BytesIO(buffer[begin:min(end, begin + 65536 + 16)])
     try:
-        version = fmt.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
-        else:
-            return None
+        shape, fortran, dtype = _header_fields(fh)
     except Exception:  # noqa: BLE001 - zipfile reads it again and reports it
         return None
     dtype = np.dtype(dtype)
@@ -254,13 +261,54 @@ def _zip_error(exc):
 
 def read_npy_header(fh):
     """``(shape, dtype)`` from an open .npy stream's header (ValueError if malformed)."""
-    fmt = np.lib.format
     try:
-        version = fmt.read_magic(fh)
-        if version == (1, 0):
-            shape, _, dtype = fmt.read_array_header_1_0(fh)
-        else:
-            shape, _, dtype = fmt.read_array_header_2_0(fh)
+        shape, _, dtype = _header_fields(fh)
     except Exception as exc:  # noqa: BLE001 - any malformed header
         raise ValueError(f"not a valid .npy file ({exc})") from None
     return tuple(shape), np.dtype(dtype)
+
+
+# Note [Canonical npy headers]: numpy writes every .npy header (``np.save``, each
+# member of ``np.savez``) in one form, ``{'descr': '<f8', 'fortran_order': False,
+# 'shape': (3, 4), }`` padded with spaces to a newline, and its reader parses it with
+# ``ast.literal_eval``: two thirds of the load of a graph whose leaves are 2000 small
+# arrays of one .npz. A version 1.0 header in exactly that form, with a plain bool,
+# int or float dtype, is read by the pattern below; any other header (another
+# version, another dtype, another spelling, a malformed one) goes to numpy's reader,
+# which accepts and refuses what it always did, with its own messages.
+_CANONICAL = re.compile(rb"\{'descr': '([<>|][biuf][1248])', 'fortran_order': (False|True), "
+                        rb"'shape': \(((?:[0-9]+, )*(?:[0-9]+,?)?)\), \} *\n")
+
+
+def _header_fields(fh):
+    """``(shape, fortran_order, dtype)`` of the .npy stream ``fh``, read past its header
+    (Note [Canonical npy headers]); numpy's exceptions for a malformed one."""
+    head = fh.read(10)
+    text = b""
+    if len(head) == 10 and head[:8] == b"\x93NUMPY\x01\x00":
+        text = fh.read(int.from_bytes(head[8:], "little"))
+        found = _CANONICAL.fullmatch(text)
+        if found is not None:
+            descr, fortran, dims = found.groups()
+            return (tuple(int(d) for d in dims.split(b",") if d.strip()), fortran == b"True",
+                    np.dtype(descr.decode("ascii")))
+    rest = _Rest(head + text, fh)
+    fmt = np.lib.format
+    if fmt.read_magic(rest) == (1, 0):
+        return fmt.read_array_header_1_0(rest)
+    return fmt.read_array_header_2_0(rest)
+
+
+class _Rest:
+    """What was read of a stream, then the stream: for numpy's reader after a look."""
+
+    def __init__(self, read, fh):
+        self.buffer = read
+        self.fh = fh
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            out, self.buffer = self.buffer + self.fh.read(), b""
+            return out
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out + self.fh.read(n - len(out)) if len(out) < n else out

@@ -357,6 +357,21 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
         op.vjp_all = _all_vjps(op)      # one call for every wanted input, as PyTorch's one formula
 
 
+def not_implemented(name):
+    """Note [a backward without a derivative]: the VJP of an input that derivatives.yaml marks
+    ``not_implemented("NAME")``: the node is recorded (under its own name, as PyTorch's
+    ``PdistBackwardBackward0``) and raises PyTorch's error only when the backward reaches it.
+
+    >>> vjp = not_implemented("_pdist_backward")
+    >>> vjp(None, None)
+    Traceback (most recent call last):
+    RuntimeError: the derivative for '_pdist_backward' is not implemented.
+    """
+    def vjp(*_, **__):
+        raise RuntimeError(f"the derivative for '{name}' is not implemented.")
+    return vjp
+
+
 def not_differentiable(op):
     """Note [ops without a node]: ``op`` is not differentiable (derivatives.yaml lists it as
     ``non_differentiable``, or not at all: comparisons, ``argmax``, the factories): its tensor

@@ -131,6 +131,175 @@ def test_create_graph_gradient_records_torchs_backward_node_that_cannot_be_diffe
         grad([gs[0]], [flat[wrt[0]]], grad_outputs=[np.ones(gs[0].shape)])
 
 
+# -- real FFTs, complex values as their real views ------------------------------------------------
+# Note [complex as its real view] (gradcli/ops/aten_kernels/fft.py): gradcli holds a complex tensor
+# as torch.view_as_real of it, so these rows are compared with torch through view_as_real and
+# view_as_complex, and run by the gradcli-only checks of the table above and below
+R2C, C2R = "aten._fft_r2c.default", "aten._fft_c2r.default"
+AS_REAL, AS_COMPLEX = "aten.view_as_real.default", "aten.view_as_complex.default"
+COMPLEX_IN = {C2R, AS_REAL}         # their input is complex in torch
+COMPLEX_OUT = {R2C, AS_COMPLEX}     # their output is complex in torch
+FFT_CASES = []
+
+
+def fft_case(op, x, args, id=None, gradgrad=True):  # noqa: A002
+    n = sum(1 for c in FFT_CASES if c.values[0] == op)
+    FFT_CASES.append(pytest.param(op, x, args, gradgrad, id=id or f"{op}-{n}"))
+
+
+for _shape, _dim, _norm, _one in [((3, 8), [1], 0, True), ((3, 7), [1], 1, True), ((4, 6), [0, 1], 2, True),
+                                  ((5, 3), [0], 2, True), ((3, 8), [1], 0, False), ((4, 5), [0, 1], 1, False),
+                                  ((2, 3, 4), [0, 2], 0, False), ((2, 3, 4), [2, 0], 1, True), ((6,), [0], 0, True),
+                                  ((3, 1), [1], 0, True)]:
+    fft_case(R2C, R(*_shape), {"dim": _dim, "normalization": _norm, "onesided": _one})
+fft_case(R2C, nc(R(4, 6)), {"dim": [0], "normalization": 0, "onesided": True}, id=R2C + "-nc")
+for _cshape, _dim, _norm, _n in [((3, 5), [1], 0, 8), ((3, 4), [1], 2, 7), ((4, 4), [0, 1], 1, 6),
+                                 ((2, 3, 2), [0, 2], 0, 3), ((3, 1), [1], 2, 1), ((4, 2), [1], 0, 2)]:
+    fft_case(C2R, R(*_cshape, 2), {"dim": _dim, "normalization": _norm, "last_dim_size": _n})
+fft_case(C2R, nc(R(3, 5, 2)), {"dim": [1], "normalization": 2, "last_dim_size": 9}, id=C2R + "-nc")
+fft_case(AS_REAL, R(3, 4, 2), {})
+fft_case(AS_COMPLEX, R(3, 4, 2), {})
+refused(R2C, [R(3, 8)], {"dim": [2], "normalization": 0, "onesided": True}, "out of range")
+refused(R2C, [R(3, 8)], {"dim": [-1], "normalization": 0, "onesided": True}, "out of range")
+refused(R2C, [R(3, 0)], {"dim": [1], "normalization": 0, "onesided": True}, "Invalid number of data points")
+refused(R2C, [np.ones((3, 4), np.int64)], {"dim": [1], "normalization": 0, "onesided": True},
+        "not implemented for int64")
+refused(AS_COMPLEX, [R(3, 4)], {}, "last dimension of size 2")
+
+
+@pytest.mark.parametrize("op_name, x, args, match", [
+    (R2C, R(3, 8), {"dim": [], "normalization": 0, "onesided": True}, "at least one dimension"),
+    (R2C, R(3, 8), {"dim": [1, 1], "normalization": 0, "onesided": True}, "repeats a dimension"),
+    (R2C, R(3, 8), {"dim": [1], "normalization": 3, "onesided": True}, "normalization must be"),
+    (C2R, R(3, 8, 2), {"dim": [1], "normalization": 0, "last_dim_size": 8}, r"expected 5 entries"),
+    (C2R, R(3, 5, 2), {"dim": [1], "normalization": 0, "last_dim_size": 20}, r"expected 11 entries"),
+    (C2R, R(3, 5), {"dim": [1], "normalization": 0, "last_dim_size": 8}, "real view of a complex tensor"),
+    (C2R, R(3, 1, 2), {"dim": [1], "normalization": 0, "last_dim_size": 0}, "Invalid number of data points"),
+    (AS_REAL, R(3, 4), {}, "last dimension of size 2"),
+])
+def test_fft_arguments_are_checked_where_torch_asserts_or_differs(op_name, x, args, match):
+    # refused by gradcli, at load time too: torch accepts a repeated dim and normalization 3,
+    # computes c2r from a full signal (whose gradient then has the wrong size: Note [c2r takes
+    # the onesided half]) and fails an internal assert on the others
+    with pytest.raises(ValueError, match=match):
+        OPS[op_name](x, **args)
+    with pytest.raises(ValueError, match=match):
+        T._inferred(op_name, [x], args)
+
+
+def _torch_leaf(op_name, x):
+    t = torch.tensor(x)
+    if op_name in COMPLEX_IN:
+        t = torch.view_as_complex(t.contiguous()).clone()
+    return t.requires_grad_()
+
+
+def _real(t):
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _fft_first_order(op_name, x, args, dtype=np.float64, create_graph=False):
+    """(ours, theirs): each (input leaf, output, upstream, gradient), gradcli's and torch's."""
+    x = x.astype(dtype)
+    xt = Tensor(x.copy(), requires_grad=True)
+    y = OPS[op_name](xt, **args)
+    v = np.random.default_rng(7).standard_normal(y.shape).astype(dtype)
+    vt = Tensor(v.copy(), requires_grad=True) if create_graph else v
+    (g,) = grad([y], [xt], grad_outputs=[vt], create_graph=create_graph)
+    if torch is None:
+        return (xt, y, vt, g), None
+    tx = _torch_leaf(op_name, x)
+    ty = T._torch_op(op_name)(tx, **args)
+    tv = torch.tensor(v, requires_grad=create_graph)
+    (tg,) = torch.autograd.grad(_real(ty), tx, tv, create_graph=create_graph)
+    return (xt, y, vt, g), (tx, ty, tv, tg)
+
+
+FFT_PARAMS = "op_name, x, args, gradgrad"
+
+
+@needs_torch
+@pytest.mark.parametrize(FFT_PARAMS, FFT_CASES)
+def test_fft_forward_gradient_and_node_match_torch_through_the_real_view(op_name, x, args, gradgrad):
+    (xt, y, _, g), (tx, ty, _, tg) = _fft_first_order(op_name, x, args)
+    assert y.dtype == np.float64 and y.shape == tuple(_real(ty).shape)
+    np.testing.assert_allclose(y.data, _real(ty).detach().numpy(), rtol=1e-12, atol=1e-13)
+    assert y.grad_fn.name == ty.grad_fn.name()
+    assert g.shape == x.shape
+    np.testing.assert_allclose(g, _real(tg).numpy(), rtol=1e-10, atol=1e-12)
+
+
+@needs_torch
+@pytest.mark.parametrize(FFT_PARAMS, FFT_CASES)
+def test_fft_float32_stays_float32_like_torch(op_name, x, args, gradgrad):
+    (_, y, _, g), (_, ty, _, tg) = _fft_first_order(op_name, x, args, dtype=np.float32)
+    assert y.dtype == np.float32 and g.dtype == np.float32
+    assert str(_real(ty).dtype) == "torch.float32"
+    np.testing.assert_allclose(y.data, _real(ty).detach().numpy(), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(g, _real(tg).numpy(), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize(FFT_PARAMS, FFT_CASES)
+def test_fft_gradients_match_finite_differences(op_name, x, args, gradgrad):
+    T.test_gradients_match_finite_differences(op_name, [x], args, None, True)
+
+
+@pytest.mark.parametrize(FFT_PARAMS, FFT_CASES)
+def test_fft_load_time_infer_matches_the_forward(op_name, x, args, gradgrad, monkeypatch):
+    T.test_load_time_infer_matches_the_forward(op_name, [x], args, None, True)
+    T.test_load_time_infer_never_computes_on_full_size_inputs(op_name, [x], args, None, True, monkeypatch)
+
+
+@needs_torch
+@pytest.mark.parametrize(FFT_PARAMS, [c for c in FFT_CASES if c.values[3]])
+def test_fft_second_derivative_matches_torch_through_the_real_view(op_name, x, args, gradgrad):
+    # the ops are linear: the second derivative is the one for the upstream gradient (none
+    # for the input), and the create_graph gradient records the other FFT's node
+    (xt, _, vt, g), (tx, _, tv, tg) = _fft_first_order(op_name, x, args, create_graph=True)
+    w = np.random.default_rng(8).standard_normal(g.shape)
+    ours = grad([g], [xt, vt], grad_outputs=[w], allow_unused=True)
+    theirs = torch.autograd.grad(_real(tg), [tx, tv], torch.tensor(w), allow_unused=True)
+    assert ours[0] is None and theirs[0] is None
+    np.testing.assert_allclose(ours[1], theirs[1].numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("op_name, x, args", [
+    (R2C, R(0, 6), {"dim": [1], "normalization": 2, "onesided": True}),
+    (C2R, R(0, 5, 2), {"dim": [1], "normalization": 2, "last_dim_size": 8}),
+    (AS_COMPLEX, R(0, 2), {}),
+])
+def test_fft_of_an_empty_batch_is_empty(op_name, x, args):
+    # gradcli computes the empty result and its empty gradient; torch 2.13's CPU kernels fail
+    # there (an MKL configuration error; view_as_complex asks an empty tensor for a unit stride)
+    xt = Tensor(x.copy(), requires_grad=True)
+    y = OPS[op_name](xt, **args)
+    assert y.shape == T._inferred(op_name, [x], args)[0][0] and y.data.size == 0
+    (g,) = grad([y], [xt], grad_outputs=[np.zeros(y.shape)])
+    assert g.shape == x.shape and g.dtype == x.dtype
+    if torch is not None:
+        with pytest.raises(RuntimeError):
+            T._torch_op(op_name)(_torch_leaf(op_name, x), **args)
+
+
+def test_fft_gradients_record_the_other_fft():
+    # Note [real FFT gradients as real FFTs]: c2r's gradient is an r2c (times the doubled
+    # frequencies) and r2c's a c2r, so differentiating again runs the FFT ops' own VJPs
+    x = Tensor(R(3, 8), requires_grad=True)
+    y = OPS[R2C](x, dim=[1], normalization=0, onesided=True)
+    v = Tensor(R(3, 5, 2, seed=1), requires_grad=True)
+    (g,) = grad([y], [x], grad_outputs=[v], create_graph=True)
+    assert g.grad_fn.name == "FftC2RBackward0"
+    z = Tensor(R(3, 5, 2), requires_grad=True)
+    y = OPS[C2R](z, dim=[1], normalization=2, last_dim_size=8)
+    (g,) = grad([y], [z], grad_outputs=[Tensor(R(3, 8, seed=1), requires_grad=True)], create_graph=True)
+    assert g.grad_fn.name == "MulBackward0" and g.grad_fn.next_edges[0][0].name == "FftR2CBackward0"
+
+
+@pytest.mark.parametrize(FFT_PARAMS, [c for c in FFT_CASES if c.values[3]])
+def test_fft_second_derivative_matches_finite_differences(op_name, x, args, gradgrad):
+    GG.test_second_derivative_matches_finite_differences(op_name, [x], args, None)
+
+
 # -- the checks of tests/test_aten_ops.py, on this table ----------------------------------------
 PARAMS = T.PARAMS
 
@@ -203,13 +372,13 @@ def test_create_graph_gradients_have_torchs_node_names(op_name, monkeypatch):
 
 def table_ops():
     """The ops this table covers (the coverage checks of the other tables ask)."""
-    return {c.values[0] for c in CASES}
+    return {c.values[0] for c in CASES} | {c.values[0] for c in FFT_CASES}
 
 
 def gradgrad_ops():
     """The ops with a second-derivative row here, or none because PyTorch has none (their
     backward ops' nodes raise PyTorch's error, tested above)."""
-    return set(GRADGRAD) | set(NO_SECOND_DERIVATIVE) | BACKWARD_OPS
+    return set(GRADGRAD) | set(NO_SECOND_DERIVATIVE) | BACKWARD_OPS | {c.values[0] for c in FFT_CASES if c.values[3]}
 
 
 def test_every_op_of_this_table_is_registered_with_torchs_schema():

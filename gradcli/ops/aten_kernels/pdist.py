@@ -17,7 +17,7 @@ def pdist_shape(shape, p):
     """``(n (n - 1) / 2,)`` for an ``(n, m)`` input, checked as ``torch.pdist`` checks it."""
     if len(shape) != 2:
         raise ValueError(f"pdist only supports 2D tensors, got: {len(shape)}D")
-    if not (p >= 0 or math.isnan(p)) or math.isnan(p):
+    if not p >= 0:                  # NaN too
         raise ValueError("pdist only supports non-negative p values")
     n = shape[0]
     return (n * (n - 1) // 2,)

@@ -131,6 +131,100 @@ def test_create_graph_gradient_records_torchs_backward_node_that_cannot_be_diffe
         grad([gs[0]], [flat[wrt[0]]], grad_outputs=[np.ones(gs[0].shape)])
 
 
+# -- grid sampling ------------------------------------------------------------------------------------
+GS, GSB = "aten.grid_sampler_2d.default", "aten.grid_sampler_2d_backward.default"
+MODES = [(i, p, a) for i in (0, 1, 2) for p in (0, 1, 2) for a in (False, True)]
+
+
+def _grid(*shape, seed=0):
+    return R(*shape, 2, seed=seed, low=-1.25, high=1.25)     # some points outside [-1, 1]: the padding
+
+
+def _gs_args(i, p, a):
+    return {"interpolation_mode": i, "padding_mode": p, "align_corners": a}
+
+
+for _i, _p, _a in MODES:
+    case(GS, [R(2, 2, 3, 4), _grid(2, 2, 3)], _gs_args(_i, _p, _a), id=f"{GS}-{_i}-{_p}-{_a}")
+case(GS, [nc(R(1, 3, 4, 3)), nc(_grid(1, 2, 2))], _gs_args(0, 0, False), id=GS + "-nc")
+case(GS, [R(1, 2, 1, 1), _grid(1, 2, 2)], _gs_args(2, 2, False), id=GS + "-one-pixel")
+case(GS, [R(0, 2, 3, 4), _grid(0, 2, 3)], _gs_args(0, 0, False), id=GS + "-empty-batch")
+case(GS, [R(1, 0, 3, 4), _grid(1, 2, 3)], _gs_args(2, 1, True), id=GS + "-no-channels")
+case(GS, [R(1, 2, 3, 4), _grid(1, 0, 3)], _gs_args(1, 2, False), id=GS + "-empty-grid")
+GRADGRAD[GS] = ([R(1, 2, 3, 4), _grid(1, 2, 3)], _gs_args(2, 2, False), None)
+case(GSB, [R(1, 2, 2, 3, seed=3), R(1, 2, 3, 4), _grid(1, 2, 3)], dict(_gs_args(0, 1, True), output_mask=[True, True]),
+     wrt=[])
+BACKWARD_OPS.add(GSB)
+refused(GS, [R(2, 4, 5), _grid(2, 2, 3)], _gs_args(0, 0, False), "expected 4D input and grid")
+refused(GS, [R(2, 2, 3, 4), _grid(1, 2, 3)], _gs_args(0, 0, False), "same batch size")
+refused(GS, [R(1, 2, 3, 4), R(1, 2, 3, 3)], _gs_args(0, 0, False), "size 2 in last dimension")
+refused(GS, [R(1, 2, 0, 4), _grid(1, 2, 3)], _gs_args(0, 0, False), "non-empty spatial dimensions")
+refused(GS, [np.ones((1, 2, 3, 4), np.int64), np.zeros((1, 2, 3, 2), np.int64)], _gs_args(0, 0, False),
+        "not implemented for int64")
+
+
+@pytest.mark.parametrize("args, match", [
+    (_gs_args(3, 0, False), "interpolation_mode must be"),
+    (_gs_args(0, 3, False), "padding_mode must be"),
+])
+def test_grid_sampler_refuses_modes_torch_does_not_define(args, match):
+    # torch 2.13 casts any int to its mode enums and computes something; gradcli refuses
+    with pytest.raises(ValueError, match=match):
+        OPS[GS](R(1, 2, 3, 4), _grid(1, 2, 3), **args)
+    with pytest.raises(ValueError, match=match):
+        T._inferred(GS, [R(1, 2, 3, 4), _grid(1, 2, 3)], args)
+
+
+def test_grid_sampler_refuses_a_grid_of_another_dtype_like_torch():
+    with pytest.raises(TypeError, match="same dtype"):
+        OPS[GS](R(1, 2, 3, 4), _grid(1, 2, 3).astype(np.float32), **_gs_args(0, 0, False))
+    if torch is not None:
+        with pytest.raises(RuntimeError):
+            torch.ops.aten.grid_sampler_2d(torch.tensor(R(1, 2, 3, 4)), torch.tensor(_grid(1, 2, 3)).float(),
+                                           0, 0, False)
+
+
+def test_grid_sampler_backward_refuses_a_partial_mask():
+    # PyTorch leaves grad_input undefined for [false, true]; a gradcli output is always an array
+    with pytest.raises(ValueError, match="gradcli computes every output"):
+        OPS[GSB](R(1, 2, 2, 3), R(1, 2, 3, 4), _grid(1, 2, 3), **_gs_args(0, 0, False), output_mask=[False, True])
+
+
+@pytest.mark.parametrize("mode", [pytest.param(m, id="-".join(map(str, m))) for m in MODES])
+def test_grid_sampler_second_derivatives_match_torch_in_every_mode(mode):
+    x, g, v = R(2, 2, 3, 4), _grid(2, 2, 3), R(2, 2, 2, 3, seed=5)
+    ggi, ggg = R(2, 2, 3, 4, seed=6), R(2, 2, 3, 2, seed=7)
+    args = _gs_args(*mode)
+    xt, gt, vt = (Tensor(a.copy(), requires_grad=True) for a in (x, g, v))
+    gi, gg = grad([OPS[GS](xt, gt, **args)], [xt, gt], grad_outputs=[vt], create_graph=True)
+    assert gi.grad_fn.name == gg.grad_fn.name == "GridSampler2DBackwardBackward0"
+    ours = grad([gi, gg], [vt, xt, gt], grad_outputs=[ggi, ggg], allow_unused=True)
+    if torch is None:
+        return
+    tx, tg, tv = (torch.tensor(a, requires_grad=True) for a in (x, g, v))
+    tgi, tgg = torch.autograd.grad(torch.ops.aten.grid_sampler_2d(tx, tg, *args.values()), [tx, tg], tv,
+                                   create_graph=True)
+    assert tgi.grad_fn.name() == tgg.grad_fn.name() == "GridSampler2DBackwardBackward0"
+    theirs = torch.autograd.grad([tgi, tgg], [tv, tx, tg], [torch.tensor(ggi), torch.tensor(ggg)], allow_unused=True)
+    for a, b in zip(ours, theirs):
+        b = np.zeros(a.shape) if b is None else b.numpy()
+        np.testing.assert_allclose(np.zeros(b.shape) if a is None else a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_grid_sampler_third_derivative_is_refused_in_one_line():
+    # gradcli deliberately stops at the second derivative: PyTorch's double backward is made of
+    # differentiable ops, gradcli's computes on arrays (Note [a derivative gradcli does not go
+    # beyond]); the third derivative raises when reached, never a silent zero
+    xt, gt, vt = Tensor(R(1, 2, 3, 4), requires_grad=True), Tensor(_grid(1, 2, 3), requires_grad=True), \
+        Tensor(R(1, 2, 2, 3, seed=5), requires_grad=True)
+    gi, gg = grad([OPS[GS](xt, gt, **_gs_args(0, 0, False))], [xt, gt], grad_outputs=[vt], create_graph=True)
+    second = grad([gi, gg], [vt, xt, gt], grad_outputs=[np.ones(gi.shape), np.ones(gg.shape)], create_graph=True)
+    assert all(s.requires_grad for s in second)
+    with pytest.raises(RuntimeError, match="second order only") as err:
+        grad([second[2]], [gt], grad_outputs=[np.ones(gt.shape)])
+    assert "\n" not in str(err.value)
+
+
 # -- real FFTs, complex values as their real views ------------------------------------------------
 # Note [complex as its real view] (gradcli/ops/aten_kernels/fft.py): gradcli holds a complex tensor
 # as torch.view_as_real of it, so these rows are compared with torch through view_as_real and

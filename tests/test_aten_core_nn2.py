@@ -131,6 +131,116 @@ def test_create_graph_gradient_records_torchs_backward_node_that_cannot_be_diffe
         grad([gs[0]], [flat[wrt[0]]], grad_outputs=[np.ones(gs[0].shape)])
 
 
+# -- bags of embeddings ---------------------------------------------------------------------------
+EB = "aten._embedding_bag.default"
+EBB = "aten._embedding_bag_backward.default"
+PSWB = "aten._embedding_bag_per_sample_weights_backward.default"
+_W = R(10, 3)
+_IDX = I(1, 2, 4, 1, 4, 3, 2, 9)
+
+
+def _eb(mode=0, **kw):
+    return {"mode": mode, **kw}
+
+
+for _m in (0, 1, 2):
+    case(EB, [_W, _IDX, I(0, 3, 3), None], _eb(_m), id=f"{EB}-{_m}-empty-bag")
+    case(EB, [_W, _IDX, I(0, 0, 5), None], _eb(_m, padding_idx=4), id=f"{EB}-{_m}-padding")
+    case(EB, [_W, _IDX, I(0, 3, 8), None], _eb(_m, include_last_offset=True), id=f"{EB}-{_m}-last-offset")
+    # (a scaled gradient, not the derivative: compared with torch's only)
+    case(EB, [_W, _IDX, I(0, 2, 6), None], _eb(_m, scale_grad_by_freq=True, padding_idx=2), fd=_m == 2,
+         id=f"{EB}-{_m}-freq")
+    case(EB, [nc(R(3, 10)).T, _IDX, I(0, 4), None], _eb(_m), id=f"{EB}-{_m}-nc")
+case(EB, [_W, _IDX, I(0, 3), R(8, seed=1)], _eb(0), id=EB + "-per-sample-weights")
+case(EB, [_W, _IDX, I(0, 0, 5), R(8, seed=1)], _eb(0, padding_idx=2, scale_grad_by_freq=True), fd=False,
+     id=EB + "-per-sample-weights-padding-freq")
+case(EB, [_W, _IDX.astype(np.int32), I(0, 5).astype(np.int32), None], _eb(2), id=EB + "-int32")
+case(EB, [_W, _IDX.astype(np.int32), I(0, 5), None], _eb(1), id=EB + "-int32-int64")
+case(EB, [_W, I(), I(0, 0), None], _eb(1), id=EB + "-no-indices")
+case(EB, [R(0, 3), I(), I(0), None], _eb(0), id=EB + "-empty-weight")
+case(EB, [R(10, 0), _IDX, I(0, 3), None], _eb(2), id=EB + "-no-columns")
+# the outputs PyTorch's backward reads, given as the forward made them
+_ebo = [np.asarray(o) for o in OPS[EB](_W, _IDX, I(0, 3, 3), None, mode=1, padding_idx=4)]
+case(EBB, [R(3, 3, seed=2), _IDX, I(0, 3, 3), _ebo[1], _ebo[2], _ebo[3], None],
+     {"num_weights": 10, "scale_grad_by_freq": False, "mode": 1, "sparse": False, "padding_idx": 4}, wrt=[])
+case(PSWB, [R(2, 3, seed=2), _W, _IDX, I(0, 3), I(0, 0, 0, 1, 1, 1, 1, 1)], {"mode": 0, "padding_idx": 4}, wrt=[])
+BACKWARD_OPS.update({EBB, PSWB})
+NO_SECOND_DERIVATIVE[EB] = "_embedding_bag_backward"
+refused(EB, [_W, _IDX, I(0, 3), R(8, seed=1)], _eb(1), "only supported with mode='sum'")
+refused(EB, [_W, _IDX, I(0, 3), None], _eb(3), "must be sum, mean, or max")
+refused(EB, [R(10), _IDX, I(0, 3), None], _eb(0), "weight has to be a 2D Tensor")
+refused(EB, [_W, _IDX.astype(np.float64), I(0, 3), None], _eb(0), "int64 or int32")
+refused(EB, [_W, _IDX, I(0, 3).reshape(1, 2), None], _eb(0), "offsets has to be a 1D Tensor")
+refused(EB, [_W, _IDX, I(0, 3), R(7, seed=1)], _eb(0), "one weight per index")
+refused(EB, [_W, _IDX, I(1, 3), None], _eb(0), r"offsets\[0\] has to be 0", static=False)
+refused(EB, [_W, _IDX, I(0, 9), None], _eb(0), r"offsets\[-1\] can not be greater", static=False)
+refused(EB, [_W, I(1, 20), I(0), None], _eb(0), "found idx to be 20", static=False)
+refused(EB, [_W, I(1, -2), I(0), None], _eb(0), "found idx to be -2", static=False)
+
+
+@pytest.mark.parametrize("inputs, args, match, static", [
+    ([_W, _IDX, I(), None], _eb(0), "at least one bag", True),
+    ([_W, _IDX, I(0), None], _eb(0, include_last_offset=True), "at least one bag", True),
+    ([_W, _IDX, I(0, 5, 3), None], _eb(0), "must not decrease", False),
+    ([_W, _IDX, I(0, 3, 5), None], _eb(0, include_last_offset=True), r"offsets\[-1\] must be the number", False),
+    ([_W, _IDX.reshape(2, 4), I(0, 1), None], _eb(0), "input has to be a 1D Tensor", True),
+    ([_W, _IDX, I(0, 3), None], _eb(0, sparse=True), "sparse=True", True),
+])
+def test_embedding_bag_refuses_what_torch_crashes_on_or_reads_otherwise(inputs, args, match, static):
+    # PyTorch 2.13 crashes the process on no bags, reads decreasing offsets out of order, reads
+    # memory it never wrote for a short last offset (float32), reads a 2-D input by its first dim only; gradcli's gradients are dense. Refused, in one line, at load
+    # time where the shapes tell
+    with pytest.raises(ValueError, match=match):
+        OPS[EB](*inputs, **args)
+    if static:
+        with pytest.raises(ValueError, match=match):
+            T._inferred(EB, inputs, args)
+
+
+def test_embedding_bag_frequency_scale_follows_torchs_sorted_position_count():
+    # Note [embedding_bag's frequency scale]: index 3 occurs once, yet its row's gradient is
+    # halved, because the sorted indices' third value (2) occurs twice
+    w = Tensor(_W.copy(), requires_grad=True)
+    out = OPS[EB](w, I(1, 2, 4, 1, 4, 3, 2, 9), I(0, 3), None, mode=0, scale_grad_by_freq=True)[0]
+    (g,) = grad([out], [w], grad_outputs=[np.ones((2, 3))])
+    assert g[3, 0] == 0.5 and g[9, 0] == 1.0 and g[1, 0] == 1.0
+    if torch is not None:
+        tw = torch.tensor(_W, requires_grad=True)
+        tout = torch.ops.aten._embedding_bag(tw, torch.tensor([1, 2, 4, 1, 4, 3, 2, 9]), torch.tensor([0, 3]),
+                                             scale_grad_by_freq=True)[0]
+        np.testing.assert_array_equal(g, torch.autograd.grad(tout.sum(), tw)[0].numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("offsets, kw", [(I(0, 3, 3), {}), (I(0, 3, 8), {"include_last_offset": True}),
+                                         (I(0, 3), {"per_sample_weights": True})])
+def test_embedding_bag_float32_sum_gradients_match_torch_without_offset2bag(offsets, kw):
+    # Note [no offset2bag on the fast path]: the forward's offset2bag is empty, and the backward
+    # ops make the bags from the offsets again (the last bag running to the end of the indices)
+    w = _W.astype(np.float32)
+    psw = R(8, seed=1).astype(np.float32) if kw.pop("per_sample_weights", False) else None
+    leaves = [Tensor(w.copy(), requires_grad=True)] + ([Tensor(psw.copy(), requires_grad=True)] if psw is not None
+                                                        else [])
+    outs = OPS[EB](leaves[0], _IDX, offsets, leaves[1] if psw is not None else None, mode=0, **kw)
+    assert outs[1].shape == (0,)
+    v = R(*outs[0].shape, seed=3).astype(np.float32)
+    ours = grad([outs[0]], leaves, grad_outputs=[v])
+    tl = [torch.tensor(x, requires_grad=True) for x in ([w] + ([psw] if psw is not None else []))]
+    touts = torch.ops.aten._embedding_bag(tl[0], torch.tensor(_IDX), torch.tensor(offsets), mode=0,
+                                          per_sample_weights=tl[1] if psw is not None else None, **kw)
+    assert tuple(touts[1].shape) == (0,)
+    theirs = torch.autograd.grad(touts[0], tl, torch.tensor(v))
+    for a, b in zip(ours, theirs):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_embedding_bag_bookkeeping_outputs_have_no_node():
+    outs = OPS[EB](Tensor(_W.copy(), requires_grad=True), _IDX, I(0, 3), None, mode=2)
+    assert outs[0].grad_fn.name == "EmbeddingBagBackward0"
+    assert all(o.grad_fn is None and not o.requires_grad for o in outs[1:])
+
+
 # -- grid sampling ------------------------------------------------------------------------------------
 GS, GSB = "aten.grid_sampler_2d.default", "aten.grid_sampler_2d_backward.default"
 MODES = [(i, p, a) for i in (0, 1, 2) for p in (0, 1, 2) for a in (False, True)]

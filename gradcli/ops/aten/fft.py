@@ -138,3 +138,8 @@ def view_as_complex(self):
 
 defvjp(view_as_real, lambda g, ans, self: g)
 defvjp(view_as_complex, lambda g, ans, self: g)
+
+# Note [complex as its real view]: the ops whose input PyTorch holds as a complex tensor; any other
+# op reading one would compute on the real view as if it were real numbers (the exporter asks)
+for _op in (fft_c2r, view_as_real):
+    _op.reads_complex = True

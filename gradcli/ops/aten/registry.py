@@ -55,7 +55,7 @@ class AtenOp(Op):
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
-                 "numbers_as_tensors", "mutated", "draws_random", "beyond_message")
+                 "numbers_as_tensors", "mutated", "draws_random", "beyond_message", "reads_complex")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None,
                  mutates=()):
@@ -84,6 +84,8 @@ class AtenOp(Op):
         self.mutated = tuple(names.index(m) for m in mutates)
         self.draws_random = False   # draws from the graph's generator (ops/rng.py; sampling.py sets it)
         self.beyond_message = None  # Note [a derivative gradcli does not go beyond]
+        # reads a complex tensor, as its real view (Note [complex as its real view]; fft.py sets it)
+        self.reads_complex = False
 
     # -- as a graph file names it -----------------------------------------------------
     @property

@@ -91,3 +91,19 @@ def test_arithmetic_on_a_complex_tensor_is_refused_at_export_in_one_line():
     with pytest.raises(ExportError, match="computes on a complex tensor") as err:
         from_module(ComplexArithmetic(), (torch.randn(2, 8),), dtype="float64")
     assert "\n" not in str(err.value) and "aten.mul.Tensor" in str(err.value)
+
+
+class ComplexWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.spectrum = torch.nn.Parameter(torch.randn(5, dtype=torch.complex128))
+
+    def forward(self, x):
+        return (torch.fft.irfft(self.spectrum, n=8) * x).sum()
+
+
+def test_a_complex_parameter_is_refused_at_export_in_one_line():
+    with pytest.raises(ExportError, match="reads a complex parameter") as err:
+        from_module(ComplexWeight(), (torch.randn(2, 8, dtype=torch.float64),))
+    assert "\n" not in str(err.value)

@@ -235,6 +235,20 @@ def test_embedding_bag_float32_sum_gradients_match_torch_without_offset2bag(offs
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("indices, offsets", [(I(0, 1, 2, 3), I(0, 2, 2)), (I(1, 0, 2), I(0)), (I(3, 3), I(0, 1)),
+                                              (I(2, 1, 2, 0), I(0, 1, 3))])
+def test_embedding_bag_max_keeps_torchs_scan_order_for_ties_and_nan(indices, offsets):
+    # Note [the bag maximum's scan]: the first maximum wins, a NaN first stays, a NaN later is passed over
+    w = np.array([[np.nan, 1.0, 0.0], [2.0, np.nan, 0.0], [2.0, 5.0, -np.inf], [-np.inf, -np.inf, -np.inf]])
+    out, _, size, arg = (np.asarray(o) for o in OPS[EB](w, indices, offsets, None, mode=2))
+    if torch is None:
+        return
+    tout = torch.ops.aten._embedding_bag(torch.tensor(w), torch.tensor(indices), torch.tensor(offsets), mode=2)
+    np.testing.assert_array_equal(out, tout[0].numpy())            # NaN where torch has NaN
+    np.testing.assert_array_equal(arg, tout[3].numpy())
+    np.testing.assert_array_equal(size, tout[2].numpy())
+
+
 def test_embedding_bag_bookkeeping_outputs_have_no_node():
     outs = OPS[EB](Tensor(_W.copy(), requires_grad=True), _IDX, I(0, 3), None, mode=2)
     assert outs[0].grad_fn.name == "EmbeddingBagBackward0"

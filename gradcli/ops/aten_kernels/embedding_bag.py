@@ -96,6 +96,41 @@ def _offset2bag(xp, indices, offsets, n_bags, num_weights):
     return xp.searchsorted(off, xp.arange(n), side="right") - 1
 
 
+def _bag_max(xp, weight, idx, bag, n_bags):
+    """Each bag's column-wise maximum of its rows and the row index it came from.
+
+    Note [the bag maximum's scan]: PyTorch's kernel scans a bag's rows in order and keeps a
+    value only when it is greater than the kept one: the first maximum wins a tie, a NaN
+    met later never wins, and a NaN met first is never replaced. So: the first row's value
+    where it is NaN, else the largest non-NaN value at its first position; an empty bag
+    gives zeros and index 0."""
+    d = weight.shape[1]
+    out = xp.zeros((n_bags, d), weight.dtype)
+    arg = xp.zeros((n_bags, d), np.int64)
+    if idx.size == 0:
+        return out, arg
+    rows = weight[idx]                                        # (n, d), in the bag's order
+    pos = xp.arange(idx.size)
+    first = xp.full(n_bags, idx.size, np.int64)
+    xp.minimum.at(first, bag, pos)
+    filled = first < idx.size
+    best = xp.full((n_bags, d), -np.inf, weight.dtype)
+    xp.fmax.at(best, bag, rows)                               # the largest non-NaN value
+    is_best = (rows == best[bag]) & ~xp.isnan(rows)
+    where = xp.full((n_bags, d), idx.size, np.int64)
+    bags = xp.broadcast_to(bag[:, None], rows.shape)[is_best]
+    cols = xp.broadcast_to(xp.arange(d), rows.shape)[is_best]
+    xp.minimum.at(where, (bags, cols), xp.broadcast_to(pos[:, None], rows.shape)[is_best])
+    start = rows[xp.minimum(first, idx.size - 1)]             # each bag's first row
+    nan_first = xp.isnan(start) & filled[:, None]
+    found = where < idx.size
+    chosen = xp.where(nan_first, xp.minimum(first, idx.size - 1)[:, None], xp.minimum(where, idx.size - 1))
+    keep = nan_first | found
+    out = xp.where(keep, rows[chosen, xp.arange(d)], 0).astype(weight.dtype)
+    arg = xp.where(keep, idx[chosen], 0)
+    return out, arg
+
+
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     """``aten._embedding_bag(...)`` -> [output, offset2bag, bag_size, max_indices] (Note [bags]).
@@ -115,15 +150,7 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     rows = weight[idx] * keep[:, None]
     counts = xp.bincount(bag[keep], minlength=n_bags).astype(np.int64) if idx.size else xp.zeros(n_bags, np.int64)
     if mode == 2:
-        out = xp.zeros((n_bags, d), dt)
-        arg = xp.zeros((n_bags, d), np.int64)
-        seen = xp.zeros(n_bags, bool)
-        for i in np.flatnonzero(keep):            # in order: the first maximum wins, as PyTorch's
-            b = bag[i]
-            better = ~seen[b] | (weight[idx[i]] > out[b])
-            out[b] = xp.where(better, weight[idx[i]], out[b])
-            arg[b] = xp.where(better, idx[i], arg[b])
-            seen[b] = True
+        out, arg = _bag_max(xp, weight, idx[keep], bag[keep], n_bags)
         return [out, bag.astype(idt), counts.astype(idt), arg.astype(idt)]
     if per_sample_weights is not None:
         rows = rows * per_sample_weights[:, None]

@@ -80,6 +80,20 @@ def test_pdist_refuses_a_non_contiguous_input_like_torch():
             torch.ops.aten._pdist_forward(torch.tensor(R(3, 4)).t(), 2.0)
 
 
+@pytest.mark.parametrize("p", [0.5, 2.0, float("inf")])
+def test_pdist_computed_in_blocks_of_rows_gives_the_same_distances_and_gradient(p, monkeypatch):
+    # Note [pdist in blocks of rows]: tiny blocks (a row or two at a time) against one block
+    from gradcli.ops.aten_kernels import pdist as K
+
+    x, v = R(9, 3), R(36, seed=1)
+    whole = K.pdist_forward(x, p), K.pdist_backward(v, x, p, K.pdist_forward(x, p))
+    monkeypatch.setattr(K, "_BLOCK", 40)
+    assert len(list(K._blocks(9, 3))) == 9         # one row per block
+    blocked = K.pdist_forward(x, p), K.pdist_backward(v, x, p, K.pdist_forward(x, p))
+    for a, b in zip(whole, blocked):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+
+
 def test_pdist_of_no_rows_has_a_zero_gradient():
     # (torch 2.13 crashes computing this gradient, so it is not compared with torch's)
     x = Tensor(R(0, 3), requires_grad=True)

@@ -9,6 +9,7 @@ empty bag gives zeros. ``mode``: 0 sum (``per_sample_weights`` scale the rows), 
 """
 import numpy as np
 
+from ...devices import to_host
 from ._common import array_module, check_dtype, scatter_add
 
 MODES = {0: "sum", 1: "mean", 2: "max"}
@@ -104,6 +105,9 @@ def _bag_max(xp, weight, idx, bag, n_bags):
     met later never wins, and a NaN met first is never replaced. So: the first row's value
     where it is NaN, else the largest non-NaN value at its first position; an empty bag
     gives zeros and index 0."""
+    if xp is not np:         # ufunc.at of minimum and fmax: computed on the host (CuPy has neither)
+        out, arg = _bag_max(np, to_host(weight), to_host(idx), to_host(bag), n_bags)
+        return xp.asarray(out), xp.asarray(arg)
     d = weight.shape[1]
     out = xp.zeros((n_bags, d), weight.dtype)
     arg = xp.zeros((n_bags, d), np.int64)
@@ -170,7 +174,7 @@ def _frequency_scale(xp, idx, num_weights):
     the sorted indices by value and divides group ``i``'s rows by the count of the value at
     *position* ``i`` of the sorted indices, not of the group's own value; gradcli divides as it
     does, so that its gradients are PyTorch's."""
-    order = np.sort(np.asarray(idx))
+    order = np.sort(to_host(idx))
     uniq = np.unique(order)
     counts = np.bincount(order, minlength=num_weights)
     scale = np.ones(num_weights)
@@ -188,7 +192,7 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
     out = xp.zeros((num_weights, d), grad.dtype)
     if mode == 2:
         sizes = bag_size.astype(np.int64)
-        b = np.flatnonzero(np.asarray(sizes) > 0)
+        b = xp.flatnonzero(sizes > 0)
         cols = xp.broadcast_to(xp.arange(d), (b.size, d))
         scatter_add(xp, out, (maximum_indices[b].astype(np.int64), cols), grad[b])
         return out

@@ -5,7 +5,6 @@ values held as their real view): the graph carries PyTorch's gradients and node 
 ``gradcli validate`` passes it."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the gradcli[torch] extra)")

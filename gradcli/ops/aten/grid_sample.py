@@ -57,7 +57,8 @@ def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, paddi
 
 
 # input, grid: grid_sampler_2d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners,
-# grad_input_mask); gradcli computes both (Note: _full_mask) and hands out those asked for
+# grad_input_mask); gradcli computes both (its backward op refuses a partial mask) and hands out
+# those asked for
 def _vjp(g, ans, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
     gi, gg = grid_sampler_2d_backward(g, input, grid, interpolation_mode=interpolation_mode,
                                       padding_mode=padding_mode, align_corners=align_corners,

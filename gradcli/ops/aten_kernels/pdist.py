@@ -5,8 +5,6 @@ Note [pdist through cdist]: a pair's distance is ``cdist``'s and its gradient fo
 follows from ``cdist_backward`` given a symmetric gradient matrix: the gradient of
 ``d(x_i, x_j)`` for ``x_i`` with ``j`` either side of ``i`` is one row of that product, the
 zero distance on the diagonal contributing zero as PyTorch's kernel makes it."""
-import math
-
 from ._common import array_module, check_dtype
 from .cdist import cdist_backward, cdist_forward
 

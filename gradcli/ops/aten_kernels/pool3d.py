@@ -10,7 +10,7 @@ import itertools
 
 import numpy as np
 
-from ._common import array_module, check_dtype, expand_param, window_slice
+from ._common import array_module, check_dtype, window_slice
 from .pool import _adaptive_matrix, _avg_divisors, _divide, check_avg_pool_dtype, pool_params
 
 

@@ -97,6 +97,21 @@ def _offset2bag(xp, indices, offsets, n_bags, num_weights):
     return xp.searchsorted(off, xp.arange(n), side="right") - 1
 
 
+def _bag_sums(xp, rows, offsets, n_bags):
+    """Each bag's sum of its rows: the bags are runs of consecutive rows (Note [bags]), so one
+    ``add.reduceat`` sums them all (an empty bag, which reduceat would give one row, is zero)."""
+    n, d = rows.shape
+    out = xp.zeros((n_bags, d), rows.dtype)
+    if n == 0:
+        return out
+    starts = offsets[:n_bags].astype(np.int64)
+    ends = xp.concatenate([starts[1:], xp.asarray([n], dtype=np.int64)])
+    filled = ends > starts
+    sums = xp.add.reduceat(rows, xp.minimum(starts, n - 1), axis=0)
+    out[filled] = sums[filled]
+    return out
+
+
 def _bag_max(xp, weight, idx, bag, n_bags):
     """Each bag's column-wise maximum of its rows and the row index it came from.
 
@@ -151,15 +166,16 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     bag = _offset2bag(xp, indices, offsets, n_bags, weight.shape[0])
     idx = indices.astype(np.int64)
     keep = idx != int(padding_idx)
-    rows = weight[idx] * keep[:, None]
+    rows = weight[idx]
+    if not bool(keep.all()):
+        rows = rows * keep[:, None]
     counts = xp.bincount(bag[keep], minlength=n_bags).astype(np.int64) if idx.size else xp.zeros(n_bags, np.int64)
     if mode == 2:
         out, arg = _bag_max(xp, weight, idx[keep], bag[keep], n_bags)
         return [out, bag.astype(idt), counts.astype(idt), arg.astype(idt)]
     if per_sample_weights is not None:
         rows = rows * per_sample_weights[:, None]
-    out = xp.zeros((n_bags, d), dt)
-    scatter_add(xp, out, bag, rows.astype(dt, copy=False))
+    out = _bag_sums(xp, rows.astype(dt, copy=False), offsets, n_bags)
     if mode == 1:
         out = xp.where(counts[:, None] > 0, out / xp.maximum(counts, 1)[:, None].astype(dt), 0).astype(dt)
         return [out, bag.astype(idt), counts.astype(idt), counts.astype(idt)]

@@ -203,6 +203,17 @@ def test_pooling_rejects_padding_over_half_the_kernel():
         K.max_pool2d_with_indices(np.zeros((1, 1, 5, 5)), [2, 2], [1, 1], [2, 2])
 
 
+@pytest.mark.parametrize("pool", [
+    lambda x: K.max_pool2d_with_indices(x, [2, 2], [1, 1], [1, 1]),
+    lambda x: K.avg_pool2d(x, [2, 2], [1, 1], [1, 1]),
+])
+def test_2d_pooling_refuses_an_empty_spatial_dim_even_when_padding_makes_room(pool):
+    # as PyTorch ("Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size"), and as
+    # the 3-D poolings: one checker serves both
+    with pytest.raises(ValueError, match="too small for input"):
+        pool(np.zeros((1, 2, 0, 4)))
+
+
 # ---------------------------------------------------------------- avg pooling
 # x shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
 AVGPOOL_CASES = [

@@ -5,17 +5,16 @@ saying what the error must contain (``match``: a substring, or a regex after
 ``re:``), on which line (``line``), with which load options (``options``),
 and whether it must fail fast (``fast``: alias bombs, deep nesting).
 
-"Fast" is checked with a margin that holds on a loaded 2-core machine: such a
-file is refused in about 0.05 s, and what the check must catch (expanding a
-billion-value alias bomb, recursing a million levels) takes minutes or does
-not end; memory is bounded separately (tracemalloc).
+A ``fast`` file is checked here for what it must not do, expand or recurse: its
+refusal stays within a memory bound (tracemalloc), and the test's timeout stops a
+hang. How fast it is refused (about 0.05 s; expanding a billion-value alias bomb
+takes minutes) is a benchmark: ``scripts/bench_bad_inputs.py``.
 """
 from __future__ import annotations
 
 import copy
 import json
 import re
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -34,7 +33,6 @@ CORPUS = Path(__file__).parent / "bad_inputs"
 EXPECTED = yaml.safe_load((CORPUS / "expected.yaml").read_text())
 NAMES = sorted(EXPECTED)
 FAST = [n for n in NAMES if EXPECTED[n].get("fast")]
-FAST_LIMIT_S = 20.0     # refusal takes ~0.05 s; see the module docstring
 
 
 def _cuda_present():
@@ -82,14 +80,10 @@ def test_corpus_is_complete():
 def test_api_raises_one_line_graph_error(name):
     _skip_if_needed(name)
     options = EXPECTED[name].get("options", {})
-    start = time.perf_counter()
     with pytest.raises(GraphError) as info:   # any other exception type fails the test
         graph = gradcli.load(CORPUS / name, **options)
         graph.run()
-    elapsed = time.perf_counter() - start
     _check_message(name, str(info.value))
-    if EXPECTED[name].get("fast"):
-        assert elapsed < FAST_LIMIT_S, f"took {elapsed:.2f} s"
 
 
 @pytest.mark.timeout(30)
@@ -110,18 +104,29 @@ def test_cli_exit_code_2_and_one_line(name):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("name", FAST)
-def test_bombs_fail_fast_with_bounded_memory(name):
+def test_bombs_are_refused_with_bounded_memory(name):
+    # refused before anything is expanded: the peak stays far below what expanding would take
+    # (the time to refuse is measured by scripts/bench_bad_inputs.py, not asserted here)
     tracemalloc.start()
     try:
-        start = time.perf_counter()
-        with pytest.raises(GraphError):
+        with pytest.raises(GraphError) as info:
             gradcli.load(CORPUS / name)
-        elapsed = time.perf_counter() - start
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert elapsed < FAST_LIMIT_S, f"took {elapsed:.2f} s"
+    _check_message(name, str(info.value))
     assert peak < 32 * 2**20, f"peak memory {peak} bytes"
+
+
+def test_the_refusal_benchmark_covers_the_fast_corpus():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_bad_inputs", CORPUS.parents[1] / "scripts" /
+                                                  "bench_bad_inputs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.fast_entries() == FAST and FAST
+    assert bench.time_refusal(FAST[0]) >= 0
 
 
 @pytest.mark.timeout(30)

@@ -69,6 +69,22 @@ def test_missing_lists_exactly_the_core_overloads_without_an_op():
     assert "aten.sin.default" not in data["missing"]
 
 
+def test_every_core_aten_overload_has_an_op():
+    # the whole core opset is covered: an op that goes missing (unregistered, renamed, its
+    # module no longer imported) fails here by name
+    assert core_opset.missing() == []
+    assert len(core_opset.CORE_ATEN) == 189
+
+
+@needs_torch
+def test_every_core_overload_of_the_installed_torch_has_an_op():
+    # in a fresh process, as `gradcli ops --missing` reads the installed torch
+    out = subprocess.run([sys.executable, "-m", "gradcli", "ops", "--missing", "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    data = json.loads(out)
+    assert data["missing"] == [] and data["missing_count"] == 0
+
+
 def test_missing_prints_one_name_a_line_and_the_count(monkeypatch):
     from gradcli.bridges.torch import opset
 

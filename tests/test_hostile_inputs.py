@@ -112,12 +112,15 @@ def test_view_ops_say_so_and_return_views():
                     "aten.view.default": {"size": [6, 4]},
                     "aten.diagonal.default": {"offset": 1, "dim1": 1, "dim2": 2},
                     "aten.as_strided.default": {"size": [3, 2], "stride": [4, 1], "storage_offset": 1},
-                    "aten.split_with_sizes.default": {"split_sizes": [1, 1], "dim": 0}})
+                    "aten.split_with_sizes.default": {"split_sizes": [1, 1], "dim": 0},
+                    "aten.view_as_real.default": {}, "aten.view_as_complex.default": {}})
     views = sorted(n for n, op in OPS.items() if op.public and op.view)
     assert set(views) <= set(samples), f"add a sample for the new view op(s) {views}"
     for name in views:
         if name == "aten.t.default":
             x = np.arange(6.0).reshape(2, 3)       # t takes at most 2 dimensions
+        elif name in ("aten.view_as_real.default", "aten.view_as_complex.default"):
+            x = np.arange(12.0).reshape(2, 3, 2)   # a complex tensor's real view: a last dim of 2
         else:
             x = np.arange(24.0).reshape(2, 3, 4)
         out = OPS[name].fn(x, **samples[name])

@@ -394,6 +394,13 @@ def _has_kernel(name) -> bool:
     return op is not None and op.public and op.supported
 
 
+def _reads_complex(name) -> bool:
+    """Whether ATen op ``name`` reads a complex tensor (as its real view, the op says)."""
+    from ...ops import OPS  # noqa: PLC0415
+
+    return bool(getattr(OPS.get(name), "reads_complex", False))
+
+
 def _decompositions():
     """PyTorch's decompositions of the NON-core ATen ops gradcli has no kernel for
     (Note [Composites]): core ops get kernels of their own, never a composite."""
@@ -499,6 +506,7 @@ class _Converter:
                     self.data_dependent.append(f"{node.target} {_source_line(node)}")
                     continue                        # Note [Data-dependent paths]: folded
                 dynamic.add(node)
+                self._check_complex(node, env, dynamic)
                 if any(i in requires for i in inputs):
                     if base in self.detach_ops:
                         self.stops.add(node)        # written as itself (Note [detach in graphs])
@@ -546,6 +554,20 @@ class _Converter:
         for k, v in tensors.items():
             ordered.setdefault(k, v)
         return ops, ordered, arrays, self._name_of(root, names)
+
+    def _check_complex(self, node, env, dynamic):
+        """Note [complex as its real view] (gradcli/ops/aten_kernels/fft.py): gradcli holds a
+        complex tensor as its real view; only the ops that say they read one may, any other
+        would compute on real and imaginary parts as if they were real numbers. A complex
+        leaf or constant cannot be written at all (graph files hold real arrays)."""
+        reads = [i for i in node.all_input_nodes if isinstance(env.get(i), torch.Tensor) and env[i].is_complex()]
+        if reads and not _reads_complex(S.op_name(node.target)):
+            _fail(node, "it computes on a complex tensor: gradcli holds complex values as their real view "
+                        "(torch.view_as_real), which only the real FFTs' inverse and view_as_real read; "
+                        "write the computation on torch.view_as_real(...) instead")
+        if any(i.op == "placeholder" or i not in dynamic for i in reads):
+            _fail(node, "it reads a complex parameter, input or constant (graph files hold real arrays; "
+                        "keep it as torch.view_as_real(...) of itself)")
 
     def _capture(self, node, value, const_names, tensors, arrays):
         """The name of a constant tensor holding ``value`` as it is now (Note [Folding])."""

@@ -43,6 +43,17 @@ DIFFERENCES = {
         (2, 14), "clamp.Tensor's create_graph gradients for self and min/max are "
                  "MaskedFillBackward0 nodes; 2.13 recorded WhereBackward0 (same values), and "
                  "gradcli keeps 2.13's WhereBackward0"),
+    "pdist_backward_grad_output": (
+        (2, 14), "_pdist_backward names its first argument grad_output (2.13: grad); gradcli keeps "
+                 "2.13's schema (graph files give tensor inputs by position)"),
+    "pdist_double_backward": (
+        (2, 14), "_pdist_backward has a derivative (torch.pdist's second derivative is computed); "
+                 "2.13 raised 'the derivative for '_pdist_backward' is not implemented.', and "
+                 "gradcli still raises it"),
+    "embedding_bag_freq_by_own_count": (
+        (2, 14), "_embedding_bag's backward with scale_grad_by_freq divides an index's rows by that "
+                 "index's own count; 2.13 divided by the count of the value at the index's group "
+                 "position in the sorted indices, and gradcli keeps 2.13's"),
     "make_fx_detach_as_alias": (
         (2, 14), "make_fx records Tensor.detach() as aten.alias.default (2.13: "
                  "aten.detach.default), and its nodes carry no requires_grad; the exporter "

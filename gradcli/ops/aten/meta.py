@@ -18,7 +18,7 @@ import numpy as np
 from ..aten_kernels._common import check_dtype
 from ..aten_kernels.attention import _check as _attention_check, groups as _attention_groups
 from ..aten_kernels.norm import _ln_axes, check_bn_params
-from ..aten_kernels.pool import _pool_params, adaptive_output_size, check_avg_pool_dtype
+from ..aten_kernels.pool import adaptive_output_size, pool_params, check_avg_pool_dtype
 from . import conv_pool, nn, norm_attention  # noqa: F401 - the entries the rules attach to
 from . import shape as shape_mod
 from .promotion import result_type
@@ -274,7 +274,8 @@ def _mse_loss(self, target, reduction=1):
 # -- pooling ------------------------------------------------------------------------------------
 @_rule("aten.max_pool2d_with_indices.default")
 def _max_pool2d(self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
-    out = _pool_params("max_pool2d_with_indices", self, kernel_size, stride, padding, dilation, ceil_mode)[4]
+    out = pool_params("max_pool2d_with_indices", tuple(self.shape), 2, kernel_size, stride, padding, dilation,
+                      ceil_mode)[4]
     shape = self.shape[:-2] + tuple(out)
     return [(shape, self.dtype), (shape, _LONG)]
 
@@ -283,7 +284,7 @@ def _max_pool2d(self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), c
 def _avg_pool2d(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
     check_avg_pool_dtype("avg_pool2d", self)
-    out = _pool_params("avg_pool2d", self, kernel_size, stride, padding, 1, ceil_mode)[4]
+    out = pool_params("avg_pool2d", tuple(self.shape), 2, kernel_size, stride, padding, 1, ceil_mode)[4]
     if divisor_override is not None and divisor_override == 0:
         raise ValueError("avg_pool2d: divisor must be not zero")
     return [(self.shape[:-2] + tuple(out), self.dtype)]
@@ -323,7 +324,7 @@ def _pool_backward(grad_output, self, *indices, kernel_size, stride, padding, ce
     # grad_output (and max's indices) must be shaped as the pooling's output, as
     # PyTorch's check_dim_size checks them (a NumPy broadcast error otherwise).
     name = "max_pool2d_with_indices_backward" if indices else "avg_pool2d_backward"
-    out = _pool_params(name, self, kernel_size, stride, padding, dilation, ceil_mode)[4]
+    out = pool_params(name, tuple(self.shape), 2, kernel_size, stride, padding, dilation, ceil_mode)[4]
     want = self.shape[:-2] + tuple(out)
     for what, t in (("grad_output", grad_output), *(("indices", i) for i in indices)):
         if tuple(t.shape) != want:

@@ -13,7 +13,7 @@ import numpy as np
 from .. import library as L
 from ..aten_kernels import pool3d as K
 from ..aten_kernels._common import array_module
-from ..aten_kernels.pool import check_avg_pool_dtype
+from ..aten_kernels.pool import check_avg_pool_dtype, pool_params
 from ..library import _value
 from .index import index_put
 from .pad import constant_pad_nd
@@ -26,8 +26,8 @@ def _planes(shape):
 
 
 def _max_meta(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    out = K.pool3d_params("max_pool3d_with_indices", tuple(self.shape), kernel_size, stride, padding, dilation,
-                          ceil_mode)[4]
+    out = pool_params("max_pool3d_with_indices", tuple(self.shape), 3, kernel_size, stride, padding, dilation,
+                      ceil_mode)[4]
     shape = tuple(self.shape[:-3]) + out
     return [(shape, self.dtype), (shape, np.dtype(np.int64))]
 
@@ -58,7 +58,7 @@ defvjp(max_pool3d_with_indices, _max_vjp)
 def _avg_meta(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
               divisor_override=None):
     check_avg_pool_dtype("avg_pool3d", self)
-    out = K.pool3d_params("avg_pool3d", tuple(self.shape), kernel_size, stride, padding, 1, ceil_mode)[4]
+    out = pool_params("avg_pool3d", tuple(self.shape), 3, kernel_size, stride, padding, 1, ceil_mode)[4]
     if divisor_override == 0:
         raise ValueError("avg_pool3d: divisor must be not zero")
     return [(tuple(self.shape[:-3]) + out, self.dtype)]
@@ -79,7 +79,7 @@ def _avg_vjp(g, ans, self, kernel_size, stride=(), padding=0, ceil_mode=False, c
     shape = tuple(self.shape)
     gv = _value(g)
     xp = array_module(gv)
-    k, s, p, _, out, ext = K.pool3d_params("avg_pool3d", shape, kernel_size, stride, padding, 1, ceil_mode)
+    k, s, p, _, out, ext = pool_params("avg_pool3d", shape, 3, kernel_size, stride, padding, 1, ceil_mode)
     div = K.avg_divisor(xp, shape, k, s, p, out, count_include_pad, divisor_override, gv.dtype)
     planes = _planes(shape)
     pos = K.window_positions(xp, k, s, out, ext).reshape(1, -1)

@@ -55,7 +55,8 @@ class AtenOp(Op):
 
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
-                 "numbers_as_tensors", "mutated", "draws_random", "_plain")
+                 "numbers_as_tensors", "mutated", "draws_random", "_plain", "beyond_message",
+                 "reads_complex")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None,
                  mutates=()):
@@ -85,6 +86,9 @@ class AtenOp(Op):
         self.draws_random = False   # draws from the graph's generator (ops/rng.py; sampling.py sets it)
         # Note [Raw calls]: no Tensor[] input, no input written into, at least one tensor input
         self._plain = not list_pos and not self.mutated and n > 0
+        self.beyond_message = None  # Note [a derivative gradcli does not go beyond]
+        # reads a complex tensor, as its real view (Note [complex as its real view]; fft.py sets it)
+        self.reads_complex = False
 
     # -- as a graph file names it -----------------------------------------------------
     @property
@@ -227,7 +231,10 @@ class _FlatVJPs:
         op = self.op
 
         def vjp(g, ans, *flat, **args):
-            if op.first_order_only and any(type(x) is Tensor for x in (g if op.multi_output else [g])):
+            # Note [no double backward]: under create_graph the saved inputs are Tensors, and the
+            # gradient depends on them as on ``g``: a constant ``g`` is no reason to compute raw
+            if op.first_order_only and (any(type(x) is Tensor for x in (g if op.multi_output else [g]))
+                                        or any(type(x) is Tensor and x.requires_grad for x in flat)):
                 return _not_differentiable(op, vjp, g, ans, flat, args)
             n = len(flat)
             j = i if all(op.differentiable_inputs) else [
@@ -314,8 +321,8 @@ def _not_differentiable(op, vjp, g, ans, flat, args):
         raw = on_device(raw, device_of(ref))
     marker = Op(f"{op.name}:not_implemented", lambda value, *_: value, "torch::autograd::NotImplemented",
                 saves=False, arity=(1, None), public=False, doc="a gradient PyTorch cannot differentiate")
-    marker.vjps = _RaiseOnBackward(f"derivative for aten::{op.first_order_only} is not implemented "
-                                   f"(the backward of {op.name}; as PyTorch 2.13)")
+    marker.vjps = _RaiseOnBackward(op.beyond_message or f"derivative for aten::{op.first_order_only} is not "
+                                   f"implemented (the backward of {op.name}; as PyTorch 2.13)")
     return record(marker, [raw] + deps, {})
 
 
@@ -346,7 +353,7 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None, 
     return decorate
 
 
-def defvjp(op, *vjps, first_order_only=False):
+def defvjp(op, *vjps, first_order_only=False, beyond=None):
     """One VJP per schema tensor input (None: not differentiable, e.g. indices).
 
     ``first_order_only``: False, or the name of PyTorch's backward op that has no
@@ -356,6 +363,7 @@ def defvjp(op, *vjps, first_order_only=False):
     """
     if len(vjps) != len(op.schema.tensors):
         raise ValueError(f"{op.name}: {len(vjps)} VJPs for {len(op.schema.tensors)} tensor inputs")
+    op.beyond_message = beyond          # as for defvjp_joint
     op.schema_vjps = vjps
     op.first_order_only = first_order_only
     op.differentiable_inputs = [v is not None for v in vjps]
@@ -371,16 +379,40 @@ def defvjp(op, *vjps, first_order_only=False):
         op.vjp_all = _all_vjps(op)      # a Tensor[]'s VJP once per node, not once per element
 
 
-def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False):
+def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False, beyond=None):
     """``fn(g, ans, *inputs, output_mask, **args)`` -> one gradient (or None) per tensor input;
     ``differentiable_inputs``: one bool per tensor input (those the node has edges to);
-    ``first_order_only`` as for ``defvjp``."""
+    ``first_order_only`` as for ``defvjp``.
+
+    ``beyond``: with ``first_order_only``, the error raised when the gradient is differentiated
+    (Note [a derivative gradcli does not go beyond]): where PyTorch can differentiate further
+    but gradcli cannot, the error says so instead of claiming PyTorch's limit.
+    """
+    # Note [a derivative gradcli does not go beyond]: a gradient computed on raw arrays under
+    # create_graph would be a constant, and its derivative silently zero; it records instead a
+    # node that raises when the backward reaches it, naming what gradcli does not compute
+    op.beyond_message = beyond
     op.joint_vjp = fn
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
     op.vjps = _FlatVJPs(op)
     if not first_order_only:
         op.vjp_all = _all_vjps(op)      # one call for every wanted input, as PyTorch's one formula
+
+
+def not_implemented(name):
+    """Note [a backward without a derivative]: the VJP of an input that derivatives.yaml marks
+    ``not_implemented("NAME")``: the node is recorded (under its own name, as PyTorch's
+    ``PdistBackwardBackward0``) and raises PyTorch's error only when the backward reaches it.
+
+    >>> vjp = not_implemented("_pdist_backward")
+    >>> vjp(None, None)
+    Traceback (most recent call last):
+    RuntimeError: the derivative for '_pdist_backward' is not implemented.
+    """
+    def vjp(*_, **__):
+        raise RuntimeError(f"the derivative for '{name}' is not implemented.")
+    return vjp
 
 
 def not_differentiable(op):

@@ -21,13 +21,20 @@ def _pool_out(size, k, s, p, d, ceil_mode):
     return o
 
 
-def _pool_params(op, x, kernel_size, stride, padding, dilation, ceil_mode):
-    if x.ndim not in (3, 4):
-        raise ValueError(f"{op}: expected a 3-D or 4-D input, got shape {list(x.shape)}")
-    k = expand_param(kernel_size, 2, "kernel_size")
-    s = k if stride is None or len(stride) == 0 else expand_param(stride, 2, "stride")
-    p = expand_param(padding, 2, "padding")
-    d = expand_param(dilation, 2, "dilation")
+def pool_params(op, shape, n, kernel_size, stride, padding, dilation, ceil_mode):
+    """(kernel, stride, padding, dilation, out, padded extent) of an ``n``-D pooling (2 or 3
+    spatial dims) of an input of ``shape``, checked as PyTorch checks them: one checker for
+    every pooling, so the 2-D and 3-D ops refuse alike.
+
+    >>> pool_params("max_pool2d", (1, 2, 5, 5), 2, [2, 2], [], 0, 1, False)[4:]
+    ((2, 2), (5, 5))
+    """
+    if len(shape) not in (n + 1, n + 2):
+        raise ValueError(f"{op}: expected a {n + 1}-D or {n + 2}-D input, got shape {list(shape)}")
+    k = expand_param(kernel_size, n, "kernel_size")
+    s = k if stride is None or len(stride) == 0 else expand_param(stride, n, "stride")
+    p = expand_param(padding, n, "padding")
+    d = expand_param(dilation, n, "dilation")
     if max(k + s + p + d) > 2 ** 31 - 1:
         # the CPU pooling kernels take these as 32-bit ints
         raise ValueError(f"{op}: kernel_size, stride, padding and dilation must fit in 32 bits, got "
@@ -38,14 +45,14 @@ def _pool_params(op, x, kernel_size, stride, padding, dilation, ceil_mode):
     if any(pp > kk // 2 for pp, kk in zip(p, k)):
         raise ValueError(f"{op}: pad should be at most half of effective kernel size, "
                          f"got padding {list(p)} for kernel_size {list(k)}")
-    hw = x.shape[-2:]
+    spatial = tuple(shape[-n:])
     out = tuple(_pool_out(i, kk, ss, pp, dd, ceil_mode)
-                for i, kk, ss, pp, dd in zip(hw, k, s, p, d))
-    if min(out) <= 0:
-        raise ValueError(f"{op}: output size {list(out)} is too small for input {list(x.shape)}")
+                for i, kk, ss, pp, dd in zip(spatial, k, s, p, d))
+    if min(out) <= 0 or min(spatial) <= 0:
+        raise ValueError(f"{op}: output size {list(out)} is too small for input {list(shape)}")
     # padded extent: left pad p, right pad enough for the last (ceil-mode) window
     ext = tuple(max(i + 2 * pp, (o - 1) * ss + dd * (kk - 1) + 1)
-                for i, pp, o, ss, dd, kk in zip(hw, p, out, s, d, k))
+                for i, pp, o, ss, dd, kk in zip(spatial, p, out, s, d, k))
     return k, s, p, d, out, ext
 
 
@@ -68,8 +75,8 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
     of the window), as PyTorch's CPU kernel; an empty ``stride`` means
     ``kernel_size``; padding is ``-inf``."""
     xp = array_module(self)
-    k, s, p, d, out, ext = _pool_params("max_pool2d_with_indices", self, kernel_size,
-                                        stride, padding, dilation, ceil_mode)
+    k, s, p, d, out, ext = pool_params("max_pool2d_with_indices", tuple(self.shape), 2, kernel_size,
+                                       stride, padding, dilation, ceil_mode)
     h, w = self.shape[-2:]
     x3 = self.reshape(-1, h, w)
     xpad = _padded(xp, x3, p, ext, -np.inf)
@@ -151,7 +158,7 @@ def _avg_setup(op, self, kernel_size, stride, padding, ceil_mode, count_include_
                divisor_override):
     xp = array_module(self)
     check_avg_pool_dtype(op, self)
-    k, s, p, d, out, ext = _pool_params(op, self, kernel_size, stride, padding, 1, ceil_mode)
+    k, s, p, d, out, ext = pool_params(op, tuple(self.shape), 2, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None:
         if divisor_override == 0:
             raise ValueError(f"{op}: divisor must be not zero")

@@ -10,33 +10,8 @@ import itertools
 
 import numpy as np
 
-from ._common import array_module, check_dtype, expand_param, window_slice
-from .pool import _adaptive_matrix, _avg_divisors, _divide, _pool_out, check_avg_pool_dtype
-
-
-def pool3d_params(op, shape, kernel_size, stride, padding, dilation, ceil_mode):
-    """(kernel, stride, padding, dilation, out, padded extent), checked as PyTorch does."""
-    if len(shape) not in (4, 5):
-        raise ValueError(f"{op}: expected a 4-D or 5-D input, got shape {list(shape)}")
-    k = expand_param(kernel_size, 3, "kernel_size")
-    s = k if stride is None or len(stride) == 0 else expand_param(stride, 3, "stride")
-    p = expand_param(padding, 3, "padding")
-    d = expand_param(dilation, 3, "dilation")
-    if max(k + s + p + d) > 2 ** 31 - 1:
-        raise ValueError(f"{op}: kernel_size, stride, padding and dilation must fit in 32 bits")
-    if min(k) <= 0 or min(s) <= 0 or min(d) <= 0 or min(p) < 0:
-        raise ValueError(f"{op}: kernel_size, stride and dilation must be positive and padding non-negative, "
-                         f"got {list(k)}, {list(s)}, {list(d)}, {list(p)}")
-    if any(pp > kk // 2 for pp, kk in zip(p, k)):
-        raise ValueError(f"{op}: pad should be at most half of effective kernel size, got padding {list(p)} for "
-                         f"kernel_size {list(k)}")
-    dhw = tuple(shape[-3:])
-    out = tuple(_pool_out(i, kk, ss, pp, dd, ceil_mode) for i, kk, ss, pp, dd in zip(dhw, k, s, p, d))
-    if min(out) <= 0 or min(dhw) <= 0:
-        raise ValueError(f"{op}: output size {list(out)} is too small for input {list(shape)}")
-    ext = tuple(max(i + 2 * pp, (o - 1) * ss + dd * (kk - 1) + 1)
-                for i, pp, o, ss, dd, kk in zip(dhw, p, out, s, d, k))
-    return k, s, p, d, out, ext
+from ._common import array_module, check_dtype, window_slice
+from .pool import _adaptive_matrix, _avg_divisors, _divide, check_avg_pool_dtype, pool_params
 
 
 def _padded(xp, x4, p, ext, fill):
@@ -53,7 +28,7 @@ def max_pool3d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
     """``aten.max_pool3d_with_indices``: (window maxima, int64 positions in each flattened
     ``D*H*W`` plane); ties keep the first, a NaN wins, padding is ``-inf``."""
     xp = array_module(self)
-    k, s, p, d, out, ext = pool3d_params("max_pool3d_with_indices", tuple(self.shape), kernel_size, stride,
+    k, s, p, d, out, ext = pool_params("max_pool3d_with_indices", tuple(self.shape), 3, kernel_size, stride,
                                          padding, dilation, ceil_mode)
     dhw = tuple(self.shape[-3:])
     x4 = self.reshape((-1,) + dhw)
@@ -94,7 +69,7 @@ def avg_pool3d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_i
     """``aten.avg_pool3d``: window sums divided as PyTorch's CPU kernel divides them."""
     xp = array_module(self)
     check_avg_pool_dtype("avg_pool3d", self)
-    k, s, p, d, out, ext = pool3d_params("avg_pool3d", tuple(self.shape), kernel_size, stride, padding, 1,
+    k, s, p, d, out, ext = pool_params("avg_pool3d", tuple(self.shape), 3, kernel_size, stride, padding, 1,
                                          ceil_mode)
     div = avg_divisor(xp, tuple(self.shape), k, s, p, out, count_include_pad, divisor_override, self.dtype)
     x4 = self.reshape((-1,) + tuple(self.shape[-3:]))

@@ -446,7 +446,9 @@ def _inputs(conv, real_inputs, given, shapes, seed):
         dtype = dtype_of(ttype.elem_type, f"{path}: {where}")
         declared = None
         if ttype.HasField("shape"):
-            declared = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+            # a negative size (-1, as Paddle's exporter writes) is not a size: unknown
+            declared = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                        for d in ttype.shape.dim]
         if vi.name in given:
             arr = np.asarray(given[vi.name])
             if arr.dtype != dtype:

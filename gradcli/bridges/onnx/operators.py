@@ -45,10 +45,16 @@ UNARY = {"Relu": "aten.relu.default", "Sigmoid": "aten.sigmoid.default",
          "Erf": "aten.erf.default", "Reciprocal": "aten.reciprocal.default",
          "Sin": "aten.sin.default", "Cos": "aten.cos.default", "Floor": "aten.floor.default",
          "Ceil": "aten.ceil.default", "Sign": "aten.sign.default",
-         "Softplus": "aten.softplus.default", "Not": "aten.logical_not.default"}
+         "Softplus": "aten.softplus.default", "Not": "aten.logical_not.default",
+         "Tan": "aten.tan.default", "Asin": "aten.asin.default", "Acos": "aten.acos.default",
+         "Atan": "aten.atan.default", "Sinh": "aten.sinh.default", "Cosh": "aten.cosh.default",
+         "Asinh": "aten.asinh.default", "Acosh": "aten.acosh.default",
+         "Atanh": "aten.atanh.default", "Round": "aten.round.default",
+         "IsNaN": "aten.isnan.default"}
 COMPARE = {"Equal": "aten.eq.Tensor", "Less": "aten.lt.Tensor", "Greater": "aten.gt.Tensor",
            "LessOrEqual": "aten.le.Tensor", "GreaterOrEqual": "aten.ge.Tensor",
-           "And": "aten.logical_and.default", "Or": "aten.logical_or.default"}
+           "And": "aten.logical_and.default", "Or": "aten.logical_or.default",
+           "Xor": "aten.logical_xor.default"}
 VARIADIC = {"Max": "aten.maximum.default", "Min": "aten.minimum.default",
             "Sum": "aten.add.Tensor"}
 SOFTMAX = {"Softmax": "aten._softmax.default", "LogSoftmax": "aten._log_softmax.default"}
@@ -81,6 +87,14 @@ def _variadic(ctx, ins, attrs, n, op):
     for v in ins[1:]:
         out = ctx.emit(op, [out, v])
     return out
+
+
+@onnx_op("IsInf", attrs={"detect_negative": ("int", 1), "detect_positive": ("int", 1)},
+         aten="aten.isinf.default", doc="both signs (the defaults)")
+def _isinf(ctx, ins, attrs, n):
+    if not (attrs["detect_negative"] and attrs["detect_positive"]):
+        ctx.fail("IsInf of one sign only is not supported")
+    return ctx.emit("aten.isinf.default", [ins[0]])
 
 
 @onnx_op("Pow", aten="aten.pow.Tensor_Scalar aten.pow.Tensor_Tensor",
@@ -123,12 +137,16 @@ def _leaky(ctx, ins, attrs, n):
 
 
 @onnx_op("HardSigmoid", attrs={"alpha": ("float", 0.2), "beta": ("float", 0.5)},
-         aten="aten.hardsigmoid.default", doc="alpha = 1/6, beta = 0.5 (PyTorch's)")
+         aten="aten.hardsigmoid.default aten.mul.Tensor aten.add.Tensor aten.hardtanh.default",
+         doc="alpha = 1/6, beta = 0.5: hardsigmoid; others (Paddle's 0.2): "
+         "hardtanh(x * alpha + beta, 0, 1)")
 def _hardsigmoid(ctx, ins, attrs, n):
-    if abs(attrs["alpha"] - 1 / 6) > 1e-6 or attrs["beta"] != 0.5:
-        ctx.fail(f"HardSigmoid with alpha={attrs['alpha']}, beta={attrs['beta']} has no "
-                 "PyTorch op (hardsigmoid is alpha=1/6, beta=0.5)")
-    return ctx.emit("aten.hardsigmoid.default", [ins[0]])
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    if abs(alpha - 1 / 6) <= 1e-6 and beta == 0.5:
+        return ctx.emit("aten.hardsigmoid.default", [ins[0]])
+    # PyTorch has no op for another slope: what its users write, F.hardtanh(x * a + b, 0, 1)
+    y = ctx.emit("aten.add.Tensor", [ctx.emit("aten.mul.Tensor", [ins[0], alpha]), beta])
+    return ctx.emit("aten.hardtanh.default", [y], {"min_val": 0.0, "max_val": 1.0})
 
 
 @onnx_op("HardSwish", aten="aten.hardswish.default")
@@ -501,12 +519,22 @@ def _groupnorm(ctx, ins, attrs, n):
     return out[0]
 
 
-@_family(SOFTMAX, attrs={"axis": ("int", -1)}, doc="opset 13+ (one axis)")
+@_family(SOFTMAX, attrs={"axis": ("int", -1)},
+         extra={k: ("aten.view.default", "opset 13+: one axis; before 13: over the dims from "
+                    "axis on (default 1), on a 2-d view") for k in SOFTMAX})
 def _softmax(ctx, ins, attrs, n, op):
     x = ins[0]
-    if ctx.opset.get("", 13) < 13:
-        ctx.fail("Softmax before opset 13 (flattening to 2-d) is not supported")
-    return ctx.emit(op, [x], {"dim": _axis(ctx, attrs["axis"], x.rank), "half_to_float": False})
+    if ctx.opset.get("", 13) >= 13:
+        return ctx.emit(op, [x], {"dim": _axis(ctx, attrs["axis"], x.rank),
+                                  "half_to_float": False})
+    # before opset 13 the input is seen as 2-d, [prod(dims before axis), prod(the rest)]
+    given = any(a.name == "axis" for a in ctx.node.attribute)
+    axis = _axis(ctx, attrs["axis"] if given else 1, x.rank)
+    if axis == x.rank - 1:
+        return ctx.emit(op, [x], {"dim": axis, "half_to_float": False})
+    flat = _reshape(ctx, x, [int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))])
+    out = ctx.emit(op, [flat], {"dim": 1, "half_to_float": False})
+    return _reshape(ctx, out, list(x.shape))
 
 
 # -- reductions ------------------------------------------------------------------------------
@@ -724,6 +752,27 @@ def _gather_elements(ctx, ins, attrs, n):
     return ctx.emit("aten.gather.default", [x, idx], {"dim": axis})
 
 
+@onnx_op("GatherND", attrs={"batch_dims": ("int", 0)}, aten="aten.index.Tensor",
+         doc="batch_dims 0, constant indices: x[i0, i1, ...] (advanced indexing)")
+def _gather_nd(ctx, ins, attrs, n):
+    # x[idx[..., 0], idx[..., 1], ...]: what ``x[i, j]`` records in PyTorch (aten.index), the
+    # op torch's exporter writes as GatherND
+    x, idx = ins
+    if attrs["batch_dims"] != 0:
+        ctx.fail(f"batch_dims {attrs['batch_dims']} is not supported (only 0)")
+    if idx.dynamic:
+        ctx.fail("indices computed from the inputs are not supported")
+    ids = np.asarray(idx.array, dtype=np.int64)
+    if ids.ndim == 0 or not 1 <= ids.shape[-1] <= x.rank:
+        ctx.fail(f"indices of shape {list(ids.shape)} do not index a rank-{x.rank} tensor")
+    for k in range(ids.shape[-1]):
+        part = ids[..., k]
+        if part.size and (part.min() < -x.shape[k] or part.max() >= x.shape[k]):
+            ctx.fail(f"index out of range for dim {k} of size {x.shape[k]}")
+    parts = [ctx.constant(ids[..., k]) for k in range(ids.shape[-1])]
+    return ctx.emit("aten.index.Tensor", [x, parts])
+
+
 @onnx_op("Pad", attrs={"mode": ("string", "constant"), "pads": ("ints", None),
                        "value": ("float", 0.0)},
          aten="aten.constant_pad_nd.default aten.reflection_pad1d.default "
@@ -778,7 +827,7 @@ def _resize(ctx, ins, attrs, n):
     x = ins[0]
     if x.rank != 4:
         ctx.fail(f"only 4-d Resize is supported (input of shape {list(x.shape)})")
-    scales = _floats(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    scales = _floats(ctx, ins[2]) if len(ins) > 2 and ins[2] is not None else None
     sizes = _ints(ctx, ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None
     if sizes:
         out = list(sizes[-2:])
@@ -789,21 +838,29 @@ def _resize(ctx, ins, attrs, n):
     else:
         ctx.fail("Resize needs scales or sizes")
     ctx.check_size(list(x.shape[:2]) + out, x.dtype, "its result")
+    # as F.interpolate records it: sizes -> output_size; scales -> scale_factors (the source
+    # index is then out_index / scale, ONNX's asymmetric and half_pixel rules)
+    size_args = (dict(output_size=out, scale_factors=None) if sizes else
+                 dict(output_size=None, scale_factors=scales[2:]))
     mode, coord = attrs["mode"], attrs["coordinate_transformation_mode"]
     if mode == "nearest":
         if coord != "asymmetric" or attrs["nearest_mode"] != "floor":
             ctx.fail("nearest Resize needs coordinate_transformation_mode asymmetric and "
                      "nearest_mode floor (PyTorch's nearest)")
-        return ctx.emit("aten.upsample_nearest2d.vec", [x], {"output_size": out})
+        return ctx.emit("aten.upsample_nearest2d.vec", [x], size_args)
     if mode == "linear":
         if coord not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
             ctx.fail(f"linear Resize with {coord} coordinates is not supported")
-        return ctx.emit("aten.upsample_bilinear2d.vec", [x], {
-            "output_size": out, "align_corners": coord == "align_corners"})
+        return ctx.emit("aten.upsample_bilinear2d.vec", [x], dict(
+            size_args, align_corners=coord == "align_corners"))
     ctx.fail(f"Resize mode {mode!r} is not supported")
 
 
-def _floats(value):
-    if value is None or value.dynamic or value.array.size == 0:
+def _floats(ctx, value):
+    """A float list from a constant, or from an initializer of the file (a leaf: its values
+    are the file's, and reading them as sizes gives it no gradient path)."""
+    if value is None or value.array.size == 0:
         return None
+    if value.dynamic and value.name not in ctx.tensors:
+        ctx.fail("scales computed from the inputs are not supported")
     return [float(v) for v in value.array.reshape(-1)]

@@ -779,3 +779,34 @@ def test_paddle_style_operators_map_with_their_own_semantics(tmp_path):
     assert softmax["args"]["dim"] == 1          # on a [1, 2*4*6] view
     res = CliRunner().invoke(main, ["validate", "--numeric", g.write(str(tmp_path / "o"))])
     assert res.exit_code == 0, res.output     # forward against onnxruntime, and gradients
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_matches_onnxruntime_and_finite_differences(exclusive, reverse, tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = tmp_path / "m.onnx"
+    axis = helper.make_tensor("axis", TensorProto.INT64, [], [1])
+    _model([helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive,
+                             reverse=reverse)], [_f("x", [2, 4])], [_f("y", None)], [axis],
+           path=path)
+    g = from_onnx(str(path), dtype="float64")
+    assert "aten.cumsum.default" in [op["op"] for op in g.document["ops"]]
+    res = CliRunner().invoke(main, ["validate", "--numeric", g.write(str(tmp_path / "o"))])
+    assert res.exit_code == 0, res.output
+
+
+def test_constants_the_reference_cannot_fold_fold_with_the_mapping(tmp_path):
+    # torch's exporter writes BERT's token types as GatherElements of a [1, 64] buffer by
+    # [1, 8] indices; onnx.reference (numpy.choose) refuses more than 32 choices
+    from onnx import numpy_helper
+
+    path = tmp_path / "m.onnx"
+    data = numpy_helper.from_array(np.arange(70, dtype=np.int64).reshape(1, 70) * 10, "data")
+    idx = numpy_helper.from_array(np.array([[2, 0, 65]], np.int64), "idx")
+    nodes = [helper.make_node("GatherElements", ["data", "idx"], ["g"], axis=1),
+             helper.make_node("Cast", ["g"], ["gf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "gf"], ["y"])]
+    _model(nodes, [_f("x", [1, 3])], [_f("y", None)], [data, idx], path=path)
+    g = from_onnx(str(path), dtype="float64", loss="sum")
+    grads = gradcli.load(g.write(str(tmp_path / "o"))).run().grads
+    np.testing.assert_array_equal(grads["x"], [[20.0, 0.0, 650.0]])

@@ -745,6 +745,23 @@ def _gather(ctx, ins, attrs, n):
     return _reshape(ctx, out, shape)
 
 
+@onnx_op("CumSum", attrs={"exclusive": ("int", 0), "reverse": ("int", 0)},
+         aten="aten.cumsum.default aten.flip.default aten.sub.Tensor",
+         doc="reverse: flip, cumsum, flip; exclusive: cumsum - x")
+def _cumsum(ctx, ins, attrs, n):
+    x = ins[0]
+    (axis,) = _ints(ctx, ins[1], "axis")
+    axis = _axis(ctx, axis, x.rank)
+    if attrs["reverse"]:
+        x = ctx.emit("aten.flip.default", [x], {"dims": [axis]})
+    out = ctx.emit("aten.cumsum.default", [x], {"dim": axis})
+    if attrs["exclusive"]:
+        out = ctx.emit("aten.sub.Tensor", [out, x])
+    if attrs["reverse"]:
+        out = ctx.emit("aten.flip.default", [out], {"dims": [axis]})
+    return out
+
+
 @onnx_op("GatherElements", attrs={"axis": ("int", 0)}, aten="aten.gather.default")
 def _gather_elements(ctx, ins, attrs, n):
     x, idx = ins

@@ -99,7 +99,10 @@ def run_one(spec):
                         seconds=time.time() - t0)
         folder = graph.write(os.path.join(tmp, "out"))
         report = validate_file(str(folder), Options())
-        forward = [c for c in report.checks if c.name.startswith("forward[")]
+        forward = [c for c in report.checks if c.kind == "forward"]
+        if not forward:
+            note = [ln for ln in graph.header.splitlines() if ln.startswith("no expect.forward")]
+            record["forward_note"] = note[0] if note else "no expect.forward"
         bad = [f"{c.name}: {c.message}" for c in report.checks if c.status == "fail"]
         import gradcli
 
@@ -116,24 +119,33 @@ def run_one(spec):
     loss.backward()
     params = {k: p for k, p in model.named_parameters() if p.grad is not None}
     arrays = {k: p.detach().numpy() for k, p in params.items()}
-    worst, compared, seen = 0.0, 0, set()
+    pairs, seen = [], set()
     for leaf, spec_ in graph.document["tensors"].items():
         if not spec_.get("requires_grad") or leaf not in grads:
             continue
         if leaf in leaves and leaves[leaf].requires_grad:
             ref, got = leaves[leaf].grad.numpy(), grads[leaf]
         else:
-            pname, layout = _match(leaf, graph.arrays[leaf], arrays)
+            pname, compare = _match(leaf, graph.arrays[leaf], arrays)
             if pname is None:
                 continue
-            ref, got = layout(params[pname].grad.numpy()), grads[leaf]
+            ref, got = compare(params[pname].grad.numpy(), grads[leaf])
             seen.add(pname)
-        err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
-        worst = max(worst, err)
-        compared += 1
+        pairs.append((leaf, got, ref))
+    # Note [Gradients that are zero up to rounding]: some gradients vanish in exact
+    # arithmetic (an attention key bias: softmax does not see a shift common to all keys),
+    # and both sides hold rounding noise there; each error is relative to at least 1e-3 of
+    # the largest gradient norm of the model
+    floor = 1e-3 * max([float(np.linalg.norm(r)) for _l, _g, r in pairs] + [1e-30])
+    worst, worst_leaf = 0.0, None
+    for leaf, got, ref in pairs:
+        err = float(np.linalg.norm(got - ref) / max(float(np.linalg.norm(ref)), floor))
+        if err >= worst:
+            worst, worst_leaf = err, leaf
+    compared = len(pairs)
     record.update(nodes=len(graph.document["ops"]), onnx_ops=ops, compared=compared,
                   params_matched=len(seen), params_with_grad=len(params),
-                  worst_rel_err=worst, forward_checks=len(forward),
+                  worst_rel_err=worst, worst_leaf=worst_leaf, forward_checks=len(forward),
                   seconds=time.time() - t0)
     if bad:
         return dict(record, status="validate-fail", detail="; ".join(bad)[:600])
@@ -143,7 +155,7 @@ def run_one(spec):
                     f"initializer: {', '.join(missing[:5])}")
     ok = worst <= TOLERANCE[dtype]
     return dict(record, status="pass" if ok else "fail",
-                detail="" if ok else f"worst norm-wise error {worst:.2e} over "
+                detail="" if ok else f"worst norm-wise error {worst:.2e} (at {worst_leaf}) over "
                 f"{TOLERANCE[dtype]:.0e}")
 
 
@@ -157,21 +169,24 @@ def _first(exc):
 
 
 def _match(leaf, value, arrays):
-    """The parameter (of ``arrays``: name -> values) an initializer holds, and how the
-    parameter's gradient reads in the initializer's layout; ``(None, None)`` for none.
+    """The parameter (of ``arrays``: name -> values) an initializer holds, and ``compare``:
+    ``compare(torch_grad, gradcli_grad) -> (reference, gradcli's)`` in one layout;
+    ``(None, None)`` for none.
 
     Note [What the exporter folds]: besides the parameters themselves (by name, ``m.``
     prefixed where the name was not a graph-file name), torch's exporter writes folded
     copies: the transpose of a linear weight; ``weight + 1`` (Gemma's RMSNorm scales by
-    ``1 + weight``, folded into a new initializer); the rows of a position embedding that
-    constant position ids read (``wpe[:8]``). Each has the parameter's gradient in that
-    layout (the derivative of ``w + c`` and of a row slice is the identity on what they
-    keep; the rows left out get no gradient in PyTorch either).
+    ``1 + weight``); the rows of a position table that constant position ids read
+    (``wpe[:8]``, BART's ``embed_positions[2:10]``, with leading dims of size 1); a
+    parameter expanded to the batch (ViT's ``cls_token``). Each carries the parameter's
+    gradient in its layout: the derivative of ``w + c`` and of a row window is the
+    identity on what they keep (the rows left out get no gradient in PyTorch either), and
+    an expanded copy's gradient summed over the expanded dims is the parameter's.
     """
     import numpy as np
 
     name = leaf[2:] if leaf.startswith("m.") else leaf
-    same = (lambda g: g)
+    same = (lambda r, g: (r, g))
     if name in arrays and arrays[name].shape == value.shape and np.array_equal(arrays[name],
                                                                               value):
         return name, same
@@ -179,17 +194,27 @@ def _match(leaf, value, arrays):
         if a.shape == value.shape and np.array_equal(a, value):
             return k, same
         if a.ndim == 2 and a.T.shape == value.shape and np.array_equal(a.T, value):
-            return k, (lambda g: g.T)
+            return k, (lambda r, g: (r.T, g))
     for k, a in arrays.items():
         if a.shape == value.shape and a.size > 1:
             shift = value.astype(np.float64) - a
             if np.allclose(shift, shift.flat[0], rtol=0, atol=1e-6 * max(1.0, abs(
                     float(shift.flat[0])))) and shift.flat[0] != 0:
                 return k, same
-        if (a.ndim == value.ndim >= 1 and a.shape[1:] == value.shape[1:]
-                and value.shape[0] < a.shape[0] and np.array_equal(a[:value.shape[0]], value)):
-            rows = value.shape[0]
-            return k, (lambda g, rows=rows: g[:rows])
+        lead = value.ndim - a.ndim
+        v = value.reshape(value.shape[lead:]) if lead > 0 and all(
+            d == 1 for d in value.shape[:lead]) else value
+        if a.ndim == v.ndim >= 1 and a.shape[1:] == v.shape[1:] and v.shape[0] <= a.shape[0]:
+            rows = v.shape[0]
+            for start in range(a.shape[0] - rows + 1):
+                if np.array_equal(a[start:start + rows], v):
+                    return k, (lambda r, g, s=start, n=rows, shape=value.shape:
+                               (r[s:s + n].reshape(shape), g))
+        if a.ndim == value.ndim and a.shape != value.shape and all(
+                x in (1, y) for x, y in zip(a.shape, value.shape)) and np.array_equal(
+                np.broadcast_to(a, value.shape), value):
+            axes = tuple(i for i, (x, y) in enumerate(zip(a.shape, value.shape)) if x != y)
+            return k, (lambda r, g, axes=axes: (r, g.sum(axis=axes, keepdims=True)))
     return None, None
 
 

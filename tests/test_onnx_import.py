@@ -810,3 +810,19 @@ def test_constants_the_reference_cannot_fold_fold_with_the_mapping(tmp_path):
     g = from_onnx(str(path), dtype="float64", loss="sum")
     grads = gradcli.load(g.write(str(tmp_path / "o"))).run().grads
     np.testing.assert_array_equal(grads["x"], [[20.0, 0.0, 650.0]])
+
+
+def test_argmax_indexes_without_a_gradient_of_its_own(tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("ArgMax", ["x"], ["i"], axis=1, keepdims=1),
+             helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)]
+    _model(nodes, [_f("x", [3, 4])], [_f("y", None)], path=path)
+    x = np.random.default_rng(0).permutation(12).reshape(3, 4).astype(np.float32)
+    g = from_onnx(str(path), inputs={"x": x}, dtype="float64", loss="sum")
+    assert g.document["ops"][0]["op"] == "aten.argmax.default"
+    folder = g.write(str(tmp_path / "o"))
+    want = (x == x.max(axis=1, keepdims=True)).astype(np.float64)
+    np.testing.assert_array_equal(gradcli.load(folder).run().grads["x"], want)
+    res = CliRunner().invoke(main, ["validate", folder])
+    assert res.exit_code == 0, res.output       # the forward against onnxruntime

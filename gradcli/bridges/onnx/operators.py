@@ -745,6 +745,17 @@ def _gather(ctx, ins, attrs, n):
     return _reshape(ctx, out, shape)
 
 
+@_family({"ArgMax": "aten.argmax.default", "ArgMin": "aten.argmin.default"},
+         attrs={"axis": ("int", 0), "keepdims": ("int", 1), "select_last_index": ("int", 0)},
+         doc="the first index of the extreme (select_last_index 0)")
+def _argmax(ctx, ins, attrs, n, op):
+    x = ins[0]
+    if attrs["select_last_index"]:
+        ctx.fail("select_last_index=1 is not supported (PyTorch returns the first index)")
+    return ctx.emit(op, [x], {"dim": _axis(ctx, attrs["axis"], x.rank),
+                              "keepdim": bool(attrs["keepdims"])})
+
+
 @onnx_op("CumSum", attrs={"exclusive": ("int", 0), "reverse": ("int", 0)},
          aten="aten.cumsum.default aten.flip.default aten.sub.Tensor",
          doc="reverse: flip, cumsum, flip; exclusive: cumsum - x")

@@ -11,8 +11,9 @@ random weights, nothing downloaded), in eval mode and at float32 and float64:
 3. gradcli's gradients under the import's projection loss are compared with the module's
    own (``loss.backward()`` in PyTorch with the same projections), per parameter, by
    name or by value (the exporter's transposed copies): the worst norm-wise relative
-   error ``|g - g_torch| / |g_torch|``. The verdict: float32 within 1e-4, float64 within
-   1e-7 (the file's float64 constants are PyTorch's own).
+   error ``|g - g_torch| / |g_torch|`` (Note [Gradients that are zero up to rounding]).
+   The verdict: float32 within 1e-4, float64 within 1e-7, except where a float64 model
+   computes part of its path in float32 (the import says so): then float32's 1e-4.
 
 Each run is a child process with its own time limit. Results accumulate in a JSON file;
 ``--write-docs docs/onnx.md`` writes the table between its markers.
@@ -153,10 +154,16 @@ def run_one(spec):
         missing = sorted(set(params) - seen)
         return dict(record, status="fail", detail=f"{len(missing)} parameter(s) matched no "
                     f"initializer: {', '.join(missing[:5])}")
-    ok = worst <= TOLERANCE[dtype]
+    # a float64 model that computes part of its path in float32 (rotary embeddings with
+    # autocast off) is judged at float32's tolerance (Note [Lowest precision on the path])
+    lowest = getattr(graph, "lowest_float", dtype)
+    record["lowest_precision"] = lowest
+    tol = TOLERANCE.get(lowest, TOLERANCE[dtype])
+    ok = worst <= tol
+    island = f" (a {lowest} path in a {dtype} model)" if lowest != dtype else ""
     return dict(record, status="pass" if ok else "fail",
-                detail="" if ok else f"worst norm-wise error {worst:.2e} (at {worst_leaf}) over "
-                f"{TOLERANCE[dtype]:.0e}")
+                detail=(f"judged at {lowest}'s tolerance{island}" if island else "") if ok else
+                f"worst norm-wise error {worst:.2e} (at {worst_leaf}) over {tol:.0e}{island}")
 
 
 def _first(exc):

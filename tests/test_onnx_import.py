@@ -826,3 +826,25 @@ def test_argmax_indexes_without_a_gradient_of_its_own(tmp_path):
     np.testing.assert_array_equal(gradcli.load(folder).run().grads["x"], want)
     res = CliRunner().invoke(main, ["validate", folder])
     assert res.exit_code == 0, res.output       # the forward against onnxruntime
+
+
+def test_a_float32_island_in_a_float64_model_sets_the_forward_tolerance(tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = tmp_path / "m.onnx"
+    x64 = helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])
+    nodes = [helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT),
+             helper.make_node("Sin", ["x32"], ["s32"]),
+             helper.make_node("Cast", ["s32"], ["s"], to=TensorProto.DOUBLE),
+             helper.make_node("Mul", ["x", "s"], ["y"])]
+    _model(nodes, [x64], [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+           path=path)
+    g = from_onnx(str(path))
+    assert g.lowest_float == "float32"
+    assert "computes part of its path in float32" in g.header
+    forward = g.document["expect"]["forward"]
+    assert (forward["rtol"], forward["atol"]) == (1e-4, 1e-5)     # float32's, not 1e-6
+    res = CliRunner().invoke(main, ["validate", g.write(str(tmp_path / "o"))])
+    assert res.exit_code == 0, res.output
+    whole = from_onnx(str(path), dtype="float64")   # --dtype makes every cast float64
+    assert whole.lowest_float == "float64"
+    assert whole.document["expect"]["forward"]["rtol"] == 1e-6

@@ -62,6 +62,7 @@ class Converter:
         self.prefix = ""                        # op ids inside a Loop/Scan body: LOOP/iterN/
         self.data_dependent = []                # Note [Data-dependent branches]
         self.unrolled = 0                       # body runs so far (Note [Bodies unroll])
+        self.lowest = None                      # Note [Lowest precision on the path]
 
     # -- names ---------------------------------------------------------------------------
     def unique(self, base):
@@ -171,6 +172,10 @@ class Converter:
             self.check_size(np.shape(o), np.asarray(o).dtype, f"the result of {op_name}")
         results = [Value(np.asarray(o), dynamic=dynamic) for o in outs]
         if dynamic:
+            for r in results:
+                if r.dtype.type in FLOATS and (self.lowest is None or
+                                               r.dtype.itemsize < self.lowest.itemsize):
+                    self.lowest = r.dtype
             self.emitted += 1
             op_id = self.node_id if self.emitted == 1 else f"{self.node_id}#{self.emitted}"
             base = self.node_id if self.emitted == 1 else f"{self.node_id}.{self.emitted}"
@@ -382,6 +387,12 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
     if reference:
         forward, refused = _reference(path, feeds, outputs, conv)
         floating = str(file_float) if file_float is not None else "float32"
+        # Note [Lowest precision on the path]: a float64 model that computes part of its
+        # path in float32 (transformers' rotary embeddings run in float32 with autocast
+        # off) is compared with onnxruntime at float32's tolerance, as gradcli's float32
+        # verdict follows the lowest precision on the path
+        if conv.lowest is not None and conv.lowest.itemsize < np.dtype(floating).itemsize:
+            floating = str(conv.lowest)
         tolerance = FORWARD_TOLERANCE.get(floating, FORWARD_TOLERANCE["float32"])
     written_float = str(conv.fdt(file_float or np.float32))
     result = ExportedGraph.build(
@@ -389,6 +400,10 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
         tensors=tensors, arrays=arrays, ops=conv.ops, root=root, grads={}, order=None,
         floating=written_float, forward=forward, forward_tolerance=tolerance)
     result.header = _header(path, model, feeds, loss, seed, written_float, forward is not None)
+    result.lowest_float = str(conv.lowest) if conv.lowest is not None else written_float
+    if conv.lowest is not None and conv.lowest.itemsize < np.dtype(written_float).itemsize:
+        result.header += (f"\nprecision: the model computes part of its path in "
+                          f"{conv.lowest}; expect.forward's tolerance is {conv.lowest}'s.")
     if refused:
         result.header += f"\nno expect.forward: onnxruntime cannot run the model ({refused})."
     if conv.data_dependent:

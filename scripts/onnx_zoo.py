@@ -281,6 +281,9 @@ def write_docs(results, path):
         detail = r.get("detail", "").replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {r['model']} | {r['dtype']} | {r['status']} | {err} | {params} | "
                      f"{r.get('forward_checks', '')} | {r.get('nodes', '')} | {detail} |")
+    rest = [m for m in _zoo().TRANSFORMERS if not any(r["model"] == m for r in runs)]
+    if rest:
+        lines += ["", f"Not run yet ({len(rest)}): " + ", ".join(rest) + "."]
     lines += ["", END]
     text = open(path).read() if os.path.exists(path) else ""
     table = "\n".join(lines)

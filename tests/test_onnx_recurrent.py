@@ -402,15 +402,24 @@ def test_a_loop_ended_by_the_data_says_so(tmp_path):
 
 
 def test_loop_unrolling_is_bounded(tmp_path, monkeypatch):
-    from gradcli.bridges.onnx import control
+    from gradcli.bridges.onnx import registry
 
-    monkeypatch.setattr(control, "MAX_BODY_RUNS", 20)
+    monkeypatch.setattr(registry, "MAX_UNROLLED", 20)
     path = _loop_file(tmp_path, trips=10**12)
     res = CliRunner().invoke(main, ["import", str(path), "--input-shape", "x=3", "-o",
                                     str(tmp_path / "o")])
     assert res.exit_code == 2
     (line,) = res.output.strip().splitlines()
-    assert "node loop (Loop)" in line and "more than 20 times" in line
+    assert "node loop (Loop)" in line and "more than 20 iterations" in line
+
+
+def test_recurrent_unrolling_is_bounded(tmp_path, monkeypatch):
+    from gradcli.bridges.onnx import registry
+
+    monkeypatch.setattr(registry, "MAX_UNROLLED", 7)
+    path, feeds = _recurrent_file(tmp_path, "GRU", direction="bidirectional")  # 2 x 4 steps
+    with pytest.raises(OnnxError, match=r"node cell \(GRU\): .* more than 7 iterations"):
+        from_onnx(str(path), inputs=feeds, reference=False)
 
 
 def test_a_scan_unrolls_in_both_directions(tmp_path):

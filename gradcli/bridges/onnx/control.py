@@ -5,8 +5,9 @@ model] in convert.py), so every trip count, loop condition and scanned length is
 when the node is mapped. A ``Loop`` or ``Scan`` is written as its body once per
 iteration (op ids ``NODE/ITERATION/INNER``), the carried values threaded from one copy
 to the next and the scan outputs stacked, which is the graph PyTorch's autograd records
-for the same Python loop. The number of body runs of one import is bounded
-(``MAX_BODY_RUNS``), so a file cannot make the import unroll without end.
+for the same Python loop. The number of body runs of one import is bounded (Note
+[Unrolling is bounded] in registry.py), so a file cannot make the import unroll without
+end.
 
 Note [Data-dependent branches]: a condition computed from the inputs (an ``If`` on
 ``ReduceSum(x) > 0``, a ``Loop`` that ends when a value converges) is decided by the
@@ -20,10 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import _axis, onnx_op
+from .registry import _axis, onnx_op, unroll
 from .values import Value
 
-MAX_BODY_RUNS = 10_000
 
 
 def _flag(ctx, value, what):
@@ -35,10 +35,7 @@ def _flag(ctx, value, what):
 
 
 def _body_run(ctx):
-    ctx.unrolled += 1
-    if ctx.unrolled > MAX_BODY_RUNS:
-        ctx.fail(f"the model's Loop and Scan bodies would run more than {MAX_BODY_RUNS} times "
-                 "in all (Note [Bodies unroll])")
+    unroll(ctx, 1, "the model's Loop and Scan bodies and recurrent layers")
 
 
 @onnx_op("If", attrs={"then_branch": ("graph", None), "else_branch": ("graph", None)},

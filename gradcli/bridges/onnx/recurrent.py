@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import _ints, _reshape, onnx_op
+from .registry import _ints, _reshape, onnx_op, unroll
 from .values import Value
 
 # ONNX's activation names (compared case-insensitively, as onnxruntime does)
@@ -69,6 +69,7 @@ class _Layer:
         if hidden <= 0:
             ctx.fail("missing attribute 'hidden_size'")
         self.seq, self.batch, self.hidden, self.dirs, self.gates = seq, batch, hidden, dirs, gates
+        unroll(ctx, seq * dirs, "the model's Loop and Scan bodies and recurrent layers")
         expect = {"W": (w, (dirs, gates * hidden, size)), "R": (r, (dirs, gates * hidden, hidden)),
                   "B": (self.bias, (dirs, 2 * gates * hidden)),
                   "initial_h": (init_h, (dirs, batch, hidden) if layout == 0 else

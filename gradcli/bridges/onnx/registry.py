@@ -204,6 +204,21 @@ def _guard_size(ctx, ins):
         ctx.check_size([total * 64], np.float64, "its result")
 
 
+# -- unrolling ------------------------------------------------------------------------------
+# Note [Unrolling is bounded]: Loop and Scan bodies and recurrent steps are written once per
+# iteration (Note [Bodies unroll] in control.py, Note [Recurrent operators unroll] in
+# recurrent.py); a file cannot make one import unroll more than this many in all.
+MAX_UNROLLED = 10_000
+
+
+def unroll(ctx, count, what):
+    """Count ``count`` more unrolled iterations (``what`` names them), within the bound."""
+    ctx.unrolled += count
+    if ctx.unrolled > MAX_UNROLLED:
+        ctx.fail(f"{what} would unroll more than {MAX_UNROLLED} iterations in all (Note "
+                 "[Unrolling is bounded])")
+
+
 # -- helpers --------------------------------------------------------------------------------
 def _axis(ctx, axis, rank):
     if not -rank <= axis < max(rank, 1):

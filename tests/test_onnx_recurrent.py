@@ -326,6 +326,8 @@ def test_an_if_on_the_data_takes_its_path_and_says_so(tmp_path):
         folder = g.write(str(tmp_path / taken))
         assert "data-dependent: this graph is the path these inputs took" in \
             open(folder).read()
+        ids = [op["id"] for op in g.document["ops"] if not op["id"].startswith("loss")]
+        assert ids[-1].startswith(f"branch/{taken}/")      # the If's name, then the branch's
         grads = gradcli.load(folder).run().grads
         want = g.arrays["w"] if taken == "then" else -np.ones(3)
         np.testing.assert_array_equal(grads["x"], want)

@@ -3,7 +3,8 @@
 Note [Bodies unroll]: the import runs the model on real inputs (Note [Import runs the
 model] in convert.py), so every trip count, loop condition and scanned length is known
 when the node is mapped. A ``Loop`` or ``Scan`` is written as its body once per
-iteration (op ids ``NODE/ITERATION/INNER``), the carried values threaded from one copy
+iteration (op ids ``NODE/ITERATION/INNER``; an ``If``'s branch: ``NODE/then/INNER``), the
+carried values threaded from one copy
 to the next and the scan outputs stacked, which is the graph PyTorch's autograd records
 for the same Python loop. The number of body runs of one import is bounded (Note
 [Unrolling is bounded] in registry.py), so a file cannot make the import unroll without
@@ -54,7 +55,8 @@ def _if(ctx, ins, attrs, n):
         ctx.data_dependent.append(
             f"If {ctx.node_id}: took its {'then' if taken else 'else'}_branch (the condition, "
             f"computed from the inputs, was {str(taken).lower()})")
-    return ctx.run_body(branch, [], ctx.prefix)
+    which = "then" if taken else "else"
+    return ctx.run_body(branch, [], f"{ctx.node_id}/{which}/")
 
 
 @onnx_op("Loop", attrs={"body": ("graph", None)}, aten="aten.stack.default", folds=False,

@@ -120,19 +120,20 @@ def run_one(spec):
     loss.backward()
     params = {k: p for k, p in model.named_parameters() if p.grad is not None}
     arrays = {k: p.detach().numpy() for k, p in params.items()}
-    pairs, seen = [], set()
+    shares, seen = {}, set()
     for leaf, spec_ in graph.document["tensors"].items():
         if not spec_.get("requires_grad") or leaf not in grads:
             continue
         if leaf in leaves and leaves[leaf].requires_grad:
-            ref, got = leaves[leaf].grad.numpy(), grads[leaf]
-        else:
-            pname, compare = _match(leaf, graph.arrays[leaf], arrays)
-            if pname is None:
-                continue
-            ref, got = compare(params[pname].grad.numpy(), grads[leaf])
-            seen.add(pname)
-        pairs.append((leaf, got, ref))
+            shares[leaf] = (leaves[leaf].grad.numpy(), grads[leaf])
+            continue
+        pname, to_param = _match(leaf, graph.arrays[leaf], arrays)
+        if pname is None:
+            continue
+        ref, got = params[pname].grad.numpy(), to_param(grads[leaf])
+        shares[pname] = (ref, got + shares[pname][1] if pname in shares else got)
+        seen.add(pname)
+    pairs = [(name, got, ref) for name, (ref, got) in shares.items()]
     # Note [Gradients that are zero up to rounding]: some gradients vanish in exact
     # arithmetic (an attention key bias: softmax does not see a shift common to all keys),
     # and both sides hold rounding noise there; each error is relative to at least 1e-3 of
@@ -176,24 +177,24 @@ def _first(exc):
 
 
 def _match(leaf, value, arrays):
-    """The parameter (of ``arrays``: name -> values) an initializer holds, and ``compare``:
-    ``compare(torch_grad, gradcli_grad) -> (reference, gradcli's)`` in one layout;
-    ``(None, None)`` for none.
+    """The parameter (of ``arrays``: name -> values) an initializer holds, and
+    ``to_param``: the initializer's gradient in the parameter's layout (its share of the
+    parameter's gradient); ``(None, None)`` for none.
 
     Note [What the exporter folds]: besides the parameters themselves (by name, ``m.``
     prefixed where the name was not a graph-file name), torch's exporter writes folded
-    copies: the transpose of a linear weight; ``weight + 1`` (Gemma's RMSNorm scales by
-    ``1 + weight``); the rows of a position table that constant position ids read
-    (``wpe[:8]``, BART's ``embed_positions[2:10]``, with leading dims of size 1); a
-    parameter expanded to the batch (ViT's ``cls_token``). Each carries the parameter's
-    gradient in its layout: the derivative of ``w + c`` and of a row window is the
-    identity on what they keep (the rows left out get no gradient in PyTorch either), and
-    an expanded copy's gradient summed over the expanded dims is the parameter's.
+    copies: the transpose of a linear weight (one per use: ALBERT's shared layer is used
+    once per layer); ``weight + 1`` (Gemma's RMSNorm scales by ``1 + weight``); the rows
+    of a position table that constant position ids read (``wpe[:8]``, BART's
+    ``embed_positions[2:10]``), expanded to the batch or not; a parameter expanded to the
+    batch (ViT's ``cls_token``). A copy's gradient maps back to the parameter's layout
+    (transposed, summed over expanded dims, placed at its rows), and the shares of all
+    copies of one parameter add up to the parameter's gradient.
     """
     import numpy as np
 
     name = leaf[2:] if leaf.startswith("m.") else leaf
-    same = (lambda r, g: (r, g))
+    same = (lambda g: g)
     if name in arrays and arrays[name].shape == value.shape and np.array_equal(arrays[name],
                                                                               value):
         return name, same
@@ -201,27 +202,37 @@ def _match(leaf, value, arrays):
         if a.shape == value.shape and np.array_equal(a, value):
             return k, same
         if a.ndim == 2 and a.T.shape == value.shape and np.array_equal(a.T, value):
-            return k, (lambda r, g: (r.T, g))
+            return k, (lambda g: g.T)
+    # copies expanded along leading dims: drop the dims whose slices are all equal
+    candidates, v = [(value, 0)], value
+    while v.ndim > 1 and all(np.array_equal(v[0], v[i]) for i in range(1, v.shape[0])):
+        v = v[0]
+        candidates.append((v, candidates[-1][1] + 1))
     for k, a in arrays.items():
-        if a.shape == value.shape and a.size > 1:
-            shift = value.astype(np.float64) - a
-            if np.allclose(shift, shift.flat[0], rtol=0, atol=1e-6 * max(1.0, abs(
-                    float(shift.flat[0])))) and shift.flat[0] != 0:
-                return k, same
-        lead = value.ndim - a.ndim
-        v = value.reshape(value.shape[lead:]) if lead > 0 and all(
-            d == 1 for d in value.shape[:lead]) else value
-        if a.ndim == v.ndim >= 1 and a.shape[1:] == v.shape[1:] and v.shape[0] <= a.shape[0]:
-            rows = v.shape[0]
-            for start in range(a.shape[0] - rows + 1):
-                if np.array_equal(a[start:start + rows], v):
-                    return k, (lambda r, g, s=start, n=rows, shape=value.shape:
-                               (r[s:s + n].reshape(shape), g))
-        if a.ndim == value.ndim and a.shape != value.shape and all(
-                x in (1, y) for x, y in zip(a.shape, value.shape)) and np.array_equal(
-                np.broadcast_to(a, value.shape), value):
-            axes = tuple(i for i, (x, y) in enumerate(zip(a.shape, value.shape)) if x != y)
-            return k, (lambda r, g, axes=axes: (r, g.sum(axis=axes, keepdims=True)))
+        for cand, lead in candidates:
+            def back(g, lead=lead):
+                return g.sum(axis=tuple(range(lead))) if lead else g
+            if a.shape == cand.shape and a.size > 1:
+                shift = cand.astype(np.float64) - a
+                if np.allclose(shift, shift.flat[0], rtol=0, atol=1e-6 * max(1.0, abs(
+                        float(shift.flat[0])))) and shift.flat[0] != 0:
+                    return k, back
+            if a.ndim == cand.ndim >= 1 and a.shape[1:] == cand.shape[1:] \
+                    and cand.shape[0] <= a.shape[0]:
+                rows = cand.shape[0]
+                for start in range(a.shape[0] - rows + 1):
+                    if np.array_equal(a[start:start + rows], cand):
+                        def place(g, s=start, n=rows, shape=a.shape, back=back):
+                            out = np.zeros(shape, dtype=g.dtype)
+                            out[s:s + n] = back(g)
+                            return out
+                        return k, place
+            if a.ndim == cand.ndim and a.shape != cand.shape and all(
+                    x in (1, y) for x, y in zip(a.shape, cand.shape)) and np.array_equal(
+                    np.broadcast_to(a, cand.shape), cand):
+                axes = tuple(i for i, (x, y) in enumerate(zip(a.shape, cand.shape)) if x != y)
+                return k, (lambda g, axes=axes, back=back:
+                           back(g).sum(axis=axes, keepdims=True))
     return None, None
 
 

@@ -52,7 +52,7 @@ converters of onnx2torch {o2t}.
 
 
 def render():
-    from gradcli.bridges.onnx.operators import OPERATORS
+    from gradcli.bridges.onnx.table import OPERATORS
     from gradcli.ops import OPS
 
     rows = []

@@ -23,7 +23,7 @@ def test_onnx_docs_match_the_mapping_table():
 
 
 def test_every_mapped_operator_has_a_row():
-    from gradcli.bridges.onnx.operators import OPERATORS
+    from gradcli.bridges.onnx.table import OPERATORS
 
     rows = {line.split("|")[1].strip() for line in _script().render().splitlines()
             if line.startswith("| ") and not line.startswith("| ONNX")}

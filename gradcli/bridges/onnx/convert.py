@@ -59,6 +59,10 @@ class Converter:
         self.grad_reads = set()
         self.read = set()                       # names a written op reads
         self.made = {}                          # id(Value) -> (entry, index) of this node
+        self.prefix = ""                        # op ids inside a Loop/Scan body: LOOP/iterN/
+        self.data_dependent = []                # Note [Data-dependent branches]
+        self.unrolled = 0                       # body runs so far (Note [Bodies unroll])
+        self.lowest = None                      # Note [Lowest precision on the path]
 
     # -- names ---------------------------------------------------------------------------
     def unique(self, base):
@@ -168,6 +172,10 @@ class Converter:
             self.check_size(np.shape(o), np.asarray(o).dtype, f"the result of {op_name}")
         results = [Value(np.asarray(o), dynamic=dynamic) for o in outs]
         if dynamic:
+            for r in results:
+                if r.dtype.type in FLOATS and (self.lowest is None or
+                                               r.dtype.itemsize < self.lowest.itemsize):
+                    self.lowest = r.dtype
             self.emitted += 1
             op_id = self.node_id if self.emitted == 1 else f"{self.node_id}#{self.emitted}"
             base = self.node_id if self.emitted == 1 else f"{self.node_id}.{self.emitted}"
@@ -212,7 +220,7 @@ class Converter:
             outer = (self.node, self.node_id, self.emitted, self.made)
             self.made = {}
             self.node = node
-            self.node_id = node.name or f"{node.op_type}_{index}"
+            self.node_id = self.prefix + (node.name or f"{node.op_type}_{index}")
             self.emitted = 0
             operator = operators[_key(node)]
             attrs = attributes_of(self, node, operator)
@@ -237,6 +245,29 @@ class Converter:
                 self._rename(v, onnx_name)
                 self.values[onnx_name] = v
             self.node, self.node_id, self.emitted, self.made = outer
+
+    def run_body(self, graph, bound, prefix):
+        """Run a subgraph (an ``If`` branch, a ``Loop`` or ``Scan`` body) once: its inputs
+        bound to ``bound`` (Values in the order of ``graph.input``), the outer values visible,
+        its own values scoped to this run; op ids start with ``prefix``. Returns the Values
+        of its outputs."""
+        from .table import OPERATORS, attributes_of
+
+        if len(bound) != len(graph.input):
+            self.fail(f"its body takes {len(graph.input)} inputs, the node gives {len(bound)}")
+        outer_values, outer_prefix = self.values, self.prefix
+        self.values = dict(outer_values)
+        for vi, value in zip(graph.input, bound):
+            self.values[vi.name] = value
+        for t in graph.initializer:
+            self.values[t.name] = self.constant(self.reader.array(t, f"initializer {t.name!r}"),
+                                                onnx_name=t.name)
+        self.prefix = prefix
+        try:
+            self.run_graph(graph, attributes_of, OPERATORS)
+            return [self.get(o.name) for o in graph.output]
+        finally:
+            self.values, self.prefix = outer_values, outer_prefix
 
     def _rename(self, value, onnx_name):
         """A node's result takes the ONNX value's name when no op has read it yet."""
@@ -287,7 +318,7 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
     'out/graph.yaml'
     """
     from ...loader import default_max_graph_bytes, default_max_tensor_bytes
-    from .operators import OPERATORS, attributes_of, unsupported
+    from .table import OPERATORS, attributes_of, unsupported
 
     max_tensor_bytes = max_tensor_bytes or default_max_tensor_bytes()
     max_file_bytes = max_file_bytes or default_max_graph_bytes()
@@ -352,10 +383,16 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
     tensors = {k: {"requires_grad": v["requires_grad"]} for k, v in conv.tensors.items()
                if v["read"]}
     arrays = {k: conv.arrays[k] for k in tensors}
-    forward, tolerance = None, None
+    forward, tolerance, refused = None, None, None
     if reference:
-        forward = _reference(path, feeds, outputs, conv)
+        forward, refused = _reference(path, feeds, outputs, conv)
         floating = str(file_float) if file_float is not None else "float32"
+        # Note [Lowest precision on the path]: a float64 model that computes part of its
+        # path in float32 (transformers' rotary embeddings run in float32 with autocast
+        # off) is compared with onnxruntime at float32's tolerance, as gradcli's float32
+        # verdict follows the lowest precision on the path
+        if conv.lowest is not None and conv.lowest.itemsize < np.dtype(floating).itemsize:
+            floating = str(conv.lowest)
         tolerance = FORWARD_TOLERANCE.get(floating, FORWARD_TOLERANCE["float32"])
     written_float = str(conv.fdt(file_float or np.float32))
     result = ExportedGraph.build(
@@ -363,6 +400,18 @@ def from_onnx(path, *, inputs=None, input_shapes=None, loss=PROJECTION, dtype=No
         tensors=tensors, arrays=arrays, ops=conv.ops, root=root, grads={}, order=None,
         floating=written_float, forward=forward, forward_tolerance=tolerance)
     result.header = _header(path, model, feeds, loss, seed, written_float, forward is not None)
+    result.lowest_float = str(conv.lowest) if conv.lowest is not None else written_float
+    if conv.lowest is not None and conv.lowest.itemsize < np.dtype(written_float).itemsize:
+        result.header += (f"\nprecision: the model computes part of its path in "
+                          f"{conv.lowest}; expect.forward's tolerance is {conv.lowest}'s.")
+    if refused:
+        result.header += f"\nno expect.forward: onnxruntime cannot run the model ({refused})."
+    if conv.data_dependent:
+        # Note [Data-dependent branches]: as gradcli export says of a traced path
+        result.document["x-data-dependent"] = list(conv.data_dependent)
+        result.header += (f"\ndata-dependent: this graph is the path these inputs took; "
+                          f"{len(conv.data_dependent)} decision(s) the data made are fixed "
+                          "(x-data-dependent lists them); other inputs may need another import.")
     return result
 
 
@@ -412,7 +461,9 @@ def _inputs(conv, real_inputs, given, shapes, seed):
         dtype = dtype_of(ttype.elem_type, f"{path}: {where}")
         declared = None
         if ttype.HasField("shape"):
-            declared = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+            # a negative size (-1, as Paddle's exporter writes) is not a size: unknown
+            declared = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                        for d in ttype.shape.dim]
         if vi.name in given:
             arr = np.asarray(given[vi.name])
             if arr.dtype != dtype:
@@ -475,24 +526,29 @@ def _loss(conv, outputs, loss, seed):
 
 
 def _reference(path, feeds, outputs, conv):
-    """onnxruntime's values of the graph outputs gradcli computes (None without it)."""
+    """onnxruntime's values of the graph outputs gradcli computes, and why there are none
+    (``(None, None)`` without onnxruntime).
+
+    Note [onnxruntime refuses]: onnxruntime lacks some kernels the ONNX standard defines
+    (batch-first recurrent layers, ``layout=1``, among them). A model it cannot run still
+    imports, without ``expect.forward``; the header says why, in onnxruntime's first line.
+    """
     try:
         import onnxruntime as ort
     except ImportError:
-        return None
+        return None, None
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4
     try:
         session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         results = session.run([n for n, _ in outputs], feeds)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own refusal, in one line
         text = str(exc).strip().splitlines()
-        raise OnnxError(f"{path}: onnxruntime cannot run the model for expect.forward: "
-                        f"{text[0] if text else type(exc).__name__}") from None
+        return None, text[0][:300] if text else type(exc).__name__
     forward = {}
     for (_n, v), r in zip(outputs, results):
         if v.dynamic and v.name is not None:
             forward[v.name] = np.asarray(r)
-    return forward
+    return forward, None

@@ -1,253 +1,100 @@
-"""ONNX operators -> gradcli ops: one mapping function per operator, with its attributes.
+"""ONNX operators -> gradcli ops: one mapping function per operator, with its attributes
+(the registry, folding and shared helpers: registry.py).
 
-``OPERATORS[op_type]`` is an ``Operator``: ``fn(ctx, inputs, attrs, n_outputs)`` maps one
-node (``inputs``: the ``Value`` of each input, None for an empty one) and returns its
-output Values; ``attrs`` are the node's attributes, checked against the operator's
-declared ones (name, kind, default) before it runs. ``aten`` names the gradcli ops the
-mapping writes (docs/onnx.md is generated from this table).
-
-Note [Constant nodes fold]: a node whose inputs are all constants (no leaf of the file
-upstream) is computed once by ONNX's reference implementation (``onnx.reference``) and
-never written; this is what makes ``Shape``-derived sizes, ``ConstantOfShape``,
-``Range``, integer arithmetic and comparisons on sizes work whatever gradcli's ops are.
-Operators that make a value whose size their inputs' values decide are checked
-against the tensor budget first (``SIZED``).
+Note [One table per family]: operators that differ only in the gradcli op they write
+(``Add``/``Sub``/``Mul``/``Div``, the elementwise functions, the comparisons, the
+reductions) are one mapping each, driven by a table ``{ONNX operator: gradcli op}``
+and registered by ``_family``; the mapping reads its op from the table by the node's
+``op_type``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .values import FLOATS, Value
+from .registry import _axis, _ints, _reshape, _scalar, onnx_op
+from .values import FLOATS
 
-# AttributeProto.type -> the kind an Operator declares
-_KINDS = {1: "float", 2: "int", 3: "string", 4: "tensor", 5: "graph", 6: "floats", 7: "ints",
-          8: "strings"}
+# -- families: one mapping, one table (Note [One table per family]) -------------------------
+def _family(table, *, attrs=None, doc="", extra=None):
+    """Register ``fn`` for every ONNX operator of ``table`` (``{ONNX operator: gradcli
+    op}``); ``fn(ctx, ins, attrs, n, op)`` gets the node's gradcli op as ``op``. ``extra``:
+    ``{ONNX operator: (further gradcli ops it may write, its doc)}``.
 
-
-class Operator:
-    __slots__ = ("name", "fn", "attrs", "aten", "doc", "folds")
-
-    def __init__(self, name, fn, attrs, aten, doc, folds):
-        self.name = name
-        self.fn = fn
-        self.attrs = attrs            # {name: (kind, default)}
-        self.aten = aten.split()      # the gradcli ops it writes
-        self.doc = doc
-        self.folds = folds            # constant inputs: computed by onnx.reference
-
-
-OPERATORS: dict[str, Operator] = {}
-
-
-def onnx_op(*names, attrs=None, aten="", doc="", folds=True):
-    """Register a mapping for ONNX operators ``names``; ``aten``: the gradcli ops it writes
-    (space-separated)."""
+    >>> @_family({"Exp": "aten.exp.default"}, doc="elementwise")   # doctest: +SKIP
+    ... def _unary(ctx, ins, attrs, n, op):
+    ...     return ctx.emit(op, [ins[0]])
+    """
     def deco(fn):
-        for n in names:
-            OPERATORS[n] = Operator(n, _folding(fn) if folds else fn, attrs or {}, aten, doc,
-                                    folds)
+        for name, op in table.items():
+            more, text = (extra or {}).get(name, ("", doc))
+
+            def mapping(ctx, ins, attrs_, n, _op=op):
+                return fn(ctx, ins, attrs_, n, _op)
+
+            mapping.__doc__ = fn.__doc__
+            onnx_op(name, attrs=attrs, aten=f"{op} {more}".strip(), doc=text)(mapping)
         return fn
     return deco
 
 
-def unsupported(model):
-    """``["LSTM (opset 16)", ...]``: the operators of the model (and its subgraphs) that
-    have no mapping, each once, in the order they first appear."""
-    opset = {(d.domain or ""): d.version for d in model.opset_import}
-    seen = []
-
-    def walk(graph):
-        for node in graph.node:
-            domain = "" if node.domain in ("", "ai.onnx") else node.domain
-            key = node.op_type if not domain else f"{domain}.{node.op_type}"
-            if key not in OPERATORS:
-                text = f"{key} (opset {opset.get(domain, '?')})"
-                if text not in seen:
-                    seen.append(text)
-            for a in node.attribute:
-                if a.type == 5:
-                    walk(a.g)
-                for g in a.graphs:
-                    walk(g)
-
-    walk(model.graph)
-    return seen
-
-
-def attributes_of(ctx, node, operator):
-    """The node's attributes as Python values, checked against the operator's."""
-    out = {k: d for k, (_kind, d) in operator.attrs.items()}
-    for a in node.attribute:
-        spec = operator.attrs.get(a.name)
-        if spec is None:
-            known = ", ".join(sorted(operator.attrs)) or "none"
-            ctx.fail(f"unknown attribute {a.name!r} (known: {known})")
-        kind = _KINDS.get(a.type)
-        if kind != spec[0]:
-            ctx.fail(f"attribute {a.name!r} must be {spec[0]}, the file has "
-                     f"{kind or 'an unknown type'}")
-        if kind == "float":
-            out[a.name] = _decimal(a.f)
-        elif kind == "int":
-            out[a.name] = int(a.i)
-        elif kind == "string":
-            out[a.name] = a.s.decode("utf-8", "replace")
-        elif kind == "floats":
-            out[a.name] = [_decimal(x) for x in a.floats]
-        elif kind == "ints":
-            out[a.name] = [int(x) for x in a.ints]
-        elif kind == "strings":
-            out[a.name] = [s.decode("utf-8", "replace") for s in a.strings]
-        elif kind == "tensor":
-            out[a.name] = ctx.reader.array(a.t, f"node {ctx.node_id} attribute {a.name!r}")
-        elif kind == "graph":
-            out[a.name] = a.g
-    return out
+BINARY = {"Add": "aten.add.Tensor", "Sub": "aten.sub.Tensor", "Mul": "aten.mul.Tensor",
+          "Div": "aten.div.Tensor"}
+UNARY = {"Relu": "aten.relu.default", "Sigmoid": "aten.sigmoid.default",
+         "Tanh": "aten.tanh.default", "Exp": "aten.exp.default", "Log": "aten.log.default",
+         "Sqrt": "aten.sqrt.default", "Neg": "aten.neg.default", "Abs": "aten.abs.default",
+         "Erf": "aten.erf.default", "Reciprocal": "aten.reciprocal.default",
+         "Sin": "aten.sin.default", "Cos": "aten.cos.default", "Floor": "aten.floor.default",
+         "Ceil": "aten.ceil.default", "Sign": "aten.sign.default",
+         "Softplus": "aten.softplus.default", "Not": "aten.logical_not.default",
+         "Tan": "aten.tan.default", "Asin": "aten.asin.default", "Acos": "aten.acos.default",
+         "Atan": "aten.atan.default", "Sinh": "aten.sinh.default", "Cosh": "aten.cosh.default",
+         "Asinh": "aten.asinh.default", "Acosh": "aten.acosh.default",
+         "Atanh": "aten.atanh.default", "Round": "aten.round.default",
+         "IsNaN": "aten.isnan.default"}
+COMPARE = {"Equal": "aten.eq.Tensor", "Less": "aten.lt.Tensor", "Greater": "aten.gt.Tensor",
+           "LessOrEqual": "aten.le.Tensor", "GreaterOrEqual": "aten.ge.Tensor",
+           "And": "aten.logical_and.default", "Or": "aten.logical_or.default",
+           "Xor": "aten.logical_xor.default"}
+VARIADIC = {"Max": "aten.maximum.default", "Min": "aten.minimum.default",
+            "Sum": "aten.add.Tensor"}
+SOFTMAX = {"Softmax": "aten._softmax.default", "LogSoftmax": "aten._log_softmax.default"}
+REDUCE = {"ReduceMean": "aten.mean.dim", "ReduceSum": "aten.sum.dim_IntList",
+          "ReduceMax": "aten.amax.default", "ReduceMin": "aten.amin.default"}
 
 
-# Note [Float attributes]: ONNX stores float attributes as float32, so an exporter's
-# ``eps=1e-5`` arrives as 9.99999974738e-06; PyTorch's op ran with the double 1e-05.
-# The shortest decimal that reads back as the same float32 is what the exporter wrote
-# (a float32 has at most 9 significant digits), so that decimal is the attribute's value:
-# float64 imports then give PyTorch's float64 results exactly.
-def _decimal(x):
-    return float(str(np.float32(x)))
-
-
-# -- constant folding ----------------------------------------------------------------------
-SIZED = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "MatMul",
-         "Gemm", "OneHot", "Reshape", "Einsum", "CumSum"}
-
-
-def _folding(fn):
-    def run(ctx, ins, attrs, n_out):
-        if all(v is None or not v.dynamic for v in ins) and ctx.node.op_type != "If":
-            return _fold(ctx, ins, n_out)
-        return fn(ctx, ins, attrs, n_out)
-    run.__doc__ = fn.__doc__
-    return run
-
-
-def _fold(ctx, ins, n_out):
-    """Compute a node on constants with onnx.reference (Note [Constant nodes fold])."""
-    import onnx
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
-    node = ctx.node
-    if node.op_type in SIZED:
-        _guard_size(ctx, ins)
-    names = [f"in{i}" if v is not None else "" for i, v in enumerate(ins)]
-    feeds = {n: v.array for n, v in zip(names, ins) if v is not None}
-    copy = helper.make_node(node.op_type, names, [f"out{i}" for i in range(n_out)],
-                            domain=node.domain)
-    copy.attribute.extend(node.attribute)
-    graph = helper.make_graph(
-        [copy], "fold",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype),
-                                       feeds[n].shape) for n in names if n],
-        [helper.make_tensor_value_info(f"out{i}", onnx.TensorProto.UNDEFINED, None)
-         for i in range(n_out)])
-    model = helper.make_model(graph, opset_imports=ctx.model.opset_import)
-    try:
-        with np.errstate(all="ignore"):
-            results = ReferenceEvaluator(model).run(None, feeds)
-    except Exception as exc:  # noqa: BLE001 - the reference's refusal of this node, in one line
-        text = str(exc).strip().splitlines()
-        ctx.fail(f"cannot compute it on its constant inputs: "
-                 f"{text[0] if text else type(exc).__name__}")
-    outs = []
-    for r in results:
-        r = np.asarray(r)
-        ctx.check_size(r.shape, r.dtype, "its result")
-        outs.append(ctx.constant(r))
-    return outs
-
-
-def _guard_size(ctx, ins):
-    """The size a sized operator's constant inputs ask for, before it is computed."""
-    op = ctx.node.op_type
-    arrays = [v.array if v is not None else None for v in ins]
-    if op in ("ConstantOfShape", "Expand", "Tile", "Reshape") and len(arrays) >= 1:
-        shape = arrays[1] if op in ("Expand", "Tile", "Reshape") else arrays[0]
-        if shape is None:
-            return
-        shape = [int(d) for d in np.asarray(shape).reshape(-1)]
-        if op == "Tile":
-            shape = [a * b for a, b in zip(arrays[0].shape, shape)]
-        elif op == "Expand":
-            shape = list(np.broadcast_shapes(tuple(max(d, 1) for d in shape), arrays[0].shape))
-        elif op == "Reshape":
-            return
-        ctx.check_size([max(d, 0) for d in shape], np.float64, "its result")
-    elif op == "Range":
-        start, limit, delta = (float(np.asarray(a).reshape(-1)[0]) for a in arrays[:3])
-        if delta == 0 or not all(np.isfinite([start, limit, delta])):
-            ctx.fail("Range needs a finite, non-zero delta")
-        ctx.check_size([max(int(np.ceil((limit - start) / delta)), 0)], np.float64,
-                       "its result")
-    elif op in ("MatMul", "Gemm"):
-        a, b = arrays[0], arrays[1]
-        ctx.check_size([a.size, b.shape[-1] if b.ndim else 1], np.float64, "its result")
-    else:
-        total = sum(a.size for a in arrays if a is not None)
-        ctx.check_size([total * 64], np.float64, "its result")
-
-
-# -- helpers --------------------------------------------------------------------------------
-def _axis(ctx, axis, rank):
-    if not -rank <= axis < max(rank, 1):
-        ctx.fail(f"axis {axis} is out of range for a tensor of rank {rank}")
-    return axis % rank if rank else 0
-
-
-def _ints(ctx, value, what):
-    if value is None:
-        return None
-    if value.dynamic:
-        ctx.fail(f"{what} must be a constant (it is computed from the inputs)")
-    return [int(x) for x in np.asarray(value.array).reshape(-1)]
-
-
-def _scalar(value):
-    """A constant 0-d or one-element value as a Python number, else None."""
-    if value is None or value.dynamic or value.array.size != 1:
-        return None
-    x = value.array.reshape(-1)[0]
-    return bool(x) if value.dtype == np.bool_ else (float(x) if value.dtype.kind == "f" else int(x))
-
-
-def _reshape(ctx, x, shape):
-    if list(x.shape) == list(shape):
-        return x
-    try:
-        return ctx.emit("aten.view.default", [x], {"size": list(shape)})
-    except Exception:  # noqa: BLE001 - a view of non-contiguous strides: PyTorch's reshape copies
-        c = ctx.emit("aten.clone.default", [x], {"memory_format": "contiguous_format"})
-        return ctx.emit("aten._unsafe_view.default", [c], {"size": list(shape)})
-
-
-def _float_like(ctx, value, like):
-    """A constant scalar as an array of ``like``'s dtype (0-d), for ops reading a Tensor."""
-    return Value(np.asarray(value, dtype=like.dtype))
-
-
-# -- elementwise ----------------------------------------------------------------------------
-_BINARY = {"Add": "aten.add.Tensor", "Sub": "aten.sub.Tensor", "Mul": "aten.mul.Tensor",
-           "Div": "aten.div.Tensor"}
-
-
-def _binary(ctx, ins, attrs, n):
+@_family(BINARY, doc="broadcasting",
+         extra={"Div": ("aten.div.Tensor_mode", "integers: div.Tensor_mode (trunc)")})
+def _binary(ctx, ins, attrs, n, op):
     a, b = ins
-    op = _BINARY[ctx.node.op_type]
-    if ctx.node.op_type == "Div" and a.dtype.kind in "iu" and b.dtype.kind in "iu":
+    if op == BINARY["Div"] and a.dtype.kind in "iu" and b.dtype.kind in "iu":
         return ctx.emit("aten.div.Tensor_mode", [a, b], {"rounding_mode": "trunc"})
     return ctx.emit(op, [a, b])
 
 
-for _k, _v in _BINARY.items():
-    onnx_op(_k, aten=_v + (" aten.div.Tensor_mode" if _k == "Div" else ""),
-            doc="integers: div.Tensor_mode (trunc)" if _k == "Div" else "broadcasting")(_binary)
+@_family(UNARY, doc="elementwise")
+def _unary(ctx, ins, attrs, n, op):
+    return ctx.emit(op, [ins[0]])
+
+
+@_family(COMPARE, doc="boolean result")
+def _compare(ctx, ins, attrs, n, op):
+    return ctx.emit(op, [ins[0], ins[1]])
+
+
+@_family(VARIADIC, doc="variadic: pairwise, left to right")
+def _variadic(ctx, ins, attrs, n, op):
+    out = ins[0]
+    for v in ins[1:]:
+        out = ctx.emit(op, [out, v])
+    return out
+
+
+@onnx_op("IsInf", attrs={"detect_negative": ("int", 1), "detect_positive": ("int", 1)},
+         aten="aten.isinf.default", doc="both signs (the defaults)")
+def _isinf(ctx, ins, attrs, n):
+    if not (attrs["detect_negative"] and attrs["detect_positive"]):
+        ctx.fail("IsInf of one sign only is not supported")
+    return ctx.emit("aten.isinf.default", [ins[0]])
 
 
 @onnx_op("Pow", aten="aten.pow.Tensor_Scalar aten.pow.Tensor_Tensor",
@@ -258,53 +105,6 @@ def _pow(ctx, ins, attrs, n):
     if e is not None:
         return ctx.emit("aten.pow.Tensor_Scalar", [x], {"exponent": e})
     return ctx.emit("aten.pow.Tensor_Tensor", [x, y])
-
-
-_UNARY = {"Relu": "aten.relu.default", "Sigmoid": "aten.sigmoid.default",
-          "Tanh": "aten.tanh.default", "Exp": "aten.exp.default", "Log": "aten.log.default",
-          "Sqrt": "aten.sqrt.default", "Neg": "aten.neg.default", "Abs": "aten.abs.default",
-          "Erf": "aten.erf.default", "Reciprocal": "aten.reciprocal.default",
-          "Sin": "aten.sin.default", "Cos": "aten.cos.default", "Floor": "aten.floor.default",
-          "Ceil": "aten.ceil.default", "Sign": "aten.sign.default",
-          "Softplus": "aten.softplus.default", "Not": "aten.logical_not.default"}
-
-
-def _unary(ctx, ins, attrs, n):
-    return ctx.emit(_UNARY[ctx.node.op_type], [ins[0]])
-
-
-for _k, _v in _UNARY.items():
-    onnx_op(_k, aten=_v, doc="elementwise")(_unary)
-
-_COMPARE = {"Equal": "aten.eq.Tensor", "Less": "aten.lt.Tensor", "Greater": "aten.gt.Tensor",
-            "LessOrEqual": "aten.le.Tensor", "GreaterOrEqual": "aten.ge.Tensor",
-            "And": "aten.logical_and.default", "Or": "aten.logical_or.default"}
-
-
-def _compare(ctx, ins, attrs, n):
-    return ctx.emit(_COMPARE[ctx.node.op_type], [ins[0], ins[1]])
-
-
-for _k, _v in _COMPARE.items():
-    onnx_op(_k, aten=_v, doc="boolean result")(_compare)
-
-
-@onnx_op("Max", aten="aten.maximum.default", doc="variadic: pairwise, left to right")
-@onnx_op("Min", aten="aten.minimum.default", doc="variadic: pairwise, left to right")
-def _minmax(ctx, ins, attrs, n):
-    op = "aten.maximum.default" if ctx.node.op_type == "Max" else "aten.minimum.default"
-    out = ins[0]
-    for v in ins[1:]:
-        out = ctx.emit(op, [out, v])
-    return out
-
-
-@onnx_op("Sum", aten="aten.add.Tensor", doc="variadic: pairwise, left to right")
-def _sum_variadic(ctx, ins, attrs, n):
-    out = ins[0]
-    for v in ins[1:]:
-        out = ctx.emit("aten.add.Tensor", [out, v])
-    return out
 
 
 @onnx_op("Identity", aten="", doc="no op: the value itself")
@@ -337,12 +137,16 @@ def _leaky(ctx, ins, attrs, n):
 
 
 @onnx_op("HardSigmoid", attrs={"alpha": ("float", 0.2), "beta": ("float", 0.5)},
-         aten="aten.hardsigmoid.default", doc="alpha = 1/6, beta = 0.5 (PyTorch's)")
+         aten="aten.hardsigmoid.default aten.mul.Tensor aten.add.Tensor aten.hardtanh.default",
+         doc="alpha = 1/6, beta = 0.5: hardsigmoid; others (Paddle's 0.2): "
+         "hardtanh(x * alpha + beta, 0, 1)")
 def _hardsigmoid(ctx, ins, attrs, n):
-    if abs(attrs["alpha"] - 1 / 6) > 1e-6 or attrs["beta"] != 0.5:
-        ctx.fail(f"HardSigmoid with alpha={attrs['alpha']}, beta={attrs['beta']} has no "
-                 "PyTorch op (hardsigmoid is alpha=1/6, beta=0.5)")
-    return ctx.emit("aten.hardsigmoid.default", [ins[0]])
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    if abs(alpha - 1 / 6) <= 1e-6 and beta == 0.5:
+        return ctx.emit("aten.hardsigmoid.default", [ins[0]])
+    # PyTorch has no op for another slope: what its users write, F.hardtanh(x * a + b, 0, 1)
+    y = ctx.emit("aten.add.Tensor", [ctx.emit("aten.mul.Tensor", [ins[0], alpha]), beta])
+    return ctx.emit("aten.hardtanh.default", [y], {"min_val": 0.0, "max_val": 1.0})
 
 
 @onnx_op("HardSwish", aten="aten.hardswish.default")
@@ -584,7 +388,9 @@ def _conv(ctx, ins, attrs, n):
 
 @onnx_op("ConvTranspose", attrs={**_CONV_ATTRS, "output_padding": ("ints", None),
                                  "output_shape": ("ints", None)},
-         aten="aten.convolution.default", doc="symmetric pads, no output_shape")
+         aten="aten.convolution.default",
+         doc="symmetric pads, no output_shape; runs once aten.convolution.default runs "
+         "transposed convolutions (this build refuses them)")
 def _conv_transpose(ctx, ins, attrs, n):
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
@@ -715,25 +521,28 @@ def _groupnorm(ctx, ins, attrs, n):
     return out[0]
 
 
-@onnx_op("Softmax", attrs={"axis": ("int", -1)}, aten="aten._softmax.default",
-         doc="opset 13+ (one axis)")
-@onnx_op("LogSoftmax", attrs={"axis": ("int", -1)}, aten="aten._log_softmax.default",
-         doc="opset 13+ (one axis)")
-def _softmax(ctx, ins, attrs, n):
+@_family(SOFTMAX, attrs={"axis": ("int", -1)},
+         extra={k: ("aten.view.default", "opset 13+: one axis; before 13: over the dims from "
+                    "axis on (default 1), on a 2-d view") for k in SOFTMAX})
+def _softmax(ctx, ins, attrs, n, op):
     x = ins[0]
-    if ctx.opset.get("", 13) < 13:
-        ctx.fail("Softmax before opset 13 (flattening to 2-d) is not supported")
-    op = "aten._softmax.default" if ctx.node.op_type == "Softmax" else \
-        "aten._log_softmax.default"
-    return ctx.emit(op, [x], {"dim": _axis(ctx, attrs["axis"], x.rank), "half_to_float": False})
+    if ctx.opset.get("", 13) >= 13:
+        return ctx.emit(op, [x], {"dim": _axis(ctx, attrs["axis"], x.rank),
+                                  "half_to_float": False})
+    # before opset 13 the input is seen as 2-d, [prod(dims before axis), prod(the rest)]
+    given = any(a.name == "axis" for a in ctx.node.attribute)
+    axis = _axis(ctx, attrs["axis"] if given else 1, x.rank)
+    if axis == x.rank - 1:
+        return ctx.emit(op, [x], {"dim": axis, "half_to_float": False})
+    flat = _reshape(ctx, x, [int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))])
+    out = ctx.emit(op, [flat], {"dim": 1, "half_to_float": False})
+    return _reshape(ctx, out, list(x.shape))
 
 
 # -- reductions ------------------------------------------------------------------------------
-_REDUCE = {"ReduceMean": "aten.mean.dim", "ReduceSum": "aten.sum.dim_IntList",
-           "ReduceMax": "aten.amax.default", "ReduceMin": "aten.amin.default"}
-
-
-def _reduce(ctx, ins, attrs, n):
+@_family(REDUCE, attrs={"axes": ("ints", None), "keepdims": ("int", 1),
+                         "noop_with_empty_axes": ("int", 0)}, doc="axes as attribute or input")
+def _reduce(ctx, ins, attrs, n, op):
     x = ins[0]
     axes = attrs.get("axes")
     if axes is None and len(ins) > 1 and ins[1] is not None:
@@ -743,15 +552,7 @@ def _reduce(ctx, ins, attrs, n):
             return x
         axes = list(range(x.rank))
     axes = sorted({_axis(ctx, a, x.rank) for a in axes})
-    keep = bool(attrs["keepdims"])
-    op = _REDUCE[ctx.node.op_type]
-    return ctx.emit(op, [x], {"dim": axes, "keepdim": keep})
-
-
-for _k, _v in _REDUCE.items():
-    onnx_op(_k, attrs={"axes": ("ints", None), "keepdims": ("int", 1),
-                       "noop_with_empty_axes": ("int", 0)},
-            aten=_v, doc="axes as attribute or input")(_reduce)
+    return ctx.emit(op, [x], {"dim": axes, "keepdim": bool(attrs["keepdims"])})
 
 
 # -- shape ops --------------------------------------------------------------------------------
@@ -946,11 +747,60 @@ def _gather(ctx, ins, attrs, n):
     return _reshape(ctx, out, shape)
 
 
+@_family({"ArgMax": "aten.argmax.default", "ArgMin": "aten.argmin.default"},
+         attrs={"axis": ("int", 0), "keepdims": ("int", 1), "select_last_index": ("int", 0)},
+         doc="the first index of the extreme (select_last_index 0)")
+def _argmax(ctx, ins, attrs, n, op):
+    x = ins[0]
+    if attrs["select_last_index"]:
+        ctx.fail("select_last_index=1 is not supported (PyTorch returns the first index)")
+    return ctx.emit(op, [x], {"dim": _axis(ctx, attrs["axis"], x.rank),
+                              "keepdim": bool(attrs["keepdims"])})
+
+
+@onnx_op("CumSum", attrs={"exclusive": ("int", 0), "reverse": ("int", 0)},
+         aten="aten.cumsum.default aten.flip.default aten.sub.Tensor",
+         doc="reverse: flip, cumsum, flip; exclusive: cumsum - x")
+def _cumsum(ctx, ins, attrs, n):
+    x = ins[0]
+    (axis,) = _ints(ctx, ins[1], "axis")
+    axis = _axis(ctx, axis, x.rank)
+    if attrs["reverse"]:
+        x = ctx.emit("aten.flip.default", [x], {"dims": [axis]})
+    out = ctx.emit("aten.cumsum.default", [x], {"dim": axis})
+    if attrs["exclusive"]:
+        out = ctx.emit("aten.sub.Tensor", [out, x])
+    if attrs["reverse"]:
+        out = ctx.emit("aten.flip.default", [out], {"dims": [axis]})
+    return out
+
+
 @onnx_op("GatherElements", attrs={"axis": ("int", 0)}, aten="aten.gather.default")
 def _gather_elements(ctx, ins, attrs, n):
     x, idx = ins
     axis = _axis(ctx, attrs["axis"], x.rank)
     return ctx.emit("aten.gather.default", [x, idx], {"dim": axis})
+
+
+@onnx_op("GatherND", attrs={"batch_dims": ("int", 0)}, aten="aten.index.Tensor",
+         doc="batch_dims 0, constant indices: x[i0, i1, ...] (advanced indexing)")
+def _gather_nd(ctx, ins, attrs, n):
+    # x[idx[..., 0], idx[..., 1], ...]: what ``x[i, j]`` records in PyTorch (aten.index), the
+    # op torch's exporter writes as GatherND
+    x, idx = ins
+    if attrs["batch_dims"] != 0:
+        ctx.fail(f"batch_dims {attrs['batch_dims']} is not supported (only 0)")
+    if idx.dynamic:
+        ctx.fail("indices computed from the inputs are not supported")
+    ids = np.asarray(idx.array, dtype=np.int64)
+    if ids.ndim == 0 or not 1 <= ids.shape[-1] <= x.rank:
+        ctx.fail(f"indices of shape {list(ids.shape)} do not index a rank-{x.rank} tensor")
+    for k in range(ids.shape[-1]):
+        part = ids[..., k]
+        if part.size and (part.min() < -x.shape[k] or part.max() >= x.shape[k]):
+            ctx.fail(f"index out of range for dim {k} of size {x.shape[k]}")
+    parts = [ctx.constant(ids[..., k]) for k in range(ids.shape[-1])]
+    return ctx.emit("aten.index.Tensor", [x, parts])
 
 
 @onnx_op("Pad", attrs={"mode": ("string", "constant"), "pads": ("ints", None),
@@ -1007,7 +857,7 @@ def _resize(ctx, ins, attrs, n):
     x = ins[0]
     if x.rank != 4:
         ctx.fail(f"only 4-d Resize is supported (input of shape {list(x.shape)})")
-    scales = _floats(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    scales = _floats(ctx, ins[2]) if len(ins) > 2 and ins[2] is not None else None
     sizes = _ints(ctx, ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None
     if sizes:
         out = list(sizes[-2:])
@@ -1018,39 +868,29 @@ def _resize(ctx, ins, attrs, n):
     else:
         ctx.fail("Resize needs scales or sizes")
     ctx.check_size(list(x.shape[:2]) + out, x.dtype, "its result")
+    # as F.interpolate records it: sizes -> output_size; scales -> scale_factors (the source
+    # index is then out_index / scale, ONNX's asymmetric and half_pixel rules)
+    size_args = (dict(output_size=out, scale_factors=None) if sizes else
+                 dict(output_size=None, scale_factors=scales[2:]))
     mode, coord = attrs["mode"], attrs["coordinate_transformation_mode"]
     if mode == "nearest":
         if coord != "asymmetric" or attrs["nearest_mode"] != "floor":
             ctx.fail("nearest Resize needs coordinate_transformation_mode asymmetric and "
                      "nearest_mode floor (PyTorch's nearest)")
-        return ctx.emit("aten.upsample_nearest2d.vec", [x], {"output_size": out})
+        return ctx.emit("aten.upsample_nearest2d.vec", [x], size_args)
     if mode == "linear":
         if coord not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
             ctx.fail(f"linear Resize with {coord} coordinates is not supported")
-        return ctx.emit("aten.upsample_bilinear2d.vec", [x], {
-            "output_size": out, "align_corners": coord == "align_corners"})
+        return ctx.emit("aten.upsample_bilinear2d.vec", [x], dict(
+            size_args, align_corners=coord == "align_corners"))
     ctx.fail(f"Resize mode {mode!r} is not supported")
 
 
-def _floats(value):
-    if value is None or value.dynamic or value.array.size == 0:
+def _floats(ctx, value):
+    """A float list from a constant, or from an initializer of the file (a leaf: its values
+    are the file's, and reading them as sizes gives it no gradient path)."""
+    if value is None or value.array.size == 0:
         return None
+    if value.dynamic and value.name not in ctx.tensors:
+        ctx.fail("scales computed from the inputs are not supported")
     return [float(v) for v in value.array.reshape(-1)]
-
-
-@onnx_op("If", attrs={"then_branch": ("graph", None), "else_branch": ("graph", None)},
-         aten="", folds=False, doc="a constant condition: the branch it takes is inlined")
-def _if(ctx, ins, attrs, n):
-    cond = ins[0]
-    if cond.dynamic:
-        ctx.fail("an If whose condition is computed from the inputs is not supported")
-    branch = attrs["then_branch"] if bool(np.asarray(cond.array).reshape(-1)[0]) else \
-        attrs["else_branch"]
-    if branch is None:
-        ctx.fail("missing branch")
-    if branch.initializer:
-        for t in branch.initializer:
-            ctx.values[t.name] = ctx.constant(ctx.reader.array(t, f"initializer {t.name!r}"),
-                                              onnx_name=t.name)
-    ctx.run_graph(branch, attributes_of, OPERATORS)
-    return [ctx.get(o.name) for o in branch.output]

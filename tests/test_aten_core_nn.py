@@ -359,6 +359,12 @@ NODE_NAME_DIFFERENCES[ASTRIDED] = "ViewBackward0 (PyTorch: AsStridedBackward0 of
 refused(ASTRIDED, [R(3, 4)], {"size": [13], "stride": [1]}, "out of bounds")
 refused(ASTRIDED, [R(3, 4)], {"size": [2], "stride": [1], "storage_offset": 11}, "out of bounds")
 refused(ASTRIDED, [R(3, 4)], {"size": [2], "stride": [-1]}, "Negative strides")
+ASTRIDED_ = "aten.as_strided_.default"      # run on a clone of self, as the in-place rows
+case(ASTRIDED_, [R(3, 4)], {"size": [2, 2], "stride": [1, 2], "storage_offset": 1})
+case(ASTRIDED_, [R(4, 4)], {"size": [3, 3], "stride": [4, 1]}, id=ASTRIDED_ + "-overlapping-windows")
+GRADGRAD[ASTRIDED_] = ([R(3, 4)], {"size": [2, 3], "stride": [2, 1], "storage_offset": 1}, None)
+NODE_NAME_DIFFERENCES[ASTRIDED_] = NODE_NAME_DIFFERENCES[ASTRIDED]
+refused(ASTRIDED_, [R(3, 4)], {"size": [13], "stride": [1]}, "out of bounds")
 SWS = "aten.split_with_sizes.default"
 case(SWS, [R(5, 3)], {"split_sizes": [1, 4]})
 case(SWS, [nc(R(3, 6))], {"split_sizes": [2, 0, 4], "dim": -1})

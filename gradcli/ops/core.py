@@ -660,6 +660,22 @@ def saved_versions(inputs):
     return tuple(x._version if type(x) is Tensor else 0 for x in inputs)
 
 
+# Note [Memory owners]: NumPy's ``base`` of a view is usually the array owning the
+# memory, but ``as_strided`` (and CuPy's strided views) hand back an array whose
+# ``base`` is an intermediate object (NumPy's ``DummyArray``) over another view. Two
+# arrays share memory when following ``base`` from each ends at the same owner: an
+# ``as_strided`` view is a view of its input, so an in-place op on it rebases its
+# base's history (Note [CopySlices]) instead of changing the base's values behind its
+# recorded history.
+def _memory_owner(a):
+    """The object at the end of ``a``'s ``base`` chain (Note [Memory owners])."""
+    while True:
+        b = getattr(a, "base", None)
+        if b is None:
+            return a
+        a = b
+
+
 def _mark_view(t, inputs):
     """Make ``t`` a view of ``inputs[0]`` when its array is a view of that one's memory
     (an op flagged ``view`` may still copy: a reshape of a transposed array). A view
@@ -669,7 +685,8 @@ def _mark_view(t, inputs):
         return
     o, d = t.data, x.data
     b = getattr(o, "base", None)
-    if b is not None and (b is d or b is getattr(d, "base", None)) or o is d:
+    if b is not None and (b is d or b is getattr(d, "base", None) or
+                          _memory_owner(b) is _memory_owner(d)) or o is d:
         base = t._base = x._base if x._base is not None else x
         if x._vc is not None:
             t._vc = x._vc

@@ -69,3 +69,46 @@ sub_ = _inplace("sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -
                 "aten.sub.Tensor")
 mul_ = _inplace("mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", "aten.mul.Tensor")
 div_ = _inplace("div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", "aten.div.Tensor")
+
+
+# Note [as_strided_]: ``as_strided_`` changes ``self``'s geometry, not its values: the
+# same tensor now reads ``size``/``stride``/``storage_offset`` of its memory (row-major,
+# Note [as_strided reads the input row-major]). PyTorch records ``AsStridedBackward1``
+# (the formula of ``as_strided``'s ``AsStridedBackward0``: each element's gradient added
+# at the position it reads), bumps ``self``'s version and refuses a leaf that requires
+# grad, as for any in-place op. ``self``'s array becomes the strided view of its old
+# one, so later ops on either name see the new geometry; the entry's output is ``self``.
+class AsStridedInplaceOp(AtenOp):
+    """``aten.as_strided_.default``: ``self`` restrided in place (Note [as_strided_])."""
+
+    __slots__ = ()
+    restrides_self = True       # the loader gives self's name the output's shape
+
+    def __call__(self, *inputs, **args):
+        if not inputs or type(inputs[0]) is not Tensor:
+            return AtenOp.__call__(self, *inputs, **args)      # raw arrays: out of place
+        from ..inplace import check_inplace  # noqa: PLC0415 - (same module as apply_inplace)
+        from ...autograd.tensor import bump_version  # noqa: PLC0415
+
+        x = inputs[0]
+        check_inplace(x)
+        result = AtenOp.__call__(self, x, **args)
+        x.data = result.data
+        bump_version(x)
+        if result.grad_fn is not None:
+            x.requires_grad = True
+            x.grad_fn, x.output_nr = result.grad_fn, result.output_nr
+        return x
+
+
+def _as_strided_inplace():
+    base = ATEN_OPS["aten.as_strided.default"]
+    op = aten("as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, "
+              "SymInt? storage_offset=None) -> Tensor(a!)", "AsStridedBackward1", saves=False,
+              meta=base.meta)(base.forward)
+    op.__class__ = AsStridedInplaceOp
+    op.schema_vjps, op.vjps, op.vjp_all = base.schema_vjps, base.vjps, base.vjp_all
+    return op
+
+
+as_strided_ = _as_strided_inplace()

@@ -477,11 +477,17 @@ class OpBackward(Node):
 
         n = len(self.saved) >> 1
         valid = tuple(e is not None for e in self.next_edges)
-        if len(valid) != n:                  # an ATen op dropped edges: read them all
-            return True, frozenset(range(n))
+        if len(valid) != n:                  # an ATen op dropped edges (its indices, ...)
+            from .uses import saved_uses_by_schema  # noqa: PLC0415
+
+            found = saved_uses_by_schema(self.op, n)
+            return (True, frozenset(range(n))) if found is None else found
         return saved_uses(self.op, valid)
 
     def note_output_version(self, output_nr, vc, version):
+        kept = getattr(self.op, "saved_outputs", None)     # Note [What a node saved]
+        if kept is not None and output_nr not in kept:
+            return
         if (self.op.saves and type(self.saved) is tuple   # (not packed by hooks)
                 and self._saved_uses()[0]):
             versions = getattr(self, "versions", None)

@@ -89,6 +89,15 @@ def _write(x, value) -> None:
     np.copyto(dst, value, casting="same_kind")
 
 
+def _raw(o):
+    """An operand's array (a ``Tensor?[]`` such as index_put's indices: each one's)."""
+    if type(o) is Tensor:
+        return o.data
+    if type(o) is list:
+        return [_raw(v) for v in o]
+    return o
+
+
 def apply_inplace(op, x, *others, **args):
     """Run ``op(x, *others, **args)`` into ``x`` (Note [In-place ops]); returns ``x``.
 
@@ -101,7 +110,7 @@ def apply_inplace(op, x, *others, **args):
     needs = STATE.grad_enabled and (x.requires_grad or any(
         type(o) is Tensor and o.requires_grad for o in others))
     if not needs:
-        raw = [o.data if type(o) is Tensor else o for o in others]
+        raw = [_raw(o) for o in others]
         _write(x, op.fn(x.data, *raw, **args))
         bump_version(x)
         return x

@@ -15,7 +15,10 @@ from __future__ import annotations
 from ...autograd.tensor import Tensor
 from ..core import OPS
 from ..inplace import apply_inplace
-from .registry import ATEN_OPS, AtenOp, aten
+import numpy as np
+
+from .. import library as L
+from .registry import ATEN_OPS, AtenOp, aten, defvjp
 
 
 class InplaceAtenOp(AtenOp):
@@ -49,10 +52,11 @@ def _self_shape(self, *others, **args):
     return [(tuple(self.shape), self.dtype)]
 
 
-def _inplace(schema, base_name):
-    """Register the in-place overload ``schema`` of the out-of-place op ``base_name``."""
+def _inplace(schema, base_name, meta=_self_shape):
+    """Register the in-place overload ``schema`` of the out-of-place op ``base_name``
+    (``meta``: its shape rule, ``self``'s shape unless the out-of-place one says it)."""
     base = ATEN_OPS[base_name]
-    op = aten(schema, base.node_name, saves=base.saves, meta=_self_shape)(base.forward)
+    op = aten(schema, base.node_name, saves=base.saves, meta=meta or base.meta)(base.forward)
     op.__class__ = InplaceAtenOp
     # (not ``view``: that promises that ``fn`` on raw arrays returns its input's memory,
     # and on raw arrays an in-place entry computes out of place; the loader's memory
@@ -69,6 +73,9 @@ sub_ = _inplace("sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -
                 "aten.sub.Tensor")
 mul_ = _inplace("mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", "aten.mul.Tensor")
 div_ = _inplace("div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", "aten.div.Tensor")
+# (``x[mask] = v``, ``x[idx] += v``: index_put's own shape rule checks the indices and values)
+index_put_ = _inplace("index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, "
+                      "bool accumulate=False) -> Tensor(a!)", "aten.index_put.default", meta=None)
 
 
 # Note [as_strided_]: ``as_strided_`` changes ``self``'s geometry, not its values: the
@@ -112,3 +119,65 @@ def _as_strided_inplace():
 
 
 as_strided_ = _as_strided_inplace()
+
+
+# Note [copy_]: ``self.copy_(src)`` (``x[:, 1:] = y``, and the write-back of ``x[:, 1:] +=
+# y``) records PyTorch's ``CopyBackwards``: no gradient for ``self``'s old values (zeros),
+# ``src`` gets the gradient summed to its shape in its dtype. The functional ``copy`` has
+# no derivative in PyTorch (Note [copy has no derivative]); the in-place one has this one.
+def _copy_backwards_self(g, ans, self, src, non_blocking=False):
+    from .pointwise import zeros  # noqa: PLC0415
+
+    return zeros(np.shape(g), g)                # (a constant: records nothing, as PyTorch's)
+
+
+def _copy_backwards_src(g, ans, self, src, non_blocking=False):
+    from .promotion import cast  # noqa: PLC0415
+
+    g = L.unbroadcast(g, tuple(np.shape(src)))
+    return cast(g, src.dtype) if hasattr(src, "dtype") and hasattr(g, "dtype") and \
+        g.dtype != src.dtype and src.dtype.kind == "f" else g
+
+
+def _copy_inplace():
+    base = ATEN_OPS["aten.copy.default"]
+    op = aten("copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)",
+              "CopyBackwards", saves=False, meta=base.meta)(base.forward)
+    op.__class__ = InplaceCopyOp
+    defvjp(op, _copy_backwards_self, _copy_backwards_src)
+    return op
+
+
+class InplaceCopyOp(InplaceAtenOp):
+    """``aten.copy_.default``: ``src`` written into ``self`` (Note [copy_]); it records
+    its own node (``CopyBackwards``), not an out-of-place op's."""
+
+    __slots__ = ()
+
+    @property
+    def base(self):
+        return _Recorded(self)
+
+
+class _Recorded:
+    """An in-place entry seen as the op ``apply_inplace`` records: its own forward,
+    node and VJPs, called as an out-of-place ATen op."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op):
+        self.op = op
+
+    @property
+    def fn(self):
+        return self.op.fn
+
+    @property
+    def saves(self):
+        return self.op.saves
+
+    def __call__(self, *inputs, **args):
+        return AtenOp.__call__(self.op, *inputs, **args)
+
+
+copy_ = _copy_inplace()

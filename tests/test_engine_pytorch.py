@@ -1456,3 +1456,101 @@ def test_predicted_order_and_trace_never_show_graph_root():
     only_a = predicted_execution_order([y1.gradient_edge(), y2.gradient_edge()],
                                        [a.gradient_edge()])
     assert [fn.name for fn in only_a] == ["SumBackward0", "MulBackward0"]
+
+
+# -- in-place ops on views, first and second order (test_inplace_on_view_*) ------------
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _narrow(t, dim, start, length):
+    index = [slice(None)] * t.ndim
+    index[dim] = slice(start, start + length)
+    return O.slice(t, index=tuple(index))
+
+
+def test_inplace_on_view_gradcheck_first_and_second_order():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_gradcheck: two
+    in-place muls on views of views of one clone; the gradients and, under create_graph
+    (its gradgradcheck), the second-order gradients through CopySlices equal PyTorch's."""
+    torch = _torch()
+    rng = np.random.default_rng(3)
+    av, bv, vv = rng.standard_normal((4, 4)), rng.standard_normal((2, 2)), rng.standard_normal((4, 4))
+
+    def ours():
+        a, b = leaf(av), leaf(bv)
+        x = a * 1
+        _narrow(_narrow(x, 1, 2, 2), 0, 1, 2).mul_(b)
+        _narrow(_narrow(x, 1, 0, 2), 0, 1, 2).mul_(b)
+        assert x.grad_fn.name == "CopySlices"
+        ga, gb = grad((x * leaf(vv, False)).sum(), [a, b], create_graph=True)
+        gga, ggb = grad((ga * ga).sum() + (gb * gb).sum(), [a, b])
+        return [g.data for g in (ga, gb)] + [gga, ggb]
+
+    def theirs():
+        a = torch.tensor(av, requires_grad=True)
+        b = torch.tensor(bv, requires_grad=True)
+        x = a.clone()
+        x.narrow(1, 2, 2).narrow(0, 1, 2).mul_(b)
+        x.narrow(1, 0, 2).narrow(0, 1, 2).mul_(b)
+        ga, gb = torch.autograd.grad((x * torch.tensor(vv)).sum(), [a, b], create_graph=True)
+        gg = torch.autograd.grad((ga * ga).sum() + (gb * gb).sum(), [a, b])
+        return [t.detach().numpy() for t in (ga, gb, *gg)]
+
+    for got, want in zip(ours(), theirs()):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_inplace_on_view_double_backward_through_copy_slices():
+    """Mirrors the gradgradcheck half of test_autograd.py::TestAutograd::
+    test_inplace_on_view_python: ``x = b * b; x[1:].mul_(b[1:])``: PyTorch 2.13 gives
+    the gradient [2, 12, 27] (recorded: AddBackward0) and the second order [2, 12, 18]."""
+    b = leaf([1.0, 2.0, 3.0])
+    x = b * b
+    O.slice(x, index=(slice(1, None),)).mul_(O.slice(b, index=(slice(1, None),)))
+    g, = grad(x.sum(), [b], create_graph=True)
+    assert g.grad_fn is not None and g.grad_fn.name == "AddBackward0"
+    np.testing.assert_array_equal(g.data, [2.0, 12.0, 27.0])
+    gg, = grad(g.sum(), [b])
+    np.testing.assert_array_equal(gg, [2.0, 12.0, 18.0])
+
+
+def test_inplace_on_view_makes_base_require_grad():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_makes_base_require_grad:
+    a base that does not require grad starts to when a view of it is changed in place by
+    a tensor that does; its gradient flows to ``b`` only through the view's region."""
+    a = leaf(np.arange(16.0).reshape(4, 4), requires_grad=False)
+    b = leaf(np.full((4, 2), 3.0))
+    x = a * 1
+    assert not x.requires_grad
+    _narrow(x, 1, 2, 2).mul_(b)
+    assert x.requires_grad and x.grad_fn.name == "CopySlices"
+    (x * x).sum().backward()
+    np.testing.assert_allclose(b.grad, 2 * 3.0 * np.arange(16.0).reshape(4, 4)[:, 2:] ** 2)
+
+
+def test_inplace_on_view_backprop_view_of_view_second_order():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_backprop_view_of_view,
+    then differentiates again: a view made before its base changed in place regenerates
+    its history (AsStridedBackward0), and that node records under create_graph too."""
+    torch = _torch()
+    av = np.array([[1.0, 2.0], [3.0, 4.0]])
+
+    a = leaf(av)
+    x = a * a
+    v = _narrow(x, 0, 0, 1)
+    w = _narrow(x, 0, 0, 1)
+    v.mul_(2.0)
+    s = (w * w).sum()
+    assert w.grad_fn.name == "AsStridedBackward0"
+    g, = grad(s, [a], create_graph=True)
+    gg, = grad(g.sum(), [a])
+
+    ta = torch.tensor(av, requires_grad=True)
+    tx = ta * ta
+    tv, tw = tx.narrow(0, 0, 1), tx.narrow(0, 0, 1)
+    tv.mul_(2.0)
+    tg, = torch.autograd.grad((tw * tw).sum(), [ta], create_graph=True)
+    tgg, = torch.autograd.grad(tg.sum(), [ta])
+    np.testing.assert_allclose(g.data, tg.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gg, tgg.numpy(), rtol=1e-12)

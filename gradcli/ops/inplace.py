@@ -170,18 +170,47 @@ class CopySlices(Node):
             array.reshape(-1)[self.offset // self.itemsize:], self.view_shape,
             self.view_strides, writeable=True)
 
+    def positions(self):
+        """The flat index into the base of each element of the view (view-shaped)."""
+        size = int(np.prod(self.input_metadata[0].shape, dtype=np.int64))
+        index = np.arange(size, dtype=np.int64)
+        return np.lib.stride_tricks.as_strided(
+            index[self.offset // self.itemsize:], self.view_shape,
+            tuple(s // self.itemsize * index.itemsize for s in self.view_strides)).copy()
+
     def apply(self, grads):
         g = grads[0]
         if g is None:
             return [None] * len(self.next_edges)
-        g = np.array(g.data if type(g) is Tensor else g, copy=True)
-        if g.strides != self.base_strides:
-            raise RuntimeError("CopySlices: the gradient of the base is not laid out as the "
-                               "base (a non-contiguous base is not supported)")
+        if STATE.grad_enabled:                 # create_graph (g may still be an array)
+            return self._apply_recording(g)
+        # (the base is C-contiguous: Note [CopySlices]; a gradient laid out otherwise, a
+        # transposed one, is copied into the base's layout)
+        g = np.array(g.data if type(g) is Tensor else g, copy=True, order="C")
         region = self.region(g)
         res = self.fn.apply([region.copy()])
         region[...] = 0 if res[0] is None else res[0]
         return [g, *res[1:]]
+
+    # Note [CopySlices under create_graph]: a create_graph backward needs the base's
+    # gradient as ops that record, so that a second backward goes through the in-place
+    # op's node too (PyTorch's CopySlices computes with tensor ops, which record under
+    # create_graph). The region is read with ``index`` at the view's flat positions, the
+    # wrapped node runs on it (recording its own backward), and its gradient for the
+    # view's old values is written back with ``index_put``: the gradient outside the view
+    # passes through unchanged, as in the array path.
+    def _apply_recording(self, g):
+        from .core import OPS  # noqa: PLC0415
+
+        shape = self.input_metadata[0].shape
+        pos = self.positions()
+        flat = L.reshape(g, shape=(-1,))
+        res = self.fn.apply([OPS["aten.index.Tensor"](flat, [pos])])
+        new = res[0]
+        if new is None:
+            new = np.zeros(self.view_shape, dtype=g.dtype)
+        out = OPS["aten.index_put.default"](flat, [pos], new)
+        return [L.reshape(out, shape=tuple(shape)), *res[1:]]
 
     def release_variables(self):
         self.fn.release_variables()
@@ -200,10 +229,29 @@ class AsStridedView(Node):
     def apply(self, grads):
         g = grads[0]
         meta = self.copy_slices.input_metadata[0]
+        if STATE.grad_enabled:          # create_graph: Note [CopySlices under create_graph]
+            return [scatter_to_base(g, self.copy_slices.positions(), meta.shape, meta.dtype)]
         out = np.zeros(meta.shape, meta.dtype)
         if g is not None:
             self.copy_slices.region(out)[...] = g.data if type(g) is Tensor else g
         return [out]
+
+
+def scatter_to_base(g, positions, shape, dtype):
+    """A view's gradient ``g`` (a Tensor, recording) added into zeros of its base's
+    ``shape`` at the view's flat ``positions`` (``AsStridedBackward0``'s formula).
+
+    Example::
+
+        scatter_to_base(g, np.array([1, 2]), (3,), np.float64)   # [0, g0, g1]
+    """
+    from .core import OPS  # noqa: PLC0415
+
+    size = int(np.prod(shape, dtype=np.int64))
+    values = L.reshape(g, shape=(-1,))
+    out = OPS["aten.index_put.default"](np.zeros(size, dtype), [np.asarray(positions).reshape(-1)],
+                                        values, accumulate=True)
+    return L.reshape(out, shape=tuple(shape))
 
 
 def _inplace_on_view(op, x, base, others, args):

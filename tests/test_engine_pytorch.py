@@ -1554,3 +1554,173 @@ def test_inplace_on_view_backprop_view_of_view_second_order():
     tgg, = torch.autograd.grad(tg.sum(), [ta])
     np.testing.assert_allclose(g.data, tg.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(gg, tgg.numpy(), rtol=1e-12)
+
+
+# -- in-place ops under threads: shared graphs, device threads (TestMultithreadAutograd) --
+def _sim_leaf(values, dev):
+    from gradcli.devices import device, to_device  # noqa: PLC0415
+
+    return Tensor(to_device(np.asarray(values, dtype=np.float64), device(dev)), requires_grad=True)
+
+
+def _run_threads(work, n):
+    errors = []
+
+    def run(i):
+        try:
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - collected, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not any(th.is_alive() for th in threads)
+    return errors
+
+
+@pytest.mark.timeout(60)
+def test_copy_slices_graph_shared_by_concurrent_backwards_on_device_threads():
+    """Mirrors test_autograd.py::TestMultithreadAutograd::test_simple_backward_same_input
+    with an in-place op on a view of a sim-device activation: every thread's backward
+    of the shared graph runs CopySlices on the device thread and gets PyTorch's
+    gradient ([0, 36, 288, 972, 256, 500], torch 2.13 on the same code), on the device."""
+    from gradcli.devices import device, device_of  # noqa: PLC0415
+
+    a = _sim_leaf(np.arange(6.0), "sim:1")
+    x = a * a
+    O.slice(x, index=(slice(1, 4),)).mul_(3.0)
+    s = (x * x).sum()
+    results = []
+
+    def work(_):
+        g, = grad(s, [a], retain_graph=True)
+        assert device_of(g) is device("sim:1")
+        results.append(np.asarray(g))
+
+    assert _run_threads(work, 6) == []
+    assert len(results) == 6
+    for g in results:
+        np.testing.assert_array_equal(g, [0.0, 36.0, 288.0, 972.0, 256.0, 500.0])
+
+
+@pytest.mark.timeout(60)
+def test_version_check_under_device_threads_in_concurrent_backwards():
+    """Mirrors test_autograd.py::TestMultithreadAutograd::test_simple_backward_same_input
+    with a saved tensor changed in place, on a sim device: each concurrent backward fails
+    on the device thread with PyTorch's version error, naming the node, and none
+    returns a gradient."""
+    a = _sim_leaf([1.0, 2.0, 3.0], "sim:2")
+    y = O.exp(a)
+    z = y.sum()
+    y.mul_(2.0)
+    messages = []
+
+    def work(_):
+        grad(z, [a], retain_graph=True)
+
+    errors = _run_threads(work, 5)
+    messages = [str(e) for e in errors]
+    assert len(messages) == 5
+    assert all("modified by an inplace operation" in m and "ExpBackward0" in m
+               for m in messages), messages
+
+
+@pytest.mark.timeout(60)
+def test_view_regenerated_on_device_thread_gives_pytorchs_gradient():
+    """A view made before its base changed in place (AsStridedBackward0 regenerated,
+    test_autograd.py::TestAutograd::test_inplace_on_view_backprop_view_of_view's shape)
+    on a sim device: the gradient stays on the device and is PyTorch's [0, 16, 0, ...]."""
+    from gradcli.devices import device, device_of  # noqa: PLC0415
+
+    b = _sim_leaf(np.arange(6.0), "sim:2")
+    y = b * b
+    w = O.slice(y, index=(slice(0, 2),))
+    y.mul_(2.0)
+    g, = grad((w * w).sum(), [b])
+    assert device_of(g) is device("sim:2")
+    np.testing.assert_array_equal(np.asarray(g), [0.0, 16.0, 0.0, 0.0, 0.0, 0.0])
+
+
+def test_inplace_on_view_weak_grad_fn():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_weak_grad_fn: the view
+    rebased by relu_ is dropped (and collected) before the backward of a clone of it; the
+    backward still runs through CopySlices (PyTorch: s == 1, a.grad = [1, 1, 0, ...])."""
+    import gc  # noqa: PLC0415
+
+    a = leaf(np.arange(10.0))
+    b = O.reshape(O.slice(a, index=(slice(0, 2),)) * 1, shape=(-1,))
+    b.relu_()
+    c = b * 1
+    del b
+    gc.collect()
+    s = c.sum()
+    assert float(s.data) == 1.0
+    s.backward()
+    np.testing.assert_array_equal(a.grad, [0.0, 1.0] + [0.0] * 8)
+
+
+def test_inplace_on_view_backward_create_graph():
+    """Mirrors the second half of test_autograd.py::TestAutograd::test_inplace_on_view_backward
+    (an in-place threshold on ``(inputs + 1).view_as(inputs)``, then sigmoid, a
+    create_graph gradient and a backward of its sum): no error, and the gradients are
+    PyTorch's (relu_ for threshold(0, 0, inplace=True))."""
+    torch = _torch()
+    xv = np.linspace(-2.0, 1.5, 12).reshape(1, 3, 2, 2)
+
+    x = leaf(xv)
+    tmp1 = O.reshape(x + 1.0, shape=xv.shape)
+    tmp1.relu_()
+    p = O.sigmoid(tmp1)
+    g, = grad(p, [x], grad_outputs=[np.ones(xv.shape)], create_graph=True, retain_graph=True)
+    g.sum().backward()
+
+    tx = torch.tensor(xv, requires_grad=True)
+    t1 = (tx + 1).view_as(tx)
+    torch.nn.functional.threshold(t1, 0.0, 0.0, True)
+    tp = torch.sigmoid(t1)
+    tg, = torch.autograd.grad(tp, tx, torch.ones(tp.shape, dtype=tp.dtype), create_graph=True,
+                              retain_graph=True)
+    tg.sum().backward()
+    np.testing.assert_allclose(g.data, tg.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad, tx.grad.numpy(), rtol=1e-12)
+
+
+def test_inplace_on_view_then_no_grad():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_then_no_grad: an
+    in-place op on a view of a view, the view's history asked for under no_grad, then a
+    backward: it runs and gives PyTorch's gradient (the written element gets none)."""
+    a = leaf(np.ones((3, 1)))
+    b = a * 2
+    c = O.reshape(b, shape=(3, 1))
+    O.slice(c, index=(slice(0, 1), slice(0, 1))).mul_(0.0)
+    with no_grad():
+        assert c.grad_fn is not None
+    c.sum().backward()
+    np.testing.assert_array_equal(a.grad, [[0.0], [2.0], [2.0]])
+
+
+def test_inplace_on_view_leaf_errors():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_leaf_errors: PyTorch's
+    words for an in-place op on a view of a leaf that requires grad."""
+    x = leaf(np.zeros(1))
+    y = O.reshape(x, shape=(1,))
+    with pytest.raises(RuntimeError, match="^a view of a leaf Variable that requires grad is "
+                                           "being used in an in-place operation.$"):
+        y.add_(1.0)
+
+
+def test_inplace_on_reshape_view_rebases_its_base():
+    """PyTorch's ``reshape`` of a contiguous tensor is a view (test_autograd.py::TestAutograd::
+    test_inplace_on_view_python's shape, with reshape as the view): an in-place op on it
+    bumps the base's version and rebases its history (CopySlices), so the base's gradient
+    is PyTorch's [8, 16, 24], not the [4, 8, 12] of a base changed behind its history."""
+    a = leaf([1.0, 2.0, 3.0])
+    x = a * 1
+    y = O.reshape(x, shape=(3,))
+    y.mul_(2.0)
+    assert x._version == 1 and x.grad_fn.name == "CopySlices"
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(a.grad, [8.0, 16.0, 24.0])

@@ -183,7 +183,7 @@ class Op:
     __slots__ = ("name", "fn", "vjps", "vjp_all", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
                  "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms",
-                 "entry_binder")
+                 "entry_binder", "aliases")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
@@ -217,6 +217,12 @@ class Op:
         self.needs_code = needs_code
         self.supported = supported
         self.view = view
+        # Note [Views that may copy]: whether an output may share its input's memory (a
+        # view, or ``reshape``, which views a contiguous input and copies another one):
+        # such an output is marked a view when it does (``_mark_view``), so an in-place
+        # op on it bumps its base's version and rebases its history. ``view`` promises
+        # more (the loader counts no allocation for it), so ``reshape`` sets only this.
+        self.aliases = view
         self.backward_ms = backward_ms    # fn(args) -> ms, or None
         self.entry_binder = entry_binder  # fn(op, entry, site) -> Op, or None
 
@@ -354,7 +360,10 @@ class _OneOfAll:
 class OpBackward(Node):
     """The backward node of one recorded op."""
 
-    __slots__ = ("op", "args", "saved", "input_devices", "versions")
+    __slots__ = ("op", "args", "saved", "input_devices", "versions", "view_fn")
+    # (``view_fn``, set only on the node of an in-place op on a view: the view's
+    # regenerated history, which its saved output leads to under create_graph, as
+    # PyTorch's; Note [CopySlices under create_graph])
 
     def apply(self, grads):
         saved = self.saved
@@ -375,7 +384,7 @@ class OpBackward(Node):
             inputs = saved[n + 1:]
             ans = saved[n]
             ans = ([unpack_output(o, self, i) for i, o in enumerate(ans)] if op.multi_output
-                   else unpack_output(ans, self, 0))
+                   else unpack_output(ans, getattr(self, "view_fn", None) or self, 0))
         else:
             n = len(saved) >> 1
             inputs, ans = saved[:n], saved[n]
@@ -579,7 +588,7 @@ def record(op, inputs, args, forward=None):
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
                 t = Tensor(o)
-                if op.view:
+                if op.aliases:
                     _mark_view(t, inputs)
                 return t
             # (a tuple of edges and of saved arrays: smaller than lists, read-only here)
@@ -599,7 +608,7 @@ def record(op, inputs, args, forward=None):
             node.input_devices = None
             t = Tensor(o, requires_grad=True)
             t.grad_fn = node
-            if op.view:
+            if op.aliases:
                 _mark_view(t, inputs)
             if dispatch.SAVED_CHECKS and op.saves:
                 _save_checked(node, inputs, [t])
@@ -618,7 +627,7 @@ def record(op, inputs, args, forward=None):
                   and any(o.dtype.kind == "f" for o in outs))
     if not needs_grad:
         tensors = [Tensor(o) for o in outs]
-        if op.view:
+        if op.aliases:
             for t in tensors:
                 _mark_view(t, inputs)
         return tensors if op.multi_output else tensors[0]
@@ -638,7 +647,7 @@ def record(op, inputs, args, forward=None):
         if t.requires_grad:
             t.grad_fn = node
             t.output_nr = i
-        if op.view:
+        if op.aliases:
             _mark_view(t, inputs)
         tensors.append(t)
     if dispatch.SAVED_CHECKS and op.saves:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.node import InputMetadata, Node
+from ..devices import CPU, on_device, to_host
+from .core import OpBackward
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor, bump_version, version_counter
 from . import library as L
@@ -186,11 +188,11 @@ class CopySlices(Node):
             return self._apply_recording(g)
         # (the base is C-contiguous: Note [CopySlices]; a gradient laid out otherwise, a
         # transposed one, is copied into the base's layout)
-        g = np.array(g.data if type(g) is Tensor else g, copy=True, order="C")
+        g = np.array(to_host(g.data if type(g) is Tensor else g), copy=True, order="C")
         region = self.region(g)
-        res = self.fn.apply([region.copy()])
-        region[...] = 0 if res[0] is None else res[0]
-        return [g, *res[1:]]
+        res = self.fn.apply([_on(region.copy(), self.input_metadata[0].device)])
+        region[...] = 0 if res[0] is None else to_host(res[0])
+        return [_on(g, self.input_metadata[0].device), *res[1:]]
 
     # Note [CopySlices under create_graph]: a create_graph backward needs the base's
     # gradient as ops that record, so that a second backward goes through the in-place
@@ -198,7 +200,10 @@ class CopySlices(Node):
     # create_graph). The region is read with ``index`` at the view's flat positions, the
     # wrapped node runs on it (recording its own backward), and its gradient for the
     # view's old values is written back with ``index_put``: the gradient outside the view
-    # passes through unchanged, as in the array path.
+    # passes through unchanged, as in the array path. The wrapped node's saved output
+    # (``relu_``'s) is the view: under create_graph it unpacks with the view's regenerated
+    # history (``view_fn``), as PyTorch's, so a second backward reaches the wrapped node
+    # only through CopySlices and never runs it on its own.
     def _apply_recording(self, g):
         from .core import OPS  # noqa: PLC0415
 
@@ -233,8 +238,14 @@ class AsStridedView(Node):
             return [scatter_to_base(g, self.copy_slices.positions(), meta.shape, meta.dtype)]
         out = np.zeros(meta.shape, meta.dtype)
         if g is not None:
-            self.copy_slices.region(out)[...] = g.data if type(g) is Tensor else g
-        return [out]
+            self.copy_slices.region(out)[...] = to_host(g.data if type(g) is Tensor else g)
+        return [_on(out, meta.device)]
+
+
+def _on(array, device):
+    """A host array computed for a node whose input lives on ``device``: tagged with it
+    (simulated devices), as the engine checks each gradient's device."""
+    return array if device is CPU else on_device(array, device)
 
 
 def scatter_to_base(g, positions, shape, dtype):
@@ -271,6 +282,8 @@ def _inplace_on_view(op, x, base, others, args):
     x.requires_grad = True
     x.grad_fn, x.output_nr = AsStridedView(base, x, copy_slices), 0
     x._view_of_fn = copy_slices              # (other views of base regenerate theirs)
+    if isinstance(fn, OpBackward):
+        fn.view_fn = x.grad_fn               # its saved output is the view, with that history
     return x
 
 

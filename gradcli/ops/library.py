@@ -473,6 +473,7 @@ def reshape(x, shape):
 
 
 defvjp(reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape))
+reshape.aliases = True      # a view of a contiguous input (Note [Views that may copy])
 
 
 @primitive("transpose", "PermuteBackward0", saves=False, args={"axes": Arg(None, A.axes_or_none)},

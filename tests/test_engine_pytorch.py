@@ -1724,3 +1724,89 @@ def test_inplace_on_reshape_view_rebases_its_base():
     assert x._version == 1 and x.grad_fn.name == "CopySlices"
     (x * x).sum().backward()
     np.testing.assert_array_equal(a.grad, [8.0, 16.0, 24.0])
+
+
+# -- hooks and retain_grad across in-place ops (test_retain_grad_inplace, test_tensor_hooks_inplace*) --
+def test_retain_grad_inplace():
+    """Mirrors test_autograd.py::TestAutograd::test_retain_grad_inplace: retain_grad asks
+    for the gradient of the latest version, so after ``a.mul_(2)`` (once or twice) a.grad
+    is 1, not the 2 or 4 at a's old value (Note [retain_grad after an in-place op])."""
+    for times in (1, 2):
+        a = leaf([1.0]) * 1
+        a.retain_grad()
+        for _ in range(times):
+            a.mul_(2.0)
+        a.sum().backward()
+        np.testing.assert_array_equal(a.grad, [1.0])
+
+
+def test_retain_grad_inplace_over_view():
+    """Mirrors test_autograd.py::TestAutograd::test_retain_grad_inplace_over_view: an
+    in-place op on a view moves the base's retains-grad hook onto CopySlices, and the
+    next in-place op on the base onto its node: x.grad is 1."""
+    x = leaf([1.0]) * 1
+    x.retain_grad()
+    xv = O.slice(x, index=(slice(None),))
+    xv *= 2.0
+    x *= 2.0
+    x.sum().backward()
+    np.testing.assert_array_equal(x.grad, [1.0])
+
+
+def test_tensor_hooks_inplace():
+    """Mirrors test_autograd.py::TestAutograd::test_tensor_hooks_inplace: a hook
+    registered after ``b.mul_(2)`` sees the new version's gradient (1) and runs first;
+    the one registered before sees the old version's (4); a.grad is 8."""
+    log = []
+    a = leaf(1.0)
+    b = a * 1
+    b.register_hook(lambda g: log.append(("fn1", float(g))) or g * 2)
+    b.mul_(2.0)
+    b.register_hook(lambda g: log.append(("fn2", float(g))) or g * 2)
+    b.sum().backward()
+    assert log == [("fn2", 1.0), ("fn1", 4.0)]
+    assert float(a.grad) == 8.0
+
+
+def test_tensor_hooks_inplace_over_view():
+    """Mirrors test_autograd.py::TestAutograd::test_tensor_hooks_inplace_over_view: after
+    an in-place op on a view, the base's new hook runs on CopySlices' input first, then the
+    old one on the old node; the view's hook (on a history no longer used) never runs."""
+    log = []
+    base = leaf([1.0]) * 1
+    view = O.slice(base, index=(slice(None),))
+    other = leaf([1.0])
+    view.register_hook(lambda g: log.append("fn0"))
+    base.register_hook(lambda g: log.append("fn1"))
+    view.mul_(other)
+    base.register_hook(lambda g: log.append(("fn2", g.tolist())))
+    base.sum().backward()
+    assert log == [("fn2", [1.0]), "fn1"]
+
+
+def test_post_accumulate_grad_hook_gets_cleaned_up():
+    """Mirrors test_autograd.py::TestAutograd::test_post_accumulate_grad_hook_gets_cleaned_up:
+    the hook (an optimizer step: in-place ops on the leaf, allowed since hooks run
+    without grad mode) keeps what it closes over alive only as long as its tensor lives."""
+    import gc  # noqa: PLC0415
+    import weakref  # noqa: PLC0415
+
+    def fun_stuff_with_hook():
+        thing_to_put_in_hook = Tensor(np.full(3, 0.5))
+
+        def hook(tensor):
+            tensor.sub_(Tensor(tensor.grad))
+            tensor.add_(thing_to_put_in_hook)
+
+        tensor = leaf(np.ones(3))
+        tensor.register_post_accumulate_grad_hook(hook)
+        tensor.sum().backward()
+        np.testing.assert_array_equal(tensor.data, [0.5, 0.5, 0.5])
+        return tensor, weakref.ref(thing_to_put_in_hook)
+
+    tensor, ref = fun_stuff_with_hook()
+    gc.collect()
+    assert ref() is not None
+    del tensor
+    gc.collect()
+    assert ref() is None

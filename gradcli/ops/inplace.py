@@ -126,9 +126,30 @@ def apply_inplace(op, x, *others, **args):
     version = bump_version(x)
     node = result.grad_fn
     x.requires_grad = True
-    x.grad_fn, x.output_nr = node, result.output_nr
+    rebase_history(x, node, result.output_nr)
     _keep_output(op, node, result, x, version)
     return x
+
+
+# Note [retain_grad after an in-place op]: ``x.retain_grad()`` asks for the gradient of
+# ``x``'s latest version, as PyTorch's: an in-place op that gives ``x`` a new node moves
+# the retains-grad hook from the old node to the new one (``a.mul_(2)`` after
+# ``a.retain_grad()``: ``a.grad`` is the gradient at the product, not at ``a``'s old value).
+def rebase_history(t, node, output_nr) -> None:
+    """Make ``node``'s output ``output_nr`` ``t``'s history, moving a retains-grad hook
+    along (Note [retain_grad after an in-place op]).
+
+    Example::
+
+        rebase_history(x, result.grad_fn, result.output_nr)
+    """
+    old, old_nr = t.grad_fn, t.output_nr
+    t.grad_fn, t.output_nr = node, output_nr
+    if t.retains_grad and old is not None and old is not node:
+        hooks = old.retains_grad_hooks
+        hook = hooks.pop(old_nr, None) if hooks else None
+        if hook is not None and node is not None:
+            node.set_retains_grad_hook(output_nr, hook)
 
 
 def _keep_output(op, node, result, x, version):
@@ -278,9 +299,9 @@ def _inplace_on_view(op, x, base, others, args):
     _keep_output(op, fn, result, x, version)
     copy_slices = CopySlices(base, x, fn)
     base.requires_grad = True
-    base.grad_fn, base.output_nr = copy_slices, 0
+    rebase_history(base, copy_slices, 0)
     x.requires_grad = True
-    x.grad_fn, x.output_nr = AsStridedView(base, x, copy_slices), 0
+    rebase_history(x, AsStridedView(base, x, copy_slices), 0)
     x._view_of_fn = copy_slices              # (other views of base regenerate theirs)
     if isinstance(fn, OpBackward):
         fn.view_fn = x.grad_fn               # its saved output is the view, with that history

@@ -94,7 +94,7 @@ class AsStridedInplaceOp(AtenOp):
     def __call__(self, *inputs, **args):
         if not inputs or type(inputs[0]) is not Tensor:
             return AtenOp.__call__(self, *inputs, **args)      # raw arrays: out of place
-        from ..inplace import check_inplace  # noqa: PLC0415 - (same module as apply_inplace)
+        from ..inplace import check_inplace, rebase_history  # noqa: PLC0415
         from ...autograd.tensor import bump_version  # noqa: PLC0415
 
         x = inputs[0]
@@ -104,7 +104,7 @@ class AsStridedInplaceOp(AtenOp):
         bump_version(x)
         if result.grad_fn is not None:
             x.requires_grad = True
-            x.grad_fn, x.output_nr = result.grad_fn, result.output_nr
+            rebase_history(x, result.grad_fn, result.output_nr)
         return x
 
 

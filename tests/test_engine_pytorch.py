@@ -1810,3 +1810,26 @@ def test_post_accumulate_grad_hook_gets_cleaned_up():
     del tensor
     gc.collect()
     assert ref() is None
+
+
+def test_checkpoint_detects_non_determinism():
+    """Mirrors test_autograd.py::TestAutograd::test_checkpoint_detects_non_determinism: a
+    non-reentrant checkpoint whose function saves a tensor of another shape when it runs
+    again fails with PyTorch's words, naming the position and both metadata (Note
+    [Recomputed metadata]), not with an error of the backward formula."""
+    from gradcli.autograd import checkpoint  # noqa: PLC0415
+
+    a = leaf(np.ones(3))
+    calls = [0]
+
+    def f(x):
+        calls[0] += 1
+        return O.exp(x) if calls[0] == 1 else O.exp(O.slice(x, index=(slice(0, 2),)))
+
+    y = checkpoint(f, a, use_reentrant=False)
+    with pytest.raises(RuntimeError, match=r"^torch\.utils\.checkpoint: Recomputed values for the "
+                       r"following tensors have different metadata than during the forward "
+                       r"pass\.\ntensor at position 0:\nsaved metadata: \{'shape': \[3\], .*\n"
+                       r"recomputed metadata: \{'shape': \[2\], "):
+        y.sum().backward()
+    assert a.grad is None

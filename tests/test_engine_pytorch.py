@@ -1833,3 +1833,41 @@ def test_checkpoint_detects_non_determinism():
                        r"recomputed metadata: \{'shape': \[2\], "):
         y.sum().backward()
     assert a.grad is None
+
+
+def test_inplace_on_view_of_multiple_output_view():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_of_multiple_output_view
+    and test_inplace_multiple_output_view_of_view: an output of an op that returns
+    several views (split_with_sizes), or a view of one, may not be changed in place
+    while grad mode records it (Note [View creation]); PyTorch's words."""
+    from gradcli.ops import OPS  # noqa: PLC0415
+
+    a = leaf(np.arange(10.0)) * 1
+    parts = OPS["aten.split_with_sizes.default"](a, split_sizes=[5, 5])
+    with pytest.raises(RuntimeError, match="^Output 0 of SplitWithSizes is a view and is being "
+                                           "modified inplace. This view is the output of a "
+                                           "function that returns multiple views."):
+        parts[0].mul_(2.0)
+    view = O.reshape(parts[1], shape=(5,))
+    with pytest.raises(RuntimeError, match="^Output 0 of View is a view and is being modified "
+                                           "inplace"):
+        view.mul_(2.0)
+    with no_grad():                      # not recorded: allowed, as in PyTorch
+        parts[0].mul_(2.0)
+    np.testing.assert_array_equal(a.data[:5], [0.0, 2.0, 4.0, 6.0, 8.0])
+
+
+def test_inplace_on_view_created_in_no_grad():
+    """PyTorch's CreationMeta::NO_GRAD_MODE check (variable.cpp's handle_view_on_rebase;
+    torch 2.13 on the same code raises these words): a view of a tensor
+    that requires grad, made under no_grad, may not be changed in place with grad mode on;
+    inside no_grad it may (Note [View creation])."""
+    a = leaf(np.arange(4.0)) * 1
+    with no_grad():
+        v = O.slice(a, index=(slice(0, 2),))
+    with pytest.raises(RuntimeError, match="^A view was created in no_grad mode and is being "
+                                           "modified inplace with grad mode enabled."):
+        v.mul_(2.0)
+    with no_grad():
+        v.mul_(2.0)
+    np.testing.assert_array_equal(a.data, [0.0, 2.0, 2.0, 3.0])

@@ -629,7 +629,7 @@ def record(op, inputs, args, forward=None):
         tensors = [Tensor(o) for o in outs]
         if op.aliases:
             for t in tensors:
-                _mark_view(t, inputs)
+                _mark_view(t, inputs, op.multi_output)
         return tensors if op.multi_output else tensors[0]
 
     edges = [x.gradient_edge() if type(x) is Tensor and x.requires_grad else None for x in inputs]
@@ -648,7 +648,7 @@ def record(op, inputs, args, forward=None):
             t.grad_fn = node
             t.output_nr = i
         if op.aliases:
-            _mark_view(t, inputs)
+            _mark_view(t, inputs, op.multi_output)
         tensors.append(t)
     if dispatch.SAVED_CHECKS and op.saves:
         _save_checked(node, inputs, tensors)
@@ -691,7 +691,7 @@ def _memory_owner(a):
         a = b
 
 
-def _mark_view(t, inputs):
+def _mark_view(t, inputs, multi_output=False):
     """Make ``t`` a view of ``inputs[0]`` when its array is a view of that one's memory
     (an op flagged ``view`` may still copy: a reshape of a transposed array). A view
     shares its base's version counter; ``_base`` is the root base, as PyTorch's."""
@@ -705,4 +705,11 @@ def _mark_view(t, inputs):
         base = t._base = x._base if x._base is not None else x
         if x._vc is not None:
             t._vc = x._vc
+        # Note [View creation]: as PyTorch's CreationMeta, what in-place ops on it refuse
+        if not STATE.grad_enabled and (x.requires_grad or base.requires_grad):
+            t._creation = "no_grad"
+        elif multi_output:
+            t._creation = "multi"
+        elif x._creation is not None:
+            t._creation = x._creation
         t._view_of_fn = base.grad_fn         # Note [Views of a changed base]

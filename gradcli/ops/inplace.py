@@ -20,6 +20,8 @@ history, then copied into ``x``'s array: the node is the out-of-place op's
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..autograd.node import InputMetadata, Node
@@ -61,6 +63,40 @@ def check_inplace(x) -> None:
     base = x._base
     if base is not None and base.grad_fn is None and base.requires_grad:
         raise InplaceError(ERR_VIEW_OF_LEAF)
+
+
+# Note [View creation]: PyTorch refuses an in-place op that its engine would record on a
+# view made in a way the rebase cannot honour (its CreationMeta): a view made under
+# no_grad of a tensor that requires grad (the op would be half recorded), and an output
+# of an op that returns several views (``split``, ``unbind``) or a view of one (each
+# output's node covers them all). gradcli marks such views when it makes them
+# (``ops/core.py``'s ``_mark_view``) and refuses with PyTorch's words.
+ERR_NO_GRAD_VIEW = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode "
+    "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+    "can clarify your code by moving both the view and the inplace either both inside the "
+    "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+    "want the inplace to be tracked).")
+
+
+def check_view_creation(x, others=()) -> None:
+    """Refuse an in-place op on a view its creation forbids (Note [View creation])."""
+    creation = x._creation
+    if creation is None or not STATE.grad_enabled:
+        return
+    base = x._base
+    if not (x.requires_grad or (base is not None and base.requires_grad) or any(
+            type(o) is Tensor and o.requires_grad for o in others)):
+        return
+    if creation == "no_grad":
+        raise InplaceError(ERR_NO_GRAD_VIEW)
+    fn = x.grad_fn
+    name = re.sub(r"Backward\d*$", "", fn.name) if fn is not None else "a view"
+    raise InplaceError(
+        f"Output {x.output_nr} of {name} is a view and is being modified inplace. This view "
+        "is the output of a function that returns multiple views. Such functions do not "
+        "allow the output views to be modified inplace. You should replace the inplace "
+        "operation by an out-of-place one.")
 
 
 def _alias(x, data):
@@ -109,6 +145,7 @@ def apply_inplace(op, x, *others, **args):
         apply_inplace(gradcli.ops.OPS["relu"], y)      # y.relu_()
     """
     check_inplace(x)
+    check_view_creation(x, others)
     needs = STATE.grad_enabled and (x.requires_grad or any(
         type(o) is Tensor and o.requires_grad for o in others))
     if not needs:

@@ -94,11 +94,12 @@ class AsStridedInplaceOp(AtenOp):
     def __call__(self, *inputs, **args):
         if not inputs or type(inputs[0]) is not Tensor:
             return AtenOp.__call__(self, *inputs, **args)      # raw arrays: out of place
-        from ..inplace import check_inplace, rebase_history  # noqa: PLC0415
+        from ..inplace import check_inplace, check_view_creation, rebase_history  # noqa: PLC0415
         from ...autograd.tensor import bump_version  # noqa: PLC0415
 
         x = inputs[0]
         check_inplace(x)
+        check_view_creation(x)
         result = AtenOp.__call__(self, x, **args)
         x.data = result.data
         bump_version(x)

@@ -1871,3 +1871,21 @@ def test_inplace_on_view_created_in_no_grad():
     with no_grad():
         v.mul_(2.0)
     np.testing.assert_array_equal(a.data, [0.0, 2.0, 2.0, 3.0])
+
+
+def test_disable_saved_tensors_hooks_while_hooks_are_active_raises():
+    """PyTorch's disable_saved_tensors_hooks (SavedTensorDefaultHooks::disable with
+    fail_if_non_empty; torch 2.13 on this code): entered while saved-tensor hooks are
+    active it raises its own message, and leaves the hooks usable afterwards."""
+    from gradcli.autograd.graph import disable_saved_tensors_hooks, saved_tensors_hooks  # noqa: PLC0415
+
+    with pytest.raises(RuntimeError, match="^late$"):
+        with saved_tensors_hooks(lambda x: x, lambda x: x):
+            with disable_saved_tensors_hooks("late"):
+                pass
+    seen = []
+    a = leaf([1.0, 2.0])
+    with saved_tensors_hooks(lambda x: seen.append(1) or x, lambda x: x):
+        y = a * a
+    y.sum().backward()
+    assert seen and list(a.grad) == [2.0, 4.0]

@@ -1889,3 +1889,18 @@ def test_disable_saved_tensors_hooks_while_hooks_are_active_raises():
         y = a * a
     y.sum().backward()
     assert seen and list(a.grad) == [2.0, 4.0]
+
+
+def test_inplace_on_a_no_op_device_move_changes_its_input_with_its_history():
+    """``x.to(its own device)`` is ``x`` itself in PyTorch, so an in-place op on the result
+    changes ``x`` and its gradient (torch 2.13: a.grad = [8, 16] for this code). gradcli's
+    result shares ``x``'s memory as a view (Note [Views that may copy]): the in-place op
+    rebases ``x`` through CopySlices (a node PyTorch does not record here: a deliberate
+    difference of node names, same gradient) instead of changing it behind its history."""
+    a = leaf([1.0, 2.0])
+    x = a * 1
+    y = O.OPS["to"](x, device="cpu")
+    y.mul_(2.0)
+    assert x._version == 1
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(a.grad, [8.0, 16.0])

@@ -908,6 +908,9 @@ def _to_vjp(g, ans, x, device):
 
 
 defvjp(to, _to_vjp)
+# a move to the device the input is on hands back its memory (PyTorch's returns the same
+# tensor): an in-place op on the result must rebase the input (Note [Views that may copy])
+to.aliases = True
 
 
 # -- engine exercisers -----------------------------------------------------------------

@@ -164,6 +164,16 @@ refused(IPUT, [R(4, 3), [I(0, 7)], R(3, seed=1)], {}, "index 7 is out of bounds"
 refused(IPUT, [R(4, 3), [I(0, 7)], R(3, seed=1)], {"accumulate": True}, "index 7 is out of bounds", static=False)
 refused(IPUT, [R(4, 3), [I(0)], R(2, 3, seed=1)], {}, "cannot be broadcast")
 refused(IPUT, [R(4, 3), [I(0)], R(3, seed=1).astype(np.float32)], {}, "dtypes match")
+IPUT_ = "aten.index_put_.default"           # ``x[idx] = v``: run on a clone of self
+case(IPUT_, [R(5, 3), [I(0, 2)], R(2, 3, seed=1)])
+case(IPUT_, [R(3, 4), [R(3, 4, seed=2) > 0], R(1, seed=1)], {"accumulate": True})
+GRADGRAD[IPUT_] = ([R(5, 3), [I(1, 1, 4)], R(3, seed=1)], {"accumulate": True}, None)
+refused(IPUT_, [R(4, 3), [I(0)], R(2, 3, seed=1)], {}, "cannot be broadcast")
+COPY_ = "aten.copy_.default"                # CopyBackwards (Note [copy_]): on a clone of self
+case(COPY_, [R(3, 4), R(4, seed=1)])
+case(COPY_, [R(2, 3), R(2, 3, seed=1)])
+GRADGRAD[COPY_] = ([R(2, 3), R(3, seed=1)], {}, None)
+refused(COPY_, [R(3, 4), R(3, seed=1)], {}, "does not broadcast")
 ISEL = "aten.index_select.default"
 case(ISEL, [R(4, 3), I(3, 0, 0)], {"dim": 0})
 case(ISEL, [nc(R(2, 3, 4)), I(1)], {"dim": -1})
@@ -359,6 +369,12 @@ NODE_NAME_DIFFERENCES[ASTRIDED] = "ViewBackward0 (PyTorch: AsStridedBackward0 of
 refused(ASTRIDED, [R(3, 4)], {"size": [13], "stride": [1]}, "out of bounds")
 refused(ASTRIDED, [R(3, 4)], {"size": [2], "stride": [1], "storage_offset": 11}, "out of bounds")
 refused(ASTRIDED, [R(3, 4)], {"size": [2], "stride": [-1]}, "Negative strides")
+ASTRIDED_ = "aten.as_strided_.default"      # run on a clone of self, as the in-place rows
+case(ASTRIDED_, [R(3, 4)], {"size": [2, 2], "stride": [1, 2], "storage_offset": 1})
+case(ASTRIDED_, [R(4, 4)], {"size": [3, 3], "stride": [4, 1]}, id=ASTRIDED_ + "-overlapping-windows")
+GRADGRAD[ASTRIDED_] = ([R(3, 4)], {"size": [2, 3], "stride": [2, 1], "storage_offset": 1}, None)
+NODE_NAME_DIFFERENCES[ASTRIDED_] = NODE_NAME_DIFFERENCES[ASTRIDED]
+refused(ASTRIDED_, [R(3, 4)], {"size": [13], "stride": [1]}, "out of bounds")
 SWS = "aten.split_with_sizes.default"
 case(SWS, [R(5, 3)], {"split_sizes": [1, 4]})
 case(SWS, [nc(R(3, 6))], {"split_sizes": [2, 0, 4], "dim": -1})

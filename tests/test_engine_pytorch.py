@@ -1456,3 +1456,451 @@ def test_predicted_order_and_trace_never_show_graph_root():
     only_a = predicted_execution_order([y1.gradient_edge(), y2.gradient_edge()],
                                        [a.gradient_edge()])
     assert [fn.name for fn in only_a] == ["SumBackward0", "MulBackward0"]
+
+
+# -- in-place ops on views, first and second order (test_inplace_on_view_*) ------------
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _narrow(t, dim, start, length):
+    index = [slice(None)] * t.ndim
+    index[dim] = slice(start, start + length)
+    return O.slice(t, index=tuple(index))
+
+
+def test_inplace_on_view_gradcheck_first_and_second_order():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_gradcheck: two
+    in-place muls on views of views of one clone; the gradients and, under create_graph
+    (its gradgradcheck), the second-order gradients through CopySlices equal PyTorch's."""
+    torch = _torch()
+    rng = np.random.default_rng(3)
+    av, bv, vv = rng.standard_normal((4, 4)), rng.standard_normal((2, 2)), rng.standard_normal((4, 4))
+
+    def ours():
+        a, b = leaf(av), leaf(bv)
+        x = a * 1
+        _narrow(_narrow(x, 1, 2, 2), 0, 1, 2).mul_(b)
+        _narrow(_narrow(x, 1, 0, 2), 0, 1, 2).mul_(b)
+        assert x.grad_fn.name == "CopySlices"
+        ga, gb = grad((x * leaf(vv, False)).sum(), [a, b], create_graph=True)
+        gga, ggb = grad((ga * ga).sum() + (gb * gb).sum(), [a, b])
+        return [g.data for g in (ga, gb)] + [gga, ggb]
+
+    def theirs():
+        a = torch.tensor(av, requires_grad=True)
+        b = torch.tensor(bv, requires_grad=True)
+        x = a.clone()
+        x.narrow(1, 2, 2).narrow(0, 1, 2).mul_(b)
+        x.narrow(1, 0, 2).narrow(0, 1, 2).mul_(b)
+        ga, gb = torch.autograd.grad((x * torch.tensor(vv)).sum(), [a, b], create_graph=True)
+        gg = torch.autograd.grad((ga * ga).sum() + (gb * gb).sum(), [a, b])
+        return [t.detach().numpy() for t in (ga, gb, *gg)]
+
+    for got, want in zip(ours(), theirs()):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_inplace_on_view_double_backward_through_copy_slices():
+    """Mirrors the gradgradcheck half of test_autograd.py::TestAutograd::
+    test_inplace_on_view_python: ``x = b * b; x[1:].mul_(b[1:])``: PyTorch 2.13 gives
+    the gradient [2, 12, 27] (recorded: AddBackward0) and the second order [2, 12, 18]."""
+    b = leaf([1.0, 2.0, 3.0])
+    x = b * b
+    O.slice(x, index=(slice(1, None),)).mul_(O.slice(b, index=(slice(1, None),)))
+    g, = grad(x.sum(), [b], create_graph=True)
+    assert g.grad_fn is not None and g.grad_fn.name == "AddBackward0"
+    np.testing.assert_array_equal(g.data, [2.0, 12.0, 27.0])
+    gg, = grad(g.sum(), [b])
+    np.testing.assert_array_equal(gg, [2.0, 12.0, 18.0])
+
+
+def test_inplace_on_view_makes_base_require_grad():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_makes_base_require_grad:
+    a base that does not require grad starts to when a view of it is changed in place by
+    a tensor that does; its gradient flows to ``b`` only through the view's region."""
+    a = leaf(np.arange(16.0).reshape(4, 4), requires_grad=False)
+    b = leaf(np.full((4, 2), 3.0))
+    x = a * 1
+    assert not x.requires_grad
+    _narrow(x, 1, 2, 2).mul_(b)
+    assert x.requires_grad and x.grad_fn.name == "CopySlices"
+    (x * x).sum().backward()
+    np.testing.assert_allclose(b.grad, 2 * 3.0 * np.arange(16.0).reshape(4, 4)[:, 2:] ** 2)
+
+
+def test_inplace_on_view_backprop_view_of_view_second_order():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_backprop_view_of_view,
+    then differentiates again: a view made before its base changed in place regenerates
+    its history (AsStridedBackward0), and that node records under create_graph too."""
+    torch = _torch()
+    av = np.array([[1.0, 2.0], [3.0, 4.0]])
+
+    a = leaf(av)
+    x = a * a
+    v = _narrow(x, 0, 0, 1)
+    w = _narrow(x, 0, 0, 1)
+    v.mul_(2.0)
+    s = (w * w).sum()
+    assert w.grad_fn.name == "AsStridedBackward0"
+    g, = grad(s, [a], create_graph=True)
+    gg, = grad(g.sum(), [a])
+
+    ta = torch.tensor(av, requires_grad=True)
+    tx = ta * ta
+    tv, tw = tx.narrow(0, 0, 1), tx.narrow(0, 0, 1)
+    tv.mul_(2.0)
+    tg, = torch.autograd.grad((tw * tw).sum(), [ta], create_graph=True)
+    tgg, = torch.autograd.grad(tg.sum(), [ta])
+    np.testing.assert_allclose(g.data, tg.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gg, tgg.numpy(), rtol=1e-12)
+
+
+# -- in-place ops under threads: shared graphs, device threads (TestMultithreadAutograd) --
+def _sim_leaf(values, dev):
+    from gradcli.devices import device, to_device  # noqa: PLC0415
+
+    return Tensor(to_device(np.asarray(values, dtype=np.float64), device(dev)), requires_grad=True)
+
+
+def _run_threads(work, n):
+    errors = []
+
+    def run(i):
+        try:
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - collected, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not any(th.is_alive() for th in threads)
+    return errors
+
+
+@pytest.mark.timeout(60)
+def test_copy_slices_graph_shared_by_concurrent_backwards_on_device_threads():
+    """Mirrors test_autograd.py::TestMultithreadAutograd::test_simple_backward_same_input
+    with an in-place op on a view of a sim-device activation: every thread's backward
+    of the shared graph runs CopySlices on the device thread and gets PyTorch's
+    gradient ([0, 36, 288, 972, 256, 500], torch 2.13 on the same code), on the device."""
+    from gradcli.devices import device, device_of  # noqa: PLC0415
+
+    a = _sim_leaf(np.arange(6.0), "sim:1")
+    x = a * a
+    O.slice(x, index=(slice(1, 4),)).mul_(3.0)
+    s = (x * x).sum()
+    results = []
+
+    def work(_):
+        g, = grad(s, [a], retain_graph=True)
+        assert device_of(g) is device("sim:1")
+        results.append(np.asarray(g))
+
+    assert _run_threads(work, 6) == []
+    assert len(results) == 6
+    for g in results:
+        np.testing.assert_array_equal(g, [0.0, 36.0, 288.0, 972.0, 256.0, 500.0])
+
+
+@pytest.mark.timeout(60)
+def test_version_check_under_device_threads_in_concurrent_backwards():
+    """Mirrors test_autograd.py::TestMultithreadAutograd::test_simple_backward_same_input
+    with a saved tensor changed in place, on a sim device: each concurrent backward fails
+    on the device thread with PyTorch's version error, naming the node, and none
+    returns a gradient."""
+    a = _sim_leaf([1.0, 2.0, 3.0], "sim:2")
+    y = O.exp(a)
+    z = y.sum()
+    y.mul_(2.0)
+    messages = []
+
+    def work(_):
+        grad(z, [a], retain_graph=True)
+
+    errors = _run_threads(work, 5)
+    messages = [str(e) for e in errors]
+    assert len(messages) == 5
+    assert all("modified by an inplace operation" in m and "ExpBackward0" in m
+               for m in messages), messages
+
+
+@pytest.mark.timeout(60)
+def test_view_regenerated_on_device_thread_gives_pytorchs_gradient():
+    """A view made before its base changed in place (AsStridedBackward0 regenerated,
+    test_autograd.py::TestAutograd::test_inplace_on_view_backprop_view_of_view's shape)
+    on a sim device: the gradient stays on the device and is PyTorch's [0, 16, 0, ...]."""
+    from gradcli.devices import device, device_of  # noqa: PLC0415
+
+    b = _sim_leaf(np.arange(6.0), "sim:2")
+    y = b * b
+    w = O.slice(y, index=(slice(0, 2),))
+    y.mul_(2.0)
+    g, = grad((w * w).sum(), [b])
+    assert device_of(g) is device("sim:2")
+    np.testing.assert_array_equal(np.asarray(g), [0.0, 16.0, 0.0, 0.0, 0.0, 0.0])
+
+
+def test_inplace_on_view_weak_grad_fn():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_weak_grad_fn: the view
+    rebased by relu_ is dropped (and collected) before the backward of a clone of it; the
+    backward still runs through CopySlices (PyTorch: s == 1, a.grad = [1, 1, 0, ...])."""
+    import gc  # noqa: PLC0415
+
+    a = leaf(np.arange(10.0))
+    b = O.reshape(O.slice(a, index=(slice(0, 2),)) * 1, shape=(-1,))
+    b.relu_()
+    c = b * 1
+    del b
+    gc.collect()
+    s = c.sum()
+    assert float(s.data) == 1.0
+    s.backward()
+    np.testing.assert_array_equal(a.grad, [0.0, 1.0] + [0.0] * 8)
+
+
+def test_inplace_on_view_backward_create_graph():
+    """Mirrors the second half of test_autograd.py::TestAutograd::test_inplace_on_view_backward
+    (an in-place threshold on ``(inputs + 1).view_as(inputs)``, then sigmoid, a
+    create_graph gradient and a backward of its sum): no error, and the gradients are
+    PyTorch's (relu_ for threshold(0, 0, inplace=True))."""
+    torch = _torch()
+    xv = np.linspace(-2.0, 1.5, 12).reshape(1, 3, 2, 2)
+
+    x = leaf(xv)
+    tmp1 = O.reshape(x + 1.0, shape=xv.shape)
+    tmp1.relu_()
+    p = O.sigmoid(tmp1)
+    g, = grad(p, [x], grad_outputs=[np.ones(xv.shape)], create_graph=True, retain_graph=True)
+    g.sum().backward()
+
+    tx = torch.tensor(xv, requires_grad=True)
+    t1 = (tx + 1).view_as(tx)
+    torch.nn.functional.threshold(t1, 0.0, 0.0, True)
+    tp = torch.sigmoid(t1)
+    tg, = torch.autograd.grad(tp, tx, torch.ones(tp.shape, dtype=tp.dtype), create_graph=True,
+                              retain_graph=True)
+    tg.sum().backward()
+    np.testing.assert_allclose(g.data, tg.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad, tx.grad.numpy(), rtol=1e-12)
+
+
+def test_inplace_on_view_then_no_grad():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_then_no_grad: an
+    in-place op on a view of a view, the view's history asked for under no_grad, then a
+    backward: it runs and gives PyTorch's gradient (the written element gets none)."""
+    a = leaf(np.ones((3, 1)))
+    b = a * 2
+    c = O.reshape(b, shape=(3, 1))
+    O.slice(c, index=(slice(0, 1), slice(0, 1))).mul_(0.0)
+    with no_grad():
+        assert c.grad_fn is not None
+    c.sum().backward()
+    np.testing.assert_array_equal(a.grad, [[0.0], [2.0], [2.0]])
+
+
+def test_inplace_on_view_leaf_errors():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_leaf_errors: PyTorch's
+    words for an in-place op on a view of a leaf that requires grad."""
+    x = leaf(np.zeros(1))
+    y = O.reshape(x, shape=(1,))
+    with pytest.raises(RuntimeError, match="^a view of a leaf Variable that requires grad is "
+                                           "being used in an in-place operation.$"):
+        y.add_(1.0)
+
+
+def test_inplace_on_reshape_view_rebases_its_base():
+    """PyTorch's ``reshape`` of a contiguous tensor is a view (test_autograd.py::TestAutograd::
+    test_inplace_on_view_python's shape, with reshape as the view): an in-place op on it
+    bumps the base's version and rebases its history (CopySlices), so the base's gradient
+    is PyTorch's [8, 16, 24], not the [4, 8, 12] of a base changed behind its history."""
+    a = leaf([1.0, 2.0, 3.0])
+    x = a * 1
+    y = O.reshape(x, shape=(3,))
+    y.mul_(2.0)
+    assert x._version == 1 and x.grad_fn.name == "CopySlices"
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(a.grad, [8.0, 16.0, 24.0])
+
+
+# -- hooks and retain_grad across in-place ops (test_retain_grad_inplace, test_tensor_hooks_inplace*) --
+def test_retain_grad_inplace():
+    """Mirrors test_autograd.py::TestAutograd::test_retain_grad_inplace: retain_grad asks
+    for the gradient of the latest version, so after ``a.mul_(2)`` (once or twice) a.grad
+    is 1, not the 2 or 4 at a's old value (Note [retain_grad after an in-place op])."""
+    for times in (1, 2):
+        a = leaf([1.0]) * 1
+        a.retain_grad()
+        for _ in range(times):
+            a.mul_(2.0)
+        a.sum().backward()
+        np.testing.assert_array_equal(a.grad, [1.0])
+
+
+def test_retain_grad_inplace_over_view():
+    """Mirrors test_autograd.py::TestAutograd::test_retain_grad_inplace_over_view: an
+    in-place op on a view moves the base's retains-grad hook onto CopySlices, and the
+    next in-place op on the base onto its node: x.grad is 1."""
+    x = leaf([1.0]) * 1
+    x.retain_grad()
+    xv = O.slice(x, index=(slice(None),))
+    xv *= 2.0
+    x *= 2.0
+    x.sum().backward()
+    np.testing.assert_array_equal(x.grad, [1.0])
+
+
+def test_tensor_hooks_inplace():
+    """Mirrors test_autograd.py::TestAutograd::test_tensor_hooks_inplace: a hook
+    registered after ``b.mul_(2)`` sees the new version's gradient (1) and runs first;
+    the one registered before sees the old version's (4); a.grad is 8."""
+    log = []
+    a = leaf(1.0)
+    b = a * 1
+    b.register_hook(lambda g: log.append(("fn1", float(g))) or g * 2)
+    b.mul_(2.0)
+    b.register_hook(lambda g: log.append(("fn2", float(g))) or g * 2)
+    b.sum().backward()
+    assert log == [("fn2", 1.0), ("fn1", 4.0)]
+    assert float(a.grad) == 8.0
+
+
+def test_tensor_hooks_inplace_over_view():
+    """Mirrors test_autograd.py::TestAutograd::test_tensor_hooks_inplace_over_view: after
+    an in-place op on a view, the base's new hook runs on CopySlices' input first, then the
+    old one on the old node; the view's hook (on a history no longer used) never runs."""
+    log = []
+    base = leaf([1.0]) * 1
+    view = O.slice(base, index=(slice(None),))
+    other = leaf([1.0])
+    view.register_hook(lambda g: log.append("fn0"))
+    base.register_hook(lambda g: log.append("fn1"))
+    view.mul_(other)
+    base.register_hook(lambda g: log.append(("fn2", g.tolist())))
+    base.sum().backward()
+    assert log == [("fn2", [1.0]), "fn1"]
+
+
+def test_post_accumulate_grad_hook_gets_cleaned_up():
+    """Mirrors test_autograd.py::TestAutograd::test_post_accumulate_grad_hook_gets_cleaned_up:
+    the hook (an optimizer step: in-place ops on the leaf, allowed since hooks run
+    without grad mode) keeps what it closes over alive only as long as its tensor lives."""
+    import gc  # noqa: PLC0415
+    import weakref  # noqa: PLC0415
+
+    def fun_stuff_with_hook():
+        thing_to_put_in_hook = Tensor(np.full(3, 0.5))
+
+        def hook(tensor):
+            tensor.sub_(Tensor(tensor.grad))
+            tensor.add_(thing_to_put_in_hook)
+
+        tensor = leaf(np.ones(3))
+        tensor.register_post_accumulate_grad_hook(hook)
+        tensor.sum().backward()
+        np.testing.assert_array_equal(tensor.data, [0.5, 0.5, 0.5])
+        return tensor, weakref.ref(thing_to_put_in_hook)
+
+    tensor, ref = fun_stuff_with_hook()
+    gc.collect()
+    assert ref() is not None
+    del tensor
+    gc.collect()
+    assert ref() is None
+
+
+def test_checkpoint_detects_non_determinism():
+    """Mirrors test_autograd.py::TestAutograd::test_checkpoint_detects_non_determinism: a
+    non-reentrant checkpoint whose function saves a tensor of another shape when it runs
+    again fails with PyTorch's words, naming the position and both metadata (Note
+    [Recomputed metadata]), not with an error of the backward formula."""
+    from gradcli.autograd import checkpoint  # noqa: PLC0415
+
+    a = leaf(np.ones(3))
+    calls = [0]
+
+    def f(x):
+        calls[0] += 1
+        return O.exp(x) if calls[0] == 1 else O.exp(O.slice(x, index=(slice(0, 2),)))
+
+    y = checkpoint(f, a, use_reentrant=False)
+    with pytest.raises(RuntimeError, match=r"^torch\.utils\.checkpoint: Recomputed values for the "
+                       r"following tensors have different metadata than during the forward "
+                       r"pass\.\ntensor at position 0:\nsaved metadata: \{'shape': \[3\], .*\n"
+                       r"recomputed metadata: \{'shape': \[2\], "):
+        y.sum().backward()
+    assert a.grad is None
+
+
+def test_inplace_on_view_of_multiple_output_view():
+    """Mirrors test_autograd.py::TestAutograd::test_inplace_on_view_of_multiple_output_view
+    and test_inplace_multiple_output_view_of_view: an output of an op that returns
+    several views (split_with_sizes), or a view of one, may not be changed in place
+    while grad mode records it (Note [View creation]); PyTorch's words."""
+    from gradcli.ops import OPS  # noqa: PLC0415
+
+    a = leaf(np.arange(10.0)) * 1
+    parts = OPS["aten.split_with_sizes.default"](a, split_sizes=[5, 5])
+    with pytest.raises(RuntimeError, match="^Output 0 of SplitWithSizes is a view and is being "
+                                           "modified inplace. This view is the output of a "
+                                           "function that returns multiple views."):
+        parts[0].mul_(2.0)
+    view = O.reshape(parts[1], shape=(5,))
+    with pytest.raises(RuntimeError, match="^Output 0 of View is a view and is being modified "
+                                           "inplace"):
+        view.mul_(2.0)
+    with no_grad():                      # not recorded: allowed, as in PyTorch
+        parts[0].mul_(2.0)
+    np.testing.assert_array_equal(a.data[:5], [0.0, 2.0, 4.0, 6.0, 8.0])
+
+
+def test_inplace_on_view_created_in_no_grad():
+    """PyTorch's CreationMeta::NO_GRAD_MODE check (variable.cpp's handle_view_on_rebase;
+    torch 2.13 on the same code raises these words): a view of a tensor
+    that requires grad, made under no_grad, may not be changed in place with grad mode on;
+    inside no_grad it may (Note [View creation])."""
+    a = leaf(np.arange(4.0)) * 1
+    with no_grad():
+        v = O.slice(a, index=(slice(0, 2),))
+    with pytest.raises(RuntimeError, match="^A view was created in no_grad mode and is being "
+                                           "modified inplace with grad mode enabled."):
+        v.mul_(2.0)
+    with no_grad():
+        v.mul_(2.0)
+    np.testing.assert_array_equal(a.data, [0.0, 2.0, 2.0, 3.0])
+
+
+def test_disable_saved_tensors_hooks_while_hooks_are_active_raises():
+    """PyTorch's disable_saved_tensors_hooks (SavedTensorDefaultHooks::disable with
+    fail_if_non_empty; torch 2.13 on this code): entered while saved-tensor hooks are
+    active it raises its own message, and leaves the hooks usable afterwards."""
+    from gradcli.autograd.graph import disable_saved_tensors_hooks, saved_tensors_hooks  # noqa: PLC0415
+
+    with pytest.raises(RuntimeError, match="^late$"):
+        with saved_tensors_hooks(lambda x: x, lambda x: x):
+            with disable_saved_tensors_hooks("late"):
+                pass
+    seen = []
+    a = leaf([1.0, 2.0])
+    with saved_tensors_hooks(lambda x: seen.append(1) or x, lambda x: x):
+        y = a * a
+    y.sum().backward()
+    assert seen and list(a.grad) == [2.0, 4.0]
+
+
+def test_inplace_on_a_no_op_device_move_changes_its_input_with_its_history():
+    """``x.to(its own device)`` is ``x`` itself in PyTorch, so an in-place op on the result
+    changes ``x`` and its gradient (torch 2.13: a.grad = [8, 16] for this code). gradcli's
+    result shares ``x``'s memory as a view (Note [Views that may copy]): the in-place op
+    rebases ``x`` through CopySlices (a node PyTorch does not record here: a deliberate
+    difference of node names, same gradient) instead of changing it behind its history."""
+    a = leaf([1.0, 2.0])
+    x = a * 1
+    y = O.OPS["to"](x, device="cpu")
+    y.mul_(2.0)
+    assert x._version == 1
+    (x * x).sum().backward()
+    np.testing.assert_array_equal(a.grad, [8.0, 16.0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 
+from ..devices import device_of
 from . import dispatch
 from .graph import saved_tensors_hooks
 from .saved import modified_message
@@ -55,6 +56,7 @@ class CheckpointFrame:
         self.args = [(a.data, a.requires_grad, a._version, _counter(a)) if type(a) is Tensor
                      else a for a in args]
         self.count = 0
+        self.metadata = []               # (shape, dtype, device) of each saved tensor
         self.lock = threading.Lock()
         self.recomputed = {}             # graph task id -> {index: array}
         self.unpacked = {}               # graph task id -> set of indices given out
@@ -62,6 +64,7 @@ class CheckpointFrame:
     def pack(self, tensor):
         index = self.count
         self.count += 1
+        self.metadata.append(_metadata(tensor))
         return _Handle(self, index)
 
     @staticmethod
@@ -99,6 +102,7 @@ class CheckpointFrame:
         values = {}
         position = [0]
         total = self.count
+        mismatches = []
 
         def pack(tensor):
             i = position[0]
@@ -106,6 +110,9 @@ class CheckpointFrame:
                 raise RuntimeError(ERR_MORE)
             position[0] = i + 1
             values[i] = Tensor(tensor.data)
+            meta = _metadata(tensor)
+            if meta != self.metadata[i]:         # Note [Recomputed metadata]
+                mismatches.append((i, self.metadata[i], meta))
             if self.early_stop and i + 1 == total:
                 raise _StopRecomputation
             return None
@@ -115,6 +122,12 @@ class CheckpointFrame:
                 self.function(*inputs, **self.kwargs)
         except _StopRecomputation:
             pass
+        if mismatches:
+            raise RuntimeError(
+                "torch.utils.checkpoint: Recomputed values for the following tensors have "
+                "different metadata than during the forward pass.\n" + "".join(
+                    f"tensor at position {i}:\nsaved metadata: {_described(a)}\n"
+                    f"recomputed metadata: {_described(b)}\n" for i, a, b in mismatches))
         if position[0] != total:
             raise RuntimeError(
                 "torch.utils.checkpoint: A different number of tensors was saved during the "
@@ -122,6 +135,21 @@ class CheckpointFrame:
                 f"Number of tensors saved during forward: {total}\n"
                 f"Number of tensors saved during recomputation: {position[0]}")
         return values
+
+
+# Note [Recomputed metadata]: a function that computes something else when it runs again
+# (a branch on a global, a random shape) would hand the backward values of other shapes,
+# dtypes or devices than the ones its nodes saved; as PyTorch's, the recomputation
+# compares each recomputed tensor's shape, dtype and device with the saved one's and
+# fails with its words, naming each position, instead of a gradient of the wrong shape.
+def _metadata(tensor):
+    data = tensor.data
+    return (tuple(data.shape), str(data.dtype), str(device_of(data)))
+
+
+def _described(meta):
+    shape, dtype, device = meta
+    return f"{{'shape': {list(shape)}, 'dtype': {dtype}, 'device': {device}}}"
 
 
 def _counter(t):

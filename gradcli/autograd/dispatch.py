@@ -21,7 +21,7 @@ Who sets what:
 - ``Tensor``: ``autograd/tensor.py``, at import. Before it is imported no Tensor
   exists, so a backward has only raw arrays to deal with.
 - ``ops``: ``gradcli/ops/__init__.py``, at import: ``clone``, ``grad_copy``, ``unbroadcast``,
-  ``cast`` and ``to``. Only a create_graph backward reads them, and a Tensor
+  ``cast``, ``to`` and ``scatter_to_base`` (a regenerated view's gradient into its base). Only a create_graph backward reads them, and a Tensor
   gradient can only exist once the op library has recorded one.
 - ``load_ops``: ``gradcli/__init__.py``, at import: imports ``gradcli.ops``.
 """
@@ -37,7 +37,7 @@ VERSIONS_IN_USE = False
 # node saves and reads its values without looking at either (Note [Saved-tensor hooks]).
 SAVED_CHECKS = False
 ops = types.SimpleNamespace(clone=None, grad_copy=None, unbroadcast=None, cast=None, to=None,
-                            checkpoint=None)
+                            checkpoint=None, scatter_to_base=None)
 
 
 def load_ops():

@@ -66,6 +66,10 @@ class disable_saved_tensors_hooks:
         self.error_message = error_message
 
     def __enter__(self):
+        # (PyTorch's SavedTensorDefaultHooks::disable, fail_if_non_empty: entering it
+        # while saved-tensor hooks are active raises its message, the state unchanged)
+        if STATE.saved_hooks:
+            raise RuntimeError(self.error_message)
         self.prev = STATE.saved_hooks_disabled
         STATE.saved_hooks_disabled = self.error_message
         dispatch.SAVED_CHECKS = True

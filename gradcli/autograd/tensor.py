@@ -20,7 +20,7 @@ class Tensor:
 
     __slots__ = ("data", "requires_grad", "grad_fn", "output_nr", "grad", "name",
                  "retains_grad", "_grad_accumulator", "_vc", "_base", "_post_acc_hooks",
-                 "_view_of_fn", "__weakref__")
+                 "_view_of_fn", "_creation", "__weakref__")
     # (``_view_of_fn``, set on views only: the base's grad_fn their history leads to,
     # Note [Views of a changed base])
 
@@ -42,6 +42,7 @@ class Tensor:
         self._grad_accumulator = None
         self._vc = None              # Note [Version counters]
         self._base = None            # the tensor this one is a view of
+        self._creation = None        # how a view was made, if in-place ops refuse it
         self._post_acc_hooks = None
 
     # -- array-like properties ----------------------------------------------

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..devices import CPU, on_device, to_host
+from . import dispatch
 from .node import InputMetadata, Node
+from .state import STATE
 
 
 class AsStridedBackward(Node):
@@ -39,14 +42,20 @@ class AsStridedBackward(Node):
         g = grads[0]
         if g is None:
             return [None]
-        g = getattr(g, "data", g) if not isinstance(g, np.ndarray) else g
         size = int(np.prod(self.base_shape))
         index = np.lib.stride_tricks.as_strided(
             np.arange(size)[self.offset:], self.view_shape,
             tuple(s // self.itemsize * np.dtype(np.int_).itemsize for s in self.view_strides))
+        if STATE.grad_enabled:
+            # create_graph: the same sum, as ops that record (Note [Core dispatch])
+            return [dispatch.ops.scatter_to_base(g, index, self.base_shape, self.base_dtype)]
+        g = getattr(g, "data", g) if not isinstance(g, np.ndarray) else g
         out = np.zeros(size, self.base_dtype)
-        np.add.at(out, index, g)
-        return [out.reshape(self.base_shape)]
+        np.add.at(out, index, to_host(g))
+        out = out.reshape(self.base_shape)
+        device = self.next_edges[0][0].input_metadata[self.next_edges[0][1]].device \
+            if self.next_edges[0] is not None else CPU
+        return [out if device is CPU else on_device(out, device)]
 
 
 def refresh_view(view):

@@ -26,9 +26,11 @@ from ..autograd import dispatch as _dispatch
 # The ops a create_graph backward records with inside the core (Note [Core dispatch]).
 from .reentrant import checkpoint as _reentrant_checkpoint  # noqa: E402
 
+from .inplace import scatter_to_base as _scatter_to_base  # noqa: E402
+
 _dispatch.register_ops(clone=_library.clone, grad_copy=_library.grad_copy,
                        unbroadcast=_library.unbroadcast, cast=_library.cast, to=_library.to,
-                       checkpoint=_reentrant_checkpoint)
+                       checkpoint=_reentrant_checkpoint, scatter_to_base=_scatter_to_base)
 
 
 def _binary(op, reverse=False):

@@ -183,7 +183,7 @@ class Op:
     __slots__ = ("name", "fn", "vjps", "vjp_all", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
                  "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms",
-                 "entry_binder")
+                 "entry_binder", "aliases")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
@@ -217,6 +217,12 @@ class Op:
         self.needs_code = needs_code
         self.supported = supported
         self.view = view
+        # Note [Views that may copy]: whether an output may share its input's memory (a
+        # view, or ``reshape``, which views a contiguous input and copies another one):
+        # such an output is marked a view when it does (``_mark_view``), so an in-place
+        # op on it bumps its base's version and rebases its history. ``view`` promises
+        # more (the loader counts no allocation for it), so ``reshape`` sets only this.
+        self.aliases = view
         self.backward_ms = backward_ms    # fn(args) -> ms, or None
         self.entry_binder = entry_binder  # fn(op, entry, site) -> Op, or None
 
@@ -354,7 +360,10 @@ class _OneOfAll:
 class OpBackward(Node):
     """The backward node of one recorded op."""
 
-    __slots__ = ("op", "args", "saved", "input_devices", "versions")
+    __slots__ = ("op", "args", "saved", "input_devices", "versions", "view_fn")
+    # (``view_fn``, set only on the node of an in-place op on a view: the view's
+    # regenerated history, which its saved output leads to under create_graph, as
+    # PyTorch's; Note [CopySlices under create_graph])
 
     def apply(self, grads):
         saved = self.saved
@@ -375,7 +384,7 @@ class OpBackward(Node):
             inputs = saved[n + 1:]
             ans = saved[n]
             ans = ([unpack_output(o, self, i) for i, o in enumerate(ans)] if op.multi_output
-                   else unpack_output(ans, self, 0))
+                   else unpack_output(ans, getattr(self, "view_fn", None) or self, 0))
         else:
             n = len(saved) >> 1
             inputs, ans = saved[:n], saved[n]
@@ -477,11 +486,17 @@ class OpBackward(Node):
 
         n = len(self.saved) >> 1
         valid = tuple(e is not None for e in self.next_edges)
-        if len(valid) != n:                  # an ATen op dropped edges: read them all
-            return True, frozenset(range(n))
+        if len(valid) != n:                  # an ATen op dropped edges (its indices, ...)
+            from .uses import saved_uses_by_schema  # noqa: PLC0415
+
+            found = saved_uses_by_schema(self.op, n)
+            return (True, frozenset(range(n))) if found is None else found
         return saved_uses(self.op, valid)
 
     def note_output_version(self, output_nr, vc, version):
+        kept = getattr(self.op, "saved_outputs", None)     # Note [What a node saved]
+        if kept is not None and output_nr not in kept:
+            return
         if (self.op.saves and type(self.saved) is tuple   # (not packed by hooks)
                 and self._saved_uses()[0]):
             versions = getattr(self, "versions", None)
@@ -575,7 +590,7 @@ def record(op, inputs, args, forward=None):
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
                 t = Tensor(o)
-                if op.view:
+                if op.aliases:
                     _mark_view(t, inputs)
                 return t
             # (a tuple of edges and of saved arrays: smaller than lists, read-only here;
@@ -599,7 +614,7 @@ def record(op, inputs, args, forward=None):
             node.input_devices = None
             t = Tensor(o, requires_grad=True)
             t.grad_fn = node
-            if op.view:
+            if op.aliases:
                 _mark_view(t, inputs)
             if dispatch.SAVED_CHECKS and op.saves:
                 _save_checked(node, inputs, [t])
@@ -618,9 +633,9 @@ def record(op, inputs, args, forward=None):
                   and any(o.dtype.kind == "f" for o in outs))
     if not needs_grad:
         tensors = [Tensor(o) for o in outs]
-        if op.view:
+        if op.aliases:
             for t in tensors:
-                _mark_view(t, inputs)
+                _mark_view(t, inputs, op.multi_output)
         return tensors if op.multi_output else tensors[0]
 
     edges = [x.gradient_edge() if type(x) is Tensor and x.requires_grad else None for x in inputs]
@@ -638,8 +653,8 @@ def record(op, inputs, args, forward=None):
         if t.requires_grad:
             t.grad_fn = node
             t.output_nr = i
-        if op.view:
-            _mark_view(t, inputs)
+        if op.aliases:
+            _mark_view(t, inputs, op.multi_output)
         tensors.append(t)
     if dispatch.SAVED_CHECKS and op.saves:
         _save_checked(node, inputs, tensors)
@@ -666,7 +681,23 @@ def saved_versions(inputs):
     return tuple(x._version if type(x) is Tensor else 0 for x in inputs)
 
 
-def _mark_view(t, inputs):
+# Note [Memory owners]: NumPy's ``base`` of a view is usually the array owning the
+# memory, but ``as_strided`` (and CuPy's strided views) hand back an array whose
+# ``base`` is an intermediate object (NumPy's ``DummyArray``) over another view. Two
+# arrays share memory when following ``base`` from each ends at the same owner: an
+# ``as_strided`` view is a view of its input, so an in-place op on it rebases its
+# base's history (Note [CopySlices]) instead of changing the base's values behind its
+# recorded history.
+def _memory_owner(a):
+    """The object at the end of ``a``'s ``base`` chain (Note [Memory owners])."""
+    while True:
+        b = getattr(a, "base", None)
+        if b is None:
+            return a
+        a = b
+
+
+def _mark_view(t, inputs, multi_output=False):
     """Make ``t`` a view of ``inputs[0]`` when its array is a view of that one's memory
     (an op flagged ``view`` may still copy: a reshape of a transposed array). A view
     shares its base's version counter; ``_base`` is the root base, as PyTorch's."""
@@ -675,8 +706,16 @@ def _mark_view(t, inputs):
         return
     o, d = t.data, x.data
     b = getattr(o, "base", None)
-    if b is not None and (b is d or b is getattr(d, "base", None)) or o is d:
+    if b is not None and (b is d or b is getattr(d, "base", None) or
+                          _memory_owner(b) is _memory_owner(d)) or o is d:
         base = t._base = x._base if x._base is not None else x
         if x._vc is not None:
             t._vc = x._vc
+        # Note [View creation]: as PyTorch's CreationMeta, what in-place ops on it refuse
+        if not STATE.grad_enabled and (x.requires_grad or base.requires_grad):
+            t._creation = "no_grad"
+        elif multi_output:
+            t._creation = "multi"
+        elif x._creation is not None:
+            t._creation = x._creation
         t._view_of_fn = base.grad_fn         # Note [Views of a changed base]

@@ -20,9 +20,13 @@ history, then copied into ``x``'s array: the node is the out-of-place op's
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..autograd.node import InputMetadata, Node
+from ..devices import CPU, on_device, to_host
+from .core import OpBackward
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor, bump_version, version_counter
 from . import library as L
@@ -61,6 +65,40 @@ def check_inplace(x) -> None:
         raise InplaceError(ERR_VIEW_OF_LEAF)
 
 
+# Note [View creation]: PyTorch refuses an in-place op that its engine would record on a
+# view made in a way the rebase cannot honour (its CreationMeta): a view made under
+# no_grad of a tensor that requires grad (the op would be half recorded), and an output
+# of an op that returns several views (``split``, ``unbind``) or a view of one (each
+# output's node covers them all). gradcli marks such views when it makes them
+# (``ops/core.py``'s ``_mark_view``) and refuses with PyTorch's words.
+ERR_NO_GRAD_VIEW = (
+    "A view was created in no_grad mode and is being modified inplace with grad mode "
+    "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. You "
+    "can clarify your code by moving both the view and the inplace either both inside the "
+    "no_grad block (if you don't want the inplace to be tracked) or both outside (if you "
+    "want the inplace to be tracked).")
+
+
+def check_view_creation(x, others=()) -> None:
+    """Refuse an in-place op on a view its creation forbids (Note [View creation])."""
+    creation = x._creation
+    if creation is None or not STATE.grad_enabled:
+        return
+    base = x._base
+    if not (x.requires_grad or (base is not None and base.requires_grad) or any(
+            type(o) is Tensor and o.requires_grad for o in others)):
+        return
+    if creation == "no_grad":
+        raise InplaceError(ERR_NO_GRAD_VIEW)
+    fn = x.grad_fn
+    name = re.sub(r"Backward\d*$", "", fn.name) if fn is not None else "a view"
+    raise InplaceError(
+        f"Output {x.output_nr} of {name} is a view and is being modified inplace. This view "
+        "is the output of a function that returns multiple views. Such functions do not "
+        "allow the output views to be modified inplace. You should replace the inplace "
+        "operation by an out-of-place one.")
+
+
 def _alias(x, data):
     """A Tensor with ``x``'s history and ``data`` (the old values an op saves)."""
     t = Tensor(data, requires_grad=x.requires_grad)
@@ -89,6 +127,15 @@ def _write(x, value) -> None:
     np.copyto(dst, value, casting="same_kind")
 
 
+def _raw(o):
+    """An operand's array (a ``Tensor?[]`` such as index_put's indices: each one's)."""
+    if type(o) is Tensor:
+        return o.data
+    if type(o) is list:
+        return [_raw(v) for v in o]
+    return o
+
+
 def apply_inplace(op, x, *others, **args):
     """Run ``op(x, *others, **args)`` into ``x`` (Note [In-place ops]); returns ``x``.
 
@@ -98,10 +145,11 @@ def apply_inplace(op, x, *others, **args):
         apply_inplace(gradcli.ops.OPS["relu"], y)      # y.relu_()
     """
     check_inplace(x)
+    check_view_creation(x, others)
     needs = STATE.grad_enabled and (x.requires_grad or any(
         type(o) is Tensor and o.requires_grad for o in others))
     if not needs:
-        raw = [o.data if type(o) is Tensor else o for o in others]
+        raw = [_raw(o) for o in others]
         _write(x, op.fn(x.data, *raw, **args))
         bump_version(x)
         return x
@@ -115,9 +163,30 @@ def apply_inplace(op, x, *others, **args):
     version = bump_version(x)
     node = result.grad_fn
     x.requires_grad = True
-    x.grad_fn, x.output_nr = node, result.output_nr
+    rebase_history(x, node, result.output_nr)
     _keep_output(op, node, result, x, version)
     return x
+
+
+# Note [retain_grad after an in-place op]: ``x.retain_grad()`` asks for the gradient of
+# ``x``'s latest version, as PyTorch's: an in-place op that gives ``x`` a new node moves
+# the retains-grad hook from the old node to the new one (``a.mul_(2)`` after
+# ``a.retain_grad()``: ``a.grad`` is the gradient at the product, not at ``a``'s old value).
+def rebase_history(t, node, output_nr) -> None:
+    """Make ``node``'s output ``output_nr`` ``t``'s history, moving a retains-grad hook
+    along (Note [retain_grad after an in-place op]).
+
+    Example::
+
+        rebase_history(x, result.grad_fn, result.output_nr)
+    """
+    old, old_nr = t.grad_fn, t.output_nr
+    t.grad_fn, t.output_nr = node, output_nr
+    if t.retains_grad and old is not None and old is not node:
+        hooks = old.retains_grad_hooks
+        hook = hooks.pop(old_nr, None) if hooks else None
+        if hook is not None and node is not None:
+            node.set_retains_grad_hook(output_nr, hook)
 
 
 def _keep_output(op, node, result, x, version):
@@ -161,18 +230,50 @@ class CopySlices(Node):
             array.reshape(-1)[self.offset // self.itemsize:], self.view_shape,
             self.view_strides, writeable=True)
 
+    def positions(self):
+        """The flat index into the base of each element of the view (view-shaped)."""
+        size = int(np.prod(self.input_metadata[0].shape, dtype=np.int64))
+        index = np.arange(size, dtype=np.int64)
+        return np.lib.stride_tricks.as_strided(
+            index[self.offset // self.itemsize:], self.view_shape,
+            tuple(s // self.itemsize * index.itemsize for s in self.view_strides)).copy()
+
     def apply(self, grads):
         g = grads[0]
         if g is None:
             return [None] * len(self.next_edges)
-        g = np.array(g.data if type(g) is Tensor else g, copy=True)
-        if g.strides != self.base_strides:
-            raise RuntimeError("CopySlices: the gradient of the base is not laid out as the "
-                               "base (a non-contiguous base is not supported)")
+        if STATE.grad_enabled:                 # create_graph (g may still be an array)
+            return self._apply_recording(g)
+        # (the base is C-contiguous: Note [CopySlices]; a gradient laid out otherwise, a
+        # transposed one, is copied into the base's layout)
+        g = np.array(to_host(g.data if type(g) is Tensor else g), copy=True, order="C")
         region = self.region(g)
-        res = self.fn.apply([region.copy()])
-        region[...] = 0 if res[0] is None else res[0]
-        return [g, *res[1:]]
+        res = self.fn.apply([_on(region.copy(), self.input_metadata[0].device)])
+        region[...] = 0 if res[0] is None else to_host(res[0])
+        return [_on(g, self.input_metadata[0].device), *res[1:]]
+
+    # Note [CopySlices under create_graph]: a create_graph backward needs the base's
+    # gradient as ops that record, so that a second backward goes through the in-place
+    # op's node too (PyTorch's CopySlices computes with tensor ops, which record under
+    # create_graph). The region is read with ``index`` at the view's flat positions, the
+    # wrapped node runs on it (recording its own backward), and its gradient for the
+    # view's old values is written back with ``index_put``: the gradient outside the view
+    # passes through unchanged, as in the array path. The wrapped node's saved output
+    # (``relu_``'s) is the view: under create_graph it unpacks with the view's regenerated
+    # history (``view_fn``), as PyTorch's, so a second backward reaches the wrapped node
+    # only through CopySlices and never runs it on its own.
+    def _apply_recording(self, g):
+        from .core import OPS  # noqa: PLC0415
+
+        shape = self.input_metadata[0].shape
+        pos = self.positions()
+        flat = L.reshape(g, shape=(-1,))
+        res = self.fn.apply([OPS["aten.index.Tensor"](flat, [pos])])
+        new = res[0]
+        if new is None:
+            new = np.zeros(self.view_shape, dtype=g.dtype)
+        out = OPS["aten.index_put.default"](flat, [pos], new)
+        return [L.reshape(out, shape=tuple(shape)), *res[1:]]
 
     def release_variables(self):
         self.fn.release_variables()
@@ -191,10 +292,35 @@ class AsStridedView(Node):
     def apply(self, grads):
         g = grads[0]
         meta = self.copy_slices.input_metadata[0]
+        if STATE.grad_enabled:          # create_graph: Note [CopySlices under create_graph]
+            return [scatter_to_base(g, self.copy_slices.positions(), meta.shape, meta.dtype)]
         out = np.zeros(meta.shape, meta.dtype)
         if g is not None:
-            self.copy_slices.region(out)[...] = g.data if type(g) is Tensor else g
-        return [out]
+            self.copy_slices.region(out)[...] = to_host(g.data if type(g) is Tensor else g)
+        return [_on(out, meta.device)]
+
+
+def _on(array, device):
+    """A host array computed for a node whose input lives on ``device``: tagged with it
+    (simulated devices), as the engine checks each gradient's device."""
+    return array if device is CPU else on_device(array, device)
+
+
+def scatter_to_base(g, positions, shape, dtype):
+    """A view's gradient ``g`` (a Tensor, recording) added into zeros of its base's
+    ``shape`` at the view's flat ``positions`` (``AsStridedBackward0``'s formula).
+
+    Example::
+
+        scatter_to_base(g, np.array([1, 2]), (3,), np.float64)   # [0, g0, g1]
+    """
+    from .core import OPS  # noqa: PLC0415
+
+    size = int(np.prod(shape, dtype=np.int64))
+    values = L.reshape(g, shape=(-1,))
+    out = OPS["aten.index_put.default"](np.zeros(size, dtype), [np.asarray(positions).reshape(-1)],
+                                        values, accumulate=True)
+    return L.reshape(out, shape=tuple(shape))
 
 
 def _inplace_on_view(op, x, base, others, args):
@@ -210,10 +336,12 @@ def _inplace_on_view(op, x, base, others, args):
     _keep_output(op, fn, result, x, version)
     copy_slices = CopySlices(base, x, fn)
     base.requires_grad = True
-    base.grad_fn, base.output_nr = copy_slices, 0
+    rebase_history(base, copy_slices, 0)
     x.requires_grad = True
-    x.grad_fn, x.output_nr = AsStridedView(base, x, copy_slices), 0
+    rebase_history(x, AsStridedView(base, x, copy_slices), 0)
     x._view_of_fn = copy_slices              # (other views of base regenerate theirs)
+    if isinstance(fn, OpBackward):
+        fn.view_fn = x.grad_fn               # its saved output is the view, with that history
     return x
 
 

@@ -473,6 +473,7 @@ def reshape(x, shape):
 
 
 defvjp(reshape, lambda g, ans, x, shape: reshape(g, shape=x.shape))
+reshape.aliases = True      # a view of a contiguous input (Note [Views that may copy])
 
 
 @primitive("transpose", "PermuteBackward0", saves=False, args={"axes": Arg(None, A.axes_or_none)},
@@ -907,6 +908,9 @@ def _to_vjp(g, ans, x, device):
 
 
 defvjp(to, _to_vjp)
+# a move to the device the input is on hands back its memory (PyTorch's returns the same
+# tensor): an in-place op on the result must rebase the input (Note [Views that may copy])
+to.aliases = True
 
 
 # -- engine exercisers -----------------------------------------------------------------

@@ -9,7 +9,9 @@ exactly that set, so it is read off the VJPs themselves: the names each VJP of a
 edge loads, where a name used only for ``.shape``, ``.dtype``, ``.ndim`` or ``.size``
 is metadata (PyTorch keeps sizes, not tensors, for those). A VJP whose code cannot be
 read (a builtin, ``*args``) reads everything. The answer is cached per op and per set of
-valid edges.
+valid edges. An op with several outputs may name the ones its node saves
+(``saved_outputs``: the batch and layer norms save their mean and inverse std, never
+their normalized output, which ``relu_`` may then change in place, as in PyTorch).
 """
 from __future__ import annotations
 
@@ -58,6 +60,29 @@ def saved_uses(op, valid):
     fns = ([op.vjp_all] if op.vjp_all is not None
            else [op.vjps[i] for i in range(n) if valid[i]] if op.vjps is not None else [])
     return _scan(op, fns, n, key, uses_out, used)
+
+
+def saved_uses_by_schema(op, n):
+    """``saved_uses`` for an ATen op whose node has fewer edges than saved inputs (its
+    non-differentiable inputs, such as ``index``'s indices, have none): each schema
+    formula's reads, mapped onto the ``n`` flattened inputs (a ``Tensor[]`` input
+    spans several). Every formula counts, needed or not: a superset of PyTorch's saved
+    set, never less. None when the op has no per-input formulas to read."""
+    schema_vjps = getattr(op, "schema_vjps", None)
+    if schema_vjps is None or getattr(op, "joint_vjp", 1) is not None:
+        return None
+    m = len(schema_vjps)
+    pos = getattr(op, "_list_pos", None)
+    width = 1 if pos is None else n - (m - 1)
+    if width < 0 or (pos is None and m != n):
+        return None
+    uses_out, used = _scan(op, [f for f in schema_vjps if f is not None], m,
+                           (op, "schema", m), False, set(), aten=True)
+    flat = set()
+    for j in used:
+        start = j if pos is None or j <= pos else j + width - 1
+        flat.update(range(start, start + (width if j == pos else 1)))
+    return uses_out, frozenset(flat)
 
 
 def _scan(op, fns, n, key, uses_out, used, aten=False):

@@ -10,8 +10,9 @@ The steps, in order:
    tensors (same seed, so random masks such as dropout's are the trace's),
    marks which values derive from a parameter, a model input or the loss
    target ("dynamic"), folds every other op into a constant tensor captured
-   when a dynamic op reads it, turns in-place ops into their out-of-place
-   overloads and drops what no kept op reads (``detach``, ``empty``,
+   when a dynamic op reads it, keeps in-place ops on activations as traced
+   (Note [In-place kept]), turns the other in-place ops into their
+   out-of-place overloads and drops what no kept op reads (``detach``, ``empty``,
    ``num_batches_tracked`` updates).
 3. The real module (a copy) runs forward and backward once more with the same
    seed: its parameter gradients and the order PyTorch ran its backward nodes
@@ -61,7 +62,22 @@ says so (its header and ``x-data-dependent``, each op with its source line),
 and validate checks that path. Other inputs may take another path: export
 again for them.
 
-Note [In-place on views]: an in-place op on a view of an activation
+Note [In-place kept]: an in-place op gradcli has a kernel for (``relu_``,
+``add_``, ``mul_``, ``index_put_``, ``copy_``, ...) whose ``self`` is an
+activation (an op's output, or a view of one, through any chain of views and
+kept in-place ops) is written as traced: the engine rebases a view's base
+through ``CopySlices`` and regenerates the base's other views
+(``AsStridedBackward0``) as PyTorch's does, so the written graph replays the
+module's own order node for node and the export's order check is the exact
+one. The op is needed when its result is read or when the tensor it writes
+(or a view of it) is. An in-place op on a leaf (a model input, a buffer, a
+folded constant) stays out of place: the file's leaf would change under the
+ops that read it before. So does one whose ``self`` comes from an in-place op
+written out of place (``transpose_``: its result is a new tensor in the file,
+no longer the traced memory); and one without a kernel falls back to the note
+below.
+
+Note [In-place on views]: an in-place op without a kernel on a view of an activation
 (``out[:, :k].relu_()``, an in-place dropout after ``flatten``) makes
 PyTorch's engine rebase the view: the base's node becomes ``CopySlices``
 (wrapping the op's node) and the view's node ``AsStridedBackward0``. The file
@@ -445,6 +461,7 @@ class _Converter:
         self.detach_ops = DETACH    # the traced ops that are a detach (Note [detach traced as alias])
         self.data_dependent = []    # Note [Data-dependent paths]: what the inputs decided
         self.inplace_on_views = 0   # in-place ops on views, written out of place
+        self.kept_inplace = set()   # in-place ops written as traced (Note [In-place kept])
         self.nodes = list(gm.graph.nodes)
         self.leaf_names = leaf_names
         self.leaf_values = leaf_values
@@ -515,11 +532,14 @@ class _Converter:
                 if _is_random(node):
                     _fail(node, "a random op on data the loss depends on has no fixed result")
                 if S.mutated_arguments(node.target._schema) and base not in KEEPS_MUTATION:
-                    self._check_no_alias_reader(node)
-                    target = node.args[0]
-                    if isinstance(getattr(target, "target", None), torch._ops.OpOverload) and \
-                            S.is_view(target.target._schema):
-                        self.inplace_on_views += 1      # Note [In-place on views]
+                    if self._keeps_inplace(node, dynamic):
+                        self.kept_inplace.add(node)     # Note [In-place kept]
+                    else:
+                        self._check_no_alias_reader(node)
+                        target = node.args[0]
+                        if isinstance(getattr(target, "target", None), torch._ops.OpOverload) \
+                                and S.is_view(target.target._schema):
+                            self.inplace_on_views += 1  # Note [In-place on views]
                 for i in inputs:                    # capture constants as this op reads them
                     if i not in dynamic and i.op != "placeholder":
                         self.const_at[(i, node)] = self._capture(i, env[i], const_names,
@@ -588,6 +608,16 @@ class _Converter:
 
     def _needed(self, root, dynamic):
         needed, stack = set(), [root]
+        while True:
+            self._walk_needed(needed, stack, dynamic)
+            # Note [In-place kept]: an in-place op whose result nothing reads is still
+            # needed when the tensor it writes (or a view of it) is
+            stack = [k for k in self.kept_inplace if k not in needed and
+                     any(m in needed for m in self._alias_group(k.args[0], writes=True))]
+            if not stack:
+                return needed
+
+    def _walk_needed(self, needed, stack, dynamic):
         while stack:
             node = stack.pop()
             if node in needed or node not in dynamic:
@@ -599,7 +629,6 @@ class _Converter:
                     stack.append(i.all_input_nodes[0])
                 else:
                     stack.append(i)
-        return needed
 
     def _name_of(self, node, names, reader=None):
         if (node, reader) in self.const_at:
@@ -619,7 +648,7 @@ class _Converter:
             # path it is written as a detach, stopping the gradient as in PyTorch
             overload = torch.ops.aten.detach.default if node in self.stops else torch.ops.aten.alias.default
             schema = overload._schema
-        elif mutated and base not in KEEPS_MUTATION:
+        elif mutated and base not in KEEPS_MUTATION and node not in self.kept_inplace:
             if mutated != [0]:
                 _fail(node, "it updates an argument other than its first in place")
             functional = S.out_of_place(overload)
@@ -751,6 +780,21 @@ class _Converter:
             return val
         _fail(node, f"cannot write a {type(val).__name__} as a tensor input")
 
+    def _keeps_inplace(self, node, dynamic):
+        """Whether ``node`` (an in-place op) is written as traced (Note [In-place kept])."""
+        schema = node.target._schema
+        if S.mutated_arguments(schema) != [0] or not _has_kernel(S.op_name(node.target)):
+            return False
+        target = node.args[0] if node.args else None
+        if not isinstance(target, torch.fx.Node):
+            return False
+        n = target
+        while _aliases_first_input(n, writes=True):
+            if S.mutated_arguments(n.target._schema) and n not in self.kept_inplace:
+                return False        # written out of place: ``self`` is no longer its memory
+            n = n.args[0]
+        return n in dynamic and n.op != "placeholder"
+
     def _check_no_alias_reader(self, node):
         """Refuse an in-place update whose tensor is read again under another name."""
         target = node.args[0]
@@ -763,15 +807,18 @@ class _Converter:
                 _fail(node, f"it updates {target.name} in place while {user.name} reads it "
                             "(or a view of it) afterwards: aliasing mutation cannot be expressed")
 
-    def _alias_group(self, node):
-        """``node`` and every view chain it belongs to (its bases and views)."""
-        def base_of(n):
-            while isinstance(getattr(n, "target", None), torch._ops.OpOverload) and \
-                    S.is_view(n.target._schema) and n.args and isinstance(n.args[0], torch.fx.Node):
-                n = n.args[0]
-            return n
+    @staticmethod
+    def _alias_root(n, writes=False):
+        """The tensor ``n`` is a view of, through any chain of views (``n`` if none);
+        ``writes``: through the results of in-place ops too (each is its ``self``)."""
+        while _aliases_first_input(n, writes):
+            n = n.args[0]
+        return n
 
-        root = base_of(node)
+    def _alias_group(self, node, writes=False):
+        """``node`` and every view chain it belongs to (its bases and views); ``writes``:
+        the results of in-place ops on any of them too."""
+        root = self._alias_root(node, writes)
         group, stack = set(), [root]
         while stack:
             n = stack.pop()
@@ -779,9 +826,21 @@ class _Converter:
                 continue
             group.add(n)
             for u in n.users:
-                if isinstance(u.target, torch._ops.OpOverload) and S.is_view(u.target._schema):
+                if _aliases_first_input(u, writes) and u.args[0] is n:
                     stack.append(u)
         return group
+
+
+def _aliases_first_input(n, writes=False):
+    """Whether fx node ``n`` returns its first input's memory: a view, or with ``writes``
+    an in-place op (``relu_`` returns its ``self``)."""
+    target = getattr(n, "target", None)
+    if not isinstance(target, torch._ops.OpOverload) or not n.args or \
+            not isinstance(n.args[0], torch.fx.Node):
+        return False
+    schema = target._schema
+    return S.is_view(schema) or (writes and S.mutated_arguments(schema) == [0] and
+                                 bool(schema.returns) and schema.returns[0].alias_info is not None)
 
 
 class _Slot:

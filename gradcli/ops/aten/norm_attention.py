@@ -272,3 +272,7 @@ def _attention_vjp(gs, ans, query, key, value, attn_mask, dropout_p=0.0, is_caus
 
 defvjp_joint(flash_attention_for_cpu, _attention_vjp, (True, True, True, False),
              first_order_only="_scaled_dot_product_flash_attention_for_cpu_backward")
+
+# PyTorch's NativeBatchNormBackward0 saves result1 and result2 (the batch's mean and
+# inverse std), not the normalized output: ``relu_`` on it leaves the node valid
+native_batch_norm_op.saved_outputs = (1, 2)

@@ -141,3 +141,9 @@ def _not_implemented(what):
 defvjp(native_layer_norm_backward, _ln_double_backward_part(0), _ln_double_backward_part(1),
        _not_implemented("mean"), _not_implemented("rstd"), _ln_double_backward_part(2),
        lambda *_, **__: None)
+
+# (as native_batch_norm: the node saves the mean and inverse std, not the output)
+for _op in (native_batch_norm_legit, native_batch_norm_legit_no_stats,
+            native_batch_norm_legit_no_training):
+    _op.saved_outputs = (1, 2)
+del _op

@@ -56,7 +56,7 @@ class AtenOp(Op):
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
                  "numbers_as_tensors", "mutated", "draws_random", "_plain", "beyond_message",
-                 "reads_complex")
+                 "reads_complex", "saved_outputs")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None,
                  mutates=()):
@@ -77,6 +77,8 @@ class AtenOp(Op):
         self.joint_vjp = None
         self.first_order_only = False
         self.meta = meta      # ELEMENTWISE, fn(*metas, **args) -> [(shape, dtype)], or None
+        # the outputs PyTorch's node saves (None: all; Note [What a node saved])
+        self.saved_outputs = None
         self._list_pos = list_pos[0] if list_pos else None
         # a Python number may stand for a Tensor input (Note [numbers as tensors])
         self.numbers_as_tensors = schema.name.split(".")[1].rstrip("_") in NUMBERS_AS_TENSORS

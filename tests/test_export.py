@@ -26,6 +26,7 @@ from gradcli.document import read_document  # noqa: E402
 from gradcli.bridges.torch import ExportError, from_module  # noqa: E402
 from gradcli.bridges.torch import schema as S  # noqa: E402
 from gradcli.cli import main as gradcli_main  # noqa: E402
+from gradcli.validate import Options, validate_file  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "graphs", "models")
@@ -424,6 +425,24 @@ def test_detach_on_the_gradient_path_is_written_as_detach(tmp_path):
     graph = from_module(mod.build_model(), (torch.randn(2, 4),))
     assert [op["op"] for op in graph.document["ops"]].count("aten.detach.default") == 1
     assert "aten.alias.default" not in [op["op"] for op in graph.document["ops"]]
+
+
+WHOLE_DIM_SLICE_AND_DETACH = RANDOM_OP.replace(
+    "p = torch.sigmoid(self.fc(x))", "p = self.fc(x); q = p[..., :p.shape[-1]]").replace(
+    "return torch.bernoulli(p) * p", "return q * q + p * p.detach()")
+
+
+def test_a_slice_over_a_whole_dim_keeps_the_gradient_beside_a_detach(tmp_path):
+    # Note [detach traced as alias]: torch 2.14 traces both the whole-dim slice (as Phi-3's
+    # partial rotary embedding takes it) and the detach as aten.alias; only the detach
+    # stops the gradient, so the file has one aten.detach and the slice as an alias,
+    # and the export's own replay check (gradients and order) passes
+    path, mod = _module_file(tmp_path, WHOLE_DIM_SLICE_AND_DETACH)
+    graph = from_module(mod.build_model(), (torch.randn(2, 4),), dtype="float64")
+    ops = [op["op"] for op in graph.document["ops"]]
+    assert ops.count("aten.detach.default") == 1 and ops.count("aten.alias.default") == 1
+    report = validate_file(str(graph.write(tmp_path / "out")), Options())
+    assert report.status == "pass", [c.message for c in report.checks if c.status != "pass"]
 
 
 def test_make_fx_records_detach_as_the_tested_release_does():

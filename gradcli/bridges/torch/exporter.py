@@ -100,6 +100,7 @@ from torch.utils import _pytree as pytree
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from ..graphfile import ExportedGraph
+from .detach_marks import MARK as DETACH_MARK, DetachMarks
 from .reference import attach_reference, reference_note
 from .versions import differs
 
@@ -116,7 +117,9 @@ DETACH = {"detach"}
 # a detach from a plain alias. In the module's own trace an alias is then taken as the
 # detach it was (written as aten.detach, a gradient stop), and the exported graph's
 # backward order is still checked against the module's real backward, so a plain alias
-# taken for a detach is a one-line ExportMismatch, never a silently wrong file.
+# taken for a detach is a one-line ExportMismatch, never a silently wrong file. Where the
+# release lets it, the trace marks the nodes of the module's detach calls (detach_marks.py):
+# an alias so marked is a detach, any other (a slice over a whole dim) a plain alias.
 DETACH_FROM_2_14 = {"detach", "alias"}
 # (node in the replay, node in the module's own run) for the same op: see Note [Exported order].
 EAGER_RENAMES = {("ViewBackward0", "ReshapeAliasBackward0")}
@@ -156,9 +159,12 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     buffers0 = {k: b.detach().clone() for k, b in work.named_buffers()}
     names = _leaf_names(params, buffers0, inputs, kw, extras)
 
+    marks = DetachMarks()                       # Note [detach traced as alias]
+
     def traced(params, buffers, inputs, kw, extras):
-        out = torch.func.functional_call(work, (params, buffers), inputs, kw)
-        return loss_fn(out, extras)
+        with marks:
+            out = torch.func.functional_call(work, (params, buffers), inputs, kw)
+            return loss_fn(out, extras)
 
     torch.manual_seed(seed)
     gm = _call_module(lambda: make_fx(traced, record_stack_traces=True,
@@ -170,6 +176,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     conv = _Converter(gm, names, leaf_values, kinds, seed)
     if differs("make_fx_detach_as_alias", torch.__version__):
         conv.detach_ops = DETACH_FROM_2_14      # Note [detach traced as alias]
+    conv.detach_marked = marks.working
     doc_ops, tensors, arrays, root = conv.run()
 
     torch.manual_seed(seed)
@@ -436,6 +443,7 @@ class _Converter:
         self.outputs = []           # the traced function's result nodes
         self.stops = set()          # detach nodes that stop a gradient
         self.detach_ops = DETACH    # the traced ops that are a detach (Note [detach traced as alias])
+        self.detach_marked = False  # the trace marks the module's detach calls (detach_marks.py)
         self.data_dependent = []    # Note [Data-dependent paths]: what the inputs decided
         self.inplace_on_views = 0   # in-place ops on views, written out of place
         self.nodes = list(gm.graph.nodes)
@@ -500,7 +508,8 @@ class _Converter:
                     continue                        # Note [Data-dependent paths]: folded
                 dynamic.add(node)
                 if any(i in requires for i in inputs):
-                    if base in self.detach_ops:
+                    if base in self.detach_ops and (base == "detach" or not self.detach_marked
+                                                    or node.meta.get(DETACH_MARK, False)):
                         self.stops.add(node)        # written as itself (Note [detach in graphs])
                     else:
                         requires.add(node)

@@ -488,6 +488,7 @@ class _Converter:
                     continue
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                before = self._before_mutation(node, env, dynamic)
                 env[node] = node.target(*args, **kwargs)
                 inputs = node.all_input_nodes
                 if node.target is operator.getitem:
@@ -523,8 +524,8 @@ class _Converter:
                         self.inplace_on_views += 1      # Note [In-place on views]
                 for i in inputs:                    # capture constants as this op reads them
                     if i not in dynamic and i.op != "placeholder":
-                        self.const_at[(i, node)] = self._capture(i, env[i], const_names,
-                                                                 tensors, arrays)
+                        self.const_at[(i, node)] = self._capture(i, before.get(i, env[i]),
+                                                                 const_names, tensors, arrays)
                 pending.append((node, env[node]))
         if root is None or root not in dynamic:
             raise ExportError("the loss does not depend on any parameter, input or target")
@@ -555,6 +556,19 @@ class _Converter:
         for k, v in tensors.items():
             ordered.setdefault(k, v)
         return ops, ordered, arrays, self._name_of(root, names)
+
+    @staticmethod
+    def _before_mutation(node, env, dynamic):
+        """{input node: a copy of its value} for the constant inputs an in-place op is about
+        to write into. Note [Constants written in place]: the re-run mutates the constant
+        (``final = zeros_like(x)`` then ``final.index_add_(0, idx, y)`` per expert, as a
+        mixture-of-experts layer sums its experts); the op reads it as it was before, so
+        that is the value the file captures, not the one the op leaves behind."""
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload) or not S.mutated_arguments(target._schema):
+            return {}
+        return {i: env[i].clone() for i in node.all_input_nodes
+                if i not in dynamic and i.op != "placeholder" and isinstance(env.get(i), torch.Tensor)}
 
     def _capture(self, node, value, const_names, tensors, arrays):
         """The name of a constant tensor holding ``value`` as it is now (Note [Folding])."""

@@ -464,6 +464,47 @@ def test_a_constant_written_in_place_is_captured_as_the_op_read_it(tmp_path):
     assert report.status == "pass", [c.message for c in report.checks if c.status != "pass"]
 
 
+PYTHON_FUNCTION = """\
+    import torch
+
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2.0 * x * g
+
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return Square.apply(Square.apply(self.fc(x))).sum(-1)
+
+
+    def build_model():
+        return M()
+    """
+
+
+def test_a_python_autograd_function_is_refused_naming_it(tmp_path):
+    # Note [Python Functions]: its backward is Python code the trace never sees; the export
+    # says so (an ExportError, not a failed order check reported as an exporter bug)
+    _, mod = _module_file(tmp_path, PYTHON_FUNCTION)
+    with pytest.raises(ExportError) as info:
+        from_module(mod.build_model(), (torch.randn(2, 4),))
+    assert type(info.value) is ExportError
+    msg = str(info.value)
+    assert "torch.autograd.Function" in msg and "SquareBackward (2x)" in msg and "\n" not in msg
+
+
 def test_make_fx_records_detach_as_the_tested_release_does():
     # Note [detach traced as alias]: 2.13 records aten.detach, 2.14 aten.alias; the test
     # above checks that the file says aten.detach either way

@@ -180,9 +180,11 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     doc_ops, tensors, arrays, root = conv.run()
 
     torch.manual_seed(seed)
-    grads, order = _call_module(lambda: _reference_backward(reference, inputs, kw, extras,
-                                                            loss_fn),
-                                 "running the backward of")
+    grads, order, functions = _call_module(lambda: _reference_backward(reference, inputs, kw,
+                                                                       extras, loss_fn),
+                                           "running the backward of")
+    if functions:
+        raise ExportError(_python_functions_message(functions))
     grad_names = {f"param:{k}": v for k, v in grads.items()}
     expect_grads = {}
     for leaf, kind_name in zip(names, kinds):
@@ -823,13 +825,49 @@ def _backward_node_name(call, tensors):
 
 # -- step 3: the module's own backward --------------------------------------------------------
 def _reference_backward(module, inputs, kw, extras, loss_fn):
+    """The module's parameter gradients, its backward order and the names of the
+    ``torch.autograd.Function`` nodes its backward runs (Note [Python Functions])."""
     from .compare import node_order
 
     out = module(*inputs, **kw)
     loss = loss_fn(out, extras)
+    functions = _python_function_nodes(loss)
     order = node_order([loss], loss.backward)
     grads = {k: p.grad for k, p in module.named_parameters() if p.grad is not None}
-    return grads, order
+    return grads, order, functions
+
+
+# Note [Python Functions]: a ``torch.autograd.Function`` (BLOOM's GeLUFunction, a
+# straight-through estimator, reentrant checkpointing) records one node whose backward
+# is the class's Python ``backward``. The trace sees only the ATen ops of its
+# ``forward``: replayed, they record their own nodes and compute the derivative of the
+# forward, which is not what the module's backward runs (the node differs always, the
+# gradient wherever ``backward`` is not that derivative). So the export refuses such a
+# module, naming the Functions, instead of failing its order check as an exporter bug.
+def _python_function_nodes(loss):
+    """{node name: count} of the Python ``autograd.Function`` nodes under ``loss``."""
+    from .compare import node_name
+
+    found, seen = {}, set()
+    stack = [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if isinstance(fn, torch.autograd.function.BackwardCFunction):
+            found[node_name(fn)] = found.get(node_name(fn), 0) + 1
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return found
+
+
+def _python_functions_message(functions):
+    names = ", ".join(f"{n} ({k}x)" if k > 1 else n for n, k in sorted(functions.items()))
+    return (f"the module's backward runs torch.autograd.Function nodes whose backward is Python "
+            f"code: {names}; the export traces ATen ops, and such a backward is none of them "
+            f"(the replayed forward ops would record other nodes). Replace the Function by "
+            f"its forward's torch operations (or by an op with PyTorch's own backward) to "
+            f"export this module")
 
 
 # -- step 4: the file replays as the module ---------------------------------------------------

@@ -200,7 +200,28 @@ def run_one(spec):
                   "detail": (report.invalid or "; ".join(failed))[:600],
                   "nodes": len(graph.document["expect"]["order"]),
                   "composites": composites, "seconds": time.time() - t0}
+        record.update(verdict_summary(report.checks, dtype))
     return record
+
+
+def verdict_summary(checks, dtype):
+    """What the verdict measured, for a run's record: the lowest floating precision on
+    any gradient's path (``gradcli.precision``: measured, not the file's dtype), how many
+    gradients were judged norm-wise against the float64 reference (``gradcli.verdict``)
+    and the largest ratio of gradcli's distance to PyTorch's among them.
+
+    Example: a float64 LLaMA (float32 RMS norm and softmax) gives
+    ``{"precision": "float32", "normwise": 20, "worst_ratio": 1.4}``.
+    """
+    ranks = {"float16": 0, "bfloat16": 0, "float32": 1, "float64": 2}
+    measured = [c.precision for c in checks if c.precision]
+    lowest = min(measured, key=lambda d: ranks.get(d, 2), default=dtype)
+    judged = [c for c in checks if c.distance is not None and c.torch_distance is not None]
+    ratios = [c.distance / c.torch_distance for c in judged if c.torch_distance > 0]
+    out = {"precision": lowest, "normwise": len(judged)}
+    if ratios:
+        out["worst_ratio"] = round(max(ratios), 3)
+    return out
 
 
 # -- the parent: runs, results, table ----------------------------------------------------------

@@ -102,26 +102,47 @@ def test_a_refused_view_on_a_recorded_tensor_names_reshape_and_a_viewed_one_has_
     np.testing.assert_array_equal(gx, np.arange(6.0).reshape(3, 2).T)
 
 
+def _matrices(inputs):
+    """The flat positions of the inputs of two or more dims (those with a layout)."""
+    from test_aten_ops import _rebuild
+
+    found = []
+    _rebuild(inputs, lambda i, x: found.append(i) if isinstance(x, np.ndarray) and x.ndim >= 2 else None)
+    return found
+
+
 def _table():
+    """The op tables' rows, each with the layouts its inputs can take: row-major,
+    column-major, and (with two inputs or more of 2+ dims) the first column-major and the
+    others row-major, or the reverse."""
+    from test_aten_core_pointwise import CASES as CORE
     from test_aten_ops import CASES
 
-    return CASES
+    rows = []
+    for p in CASES + CORE:
+        n = len(_matrices(p.values[1]))
+        for layout in ["c"] + (["fortran"] if n else []) + (["fortran-first", "fortran-rest"] if n > 1 else []):
+            rows.append(pytest.param(*p.values, layout, id=f"{p.id}-{layout}"))
+    return rows
 
 
 def _fortran(x):
     return np.asfortranarray(x) if isinstance(x, np.ndarray) and x.ndim >= 2 else x
 
 
-@pytest.mark.parametrize("layout", ["c", "fortran"])
-@pytest.mark.parametrize("op_name, inputs, args, wrt, fd", _table())
+@pytest.mark.parametrize("op_name, inputs, args, wrt, fd, layout", _table())
 def test_outputs_have_torchs_strides(op_name, inputs, args, wrt, fd, layout):
-    # what a later view sees (Note [view strides]): every op of the table, on row-major inputs
-    # and on column-major ones (torch.from_numpy keeps the strides), lays out its outputs as
+    # what a later view sees (Note [view strides]): every op of the table, on row-major inputs,
+    # on column-major ones (torch.from_numpy keeps the strides), and on inputs whose layouts
+    # disagree (the first 2-D input column-major and the others row-major, or the reverse:
+    # TensorIterator's rule, Note [TensorIterator's layout]), lays out its outputs as
     # PyTorch does (size-1 dims and empty outputs aside: no view depends on their strides)
     from test_aten_ops import _rebuild, _torch_call
 
-    if layout == "fortran":
-        inputs = _rebuild(inputs, lambda i, x: _fortran(x))
+    matrices = _matrices(inputs)
+    pick = {"fortran": set(matrices), "fortran-first": set(matrices[:1]),
+            "fortran-rest": set(matrices[1:])}.get(layout, set())
+    inputs = _rebuild(inputs, lambda i, x: _fortran(x) if i in pick else x)
     try:
         theirs = _torch_call(op_name, *_rebuild(inputs, lambda i, x: torch.from_numpy(x)
                                                 if isinstance(x, np.ndarray) else x), **args)

@@ -26,6 +26,7 @@ from gradcli.document import read_document  # noqa: E402
 from gradcli.bridges.torch import ExportError, from_module  # noqa: E402
 from gradcli.bridges.torch import schema as S  # noqa: E402
 from gradcli.cli import main as gradcli_main  # noqa: E402
+from gradcli.validate import Options, validate_file  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "graphs", "models")
@@ -442,6 +443,84 @@ def test_detach_on_the_gradient_path_is_written_as_detach(tmp_path):
     graph = from_module(mod.build_model(), (torch.randn(2, 4),))
     assert [op["op"] for op in graph.document["ops"]].count("aten.detach.default") == 1
     assert "aten.alias.default" not in [op["op"] for op in graph.document["ops"]]
+
+
+WHOLE_DIM_SLICE_AND_DETACH = RANDOM_OP.replace(
+    "p = torch.sigmoid(self.fc(x))", "p = self.fc(x); q = p[..., :p.shape[-1]]").replace(
+    "return torch.bernoulli(p) * p", "return q * q + p * p.detach()")
+
+
+def test_a_slice_over_a_whole_dim_keeps_the_gradient_beside_a_detach(tmp_path):
+    # Note [detach traced as alias]: torch 2.14 traces both the whole-dim slice (as Phi-3's
+    # partial rotary embedding takes it) and the detach as aten.alias; only the detach
+    # stops the gradient, so the file has one aten.detach and the slice as an alias,
+    # and the export's own replay check (gradients and order) passes
+    path, mod = _module_file(tmp_path, WHOLE_DIM_SLICE_AND_DETACH)
+    graph = from_module(mod.build_model(), (torch.randn(2, 4),), dtype="float64")
+    ops = [op["op"] for op in graph.document["ops"]]
+    assert ops.count("aten.detach.default") == 1 and ops.count("aten.alias.default") == 1
+    report = validate_file(str(graph.write(tmp_path / "out")), Options())
+    assert report.status == "pass", [c.message for c in report.checks if c.status != "pass"]
+
+
+EXPERTS_SUMMED_INTO_ZEROS = RANDOM_OP.replace(
+    "p = torch.sigmoid(self.fc(x))", "p = self.fc(x); out = torch.zeros_like(x)").replace(
+    "return torch.bernoulli(p) * p",
+    "out.index_add_(0, torch.tensor([1, 0]), p); out.index_add_(0, torch.tensor([1, 1]), p * p); "
+    "return out")
+
+
+def test_a_constant_written_in_place_is_captured_as_the_op_read_it(tmp_path):
+    # Note [Constants written in place]: a mixture-of-experts layer sums its experts into
+    # zeros_like(x) with index_add_; the file's constant is the zeros the first index_add_
+    # read, not what it left behind (else the export's replay check fails on the gradients)
+    path, mod = _module_file(tmp_path, EXPERTS_SUMMED_INTO_ZEROS)
+    graph = from_module(mod.build_model(), (torch.randn(2, 4),), dtype="float64")
+    consts = [name for name in graph.document["tensors"] if name.startswith("const.")]
+    assert consts and all(not graph.arrays[name].any() for name in consts if "zeros" in name)
+    report = validate_file(str(graph.write(tmp_path / "out")), Options())
+    assert report.status == "pass", [c.message for c in report.checks if c.status != "pass"]
+
+
+PYTHON_FUNCTION = """\
+    import torch
+
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2.0 * x * g
+
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return Square.apply(Square.apply(self.fc(x))).sum(-1)
+
+
+    def build_model():
+        return M()
+    """
+
+
+def test_a_python_autograd_function_is_refused_naming_it(tmp_path):
+    # Note [Python Functions]: its backward is Python code the trace never sees; the export
+    # says so (an ExportError, not a failed order check reported as an exporter bug)
+    _, mod = _module_file(tmp_path, PYTHON_FUNCTION)
+    with pytest.raises(ExportError) as info:
+        from_module(mod.build_model(), (torch.randn(2, 4),))
+    assert type(info.value) is ExportError
+    msg = str(info.value)
+    assert "torch.autograd.Function" in msg and "SquareBackward (2x)" in msg and "\n" not in msg
 
 
 def test_make_fx_records_detach_as_the_tested_release_does():

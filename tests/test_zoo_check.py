@@ -52,3 +52,18 @@ def test_write_docs_replaces_only_the_generated_table(tmp_path):
     zoo.write_docs(results, str(doc))
     second = doc.read_text()
     assert second.count("<!-- zoo table:") == 1 and "1 fail, 1 missing-core-op" in second
+
+
+def test_verdict_summary_states_the_measured_precision_and_the_norm_wise_ratio():
+    from gradcli.validate import Check
+
+    zoo = _zoo()
+    checks = [Check(name="backward", kind="backward", status="pass"),
+              Check(name="grads[w]", kind="grad", status="pass", precision="float32",
+                    distance=3e-8, torch_distance=2e-8),
+              Check(name="grads[b]", kind="grad", status="pass", precision="float64")]
+    # a float64 file with a float32 island: judged at float32, one gradient norm-wise
+    assert zoo.verdict_summary(checks, "float64") == {"precision": "float32", "normwise": 1,
+                                                      "worst_ratio": 1.5}
+    exact = [Check(name="grads[b]", kind="grad", status="pass", precision="float64")]
+    assert zoo.verdict_summary(exact, "float64") == {"precision": "float64", "normwise": 0}

@@ -116,6 +116,7 @@ from torch.utils import _pytree as pytree
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from ..graphfile import ExportedGraph
+from .detach_marks import MARK as DETACH_MARK, DetachMarks
 from .reference import attach_reference, reference_note
 from .versions import differs
 
@@ -132,7 +133,9 @@ DETACH = {"detach"}
 # a detach from a plain alias. In the module's own trace an alias is then taken as the
 # detach it was (written as aten.detach, a gradient stop), and the exported graph's
 # backward order is still checked against the module's real backward, so a plain alias
-# taken for a detach is a one-line ExportMismatch, never a silently wrong file.
+# taken for a detach is a one-line ExportMismatch, never a silently wrong file. Where the
+# release lets it, the trace marks the nodes of the module's detach calls (detach_marks.py):
+# an alias so marked is a detach, any other (a slice over a whole dim) a plain alias.
 DETACH_FROM_2_14 = {"detach", "alias"}
 # (node in the replay, node in the module's own run) for the same op: see Note [Exported order].
 EAGER_RENAMES = {("ViewBackward0", "ReshapeAliasBackward0")}
@@ -172,9 +175,12 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     buffers0 = {k: b.detach().clone() for k, b in work.named_buffers()}
     names = _leaf_names(params, buffers0, inputs, kw, extras)
 
+    marks = DetachMarks()                       # Note [detach traced as alias]
+
     def traced(params, buffers, inputs, kw, extras):
-        out = torch.func.functional_call(work, (params, buffers), inputs, kw)
-        return loss_fn(out, extras)
+        with marks:
+            out = torch.func.functional_call(work, (params, buffers), inputs, kw)
+            return loss_fn(out, extras)
 
     torch.manual_seed(seed)
     gm = _call_module(lambda: make_fx(traced, record_stack_traces=True,
@@ -186,12 +192,15 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     conv = _Converter(gm, names, leaf_values, kinds, seed)
     if differs("make_fx_detach_as_alias", torch.__version__):
         conv.detach_ops = DETACH_FROM_2_14      # Note [detach traced as alias]
+    conv.detach_marked = marks.working
     doc_ops, tensors, arrays, root = conv.run()
 
     torch.manual_seed(seed)
-    grads, order = _call_module(lambda: _reference_backward(reference, inputs, kw, extras,
-                                                            loss_fn),
-                                 "running the backward of")
+    grads, order, functions = _call_module(lambda: _reference_backward(reference, inputs, kw,
+                                                                       extras, loss_fn),
+                                           "running the backward of")
+    if functions:
+        raise ExportError(_python_functions_message(functions))
     grad_names = {f"param:{k}": v for k, v in grads.items()}
     expect_grads = {}
     for leaf, kind_name in zip(names, kinds):
@@ -459,6 +468,7 @@ class _Converter:
         self.outputs = []           # the traced function's result nodes
         self.stops = set()          # detach nodes that stop a gradient
         self.detach_ops = DETACH    # the traced ops that are a detach (Note [detach traced as alias])
+        self.detach_marked = False  # the trace marks the module's detach calls (detach_marks.py)
         self.data_dependent = []    # Note [Data-dependent paths]: what the inputs decided
         self.inplace_on_views = 0   # in-place ops on views, written out of place
         self.kept_inplace = set()   # in-place ops written as traced (Note [In-place kept])
@@ -504,6 +514,7 @@ class _Converter:
                     continue
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                before = self._before_mutation(node, env, dynamic)
                 env[node] = node.target(*args, **kwargs)
                 inputs = node.all_input_nodes
                 if node.target is operator.getitem:
@@ -525,7 +536,8 @@ class _Converter:
                 dynamic.add(node)
                 self._check_complex(node, env, dynamic)
                 if any(i in requires for i in inputs):
-                    if base in self.detach_ops:
+                    if base in self.detach_ops and (base == "detach" or not self.detach_marked
+                                                    or node.meta.get(DETACH_MARK, False)):
                         self.stops.add(node)        # written as itself (Note [detach in graphs])
                     else:
                         requires.add(node)
@@ -542,8 +554,8 @@ class _Converter:
                             self.inplace_on_views += 1  # Note [In-place on views]
                 for i in inputs:                    # capture constants as this op reads them
                     if i not in dynamic and i.op != "placeholder":
-                        self.const_at[(i, node)] = self._capture(i, env[i], const_names,
-                                                                 tensors, arrays)
+                        self.const_at[(i, node)] = self._capture(i, before.get(i, env[i]),
+                                                                 const_names, tensors, arrays)
                 pending.append((node, env[node]))
         if root is None or root not in dynamic:
             raise ExportError("the loss does not depend on any parameter, input or target")
@@ -588,6 +600,19 @@ class _Converter:
         if any(i.op == "placeholder" or i not in dynamic for i in reads):
             _fail(node, "it reads a complex parameter, input or constant (graph files hold real arrays; "
                         "keep it as torch.view_as_real(...) of itself)")
+
+    @staticmethod
+    def _before_mutation(node, env, dynamic):
+        """{input node: a copy of its value} for the constant inputs an in-place op is about
+        to write into. Note [Constants written in place]: the re-run mutates the constant
+        (``final = zeros_like(x)`` then ``final.index_add_(0, idx, y)`` per expert, as a
+        mixture-of-experts layer sums its experts); the op reads it as it was before, so
+        that is the value the file captures, not the one the op leaves behind."""
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload) or not S.mutated_arguments(target._schema):
+            return {}
+        return {i: env[i].clone() for i in node.all_input_nodes
+                if i not in dynamic and i.op != "placeholder" and isinstance(env.get(i), torch.Tensor)}
 
     def _capture(self, node, value, const_names, tensors, arrays):
         """The name of a constant tensor holding ``value`` as it is now (Note [Folding])."""
@@ -881,13 +906,49 @@ def _backward_node_name(call, tensors):
 
 # -- step 3: the module's own backward --------------------------------------------------------
 def _reference_backward(module, inputs, kw, extras, loss_fn):
+    """The module's parameter gradients, its backward order and the names of the
+    ``torch.autograd.Function`` nodes its backward runs (Note [Python Functions])."""
     from .compare import node_order
 
     out = module(*inputs, **kw)
     loss = loss_fn(out, extras)
+    functions = _python_function_nodes(loss)
     order = node_order([loss], loss.backward)
     grads = {k: p.grad for k, p in module.named_parameters() if p.grad is not None}
-    return grads, order
+    return grads, order, functions
+
+
+# Note [Python Functions]: a ``torch.autograd.Function`` (BLOOM's GeLUFunction, a
+# straight-through estimator, reentrant checkpointing) records one node whose backward
+# is the class's Python ``backward``. The trace sees only the ATen ops of its
+# ``forward``: replayed, they record their own nodes and compute the derivative of the
+# forward, which is not what the module's backward runs (the node differs always, the
+# gradient wherever ``backward`` is not that derivative). So the export refuses such a
+# module, naming the Functions, instead of failing its order check as an exporter bug.
+def _python_function_nodes(loss):
+    """{node name: count} of the Python ``autograd.Function`` nodes under ``loss``."""
+    from .compare import node_name
+
+    found, seen = {}, set()
+    stack = [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if isinstance(fn, torch.autograd.function.BackwardCFunction):
+            found[node_name(fn)] = found.get(node_name(fn), 0) + 1
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return found
+
+
+def _python_functions_message(functions):
+    names = ", ".join(f"{n} ({k}x)" if k > 1 else n for n, k in sorted(functions.items()))
+    return (f"the module's backward runs torch.autograd.Function nodes whose backward is Python "
+            f"code: {names}; the export traces ATen ops, and such a backward is none of them "
+            f"(the replayed forward ops would record other nodes). Replace the Function by "
+            f"its forward's torch operations (or by an op with PyTorch's own backward) to "
+            f"export this module")
 
 
 # -- step 4: the file replays as the module ---------------------------------------------------

@@ -11,6 +11,7 @@ from .pointwise import as_dtype, div_scalar, masked_fill, mul, mul_scalar, neg, 
 from .promotion import cast, result_type
 from .registry import aten, defvjp
 from .shape import _dim, _dims_once, contiguous, t, transpose, view
+from .tensor_iterator import lay_out
 
 
 # -- reductions -----------------------------------------------------------------------
@@ -326,8 +327,8 @@ def mse_loss(self, target, reduction=1):
     dt = result_type(self, target)
     check_dtype("mse_loss", np.empty(0, dt), "f")
     sq = np.square(np.subtract(cast(self, dt), cast(target, dt)))
-    if reduction == 0:
-        return as_dtype(sq, dt)
+    if reduction == 0:                # an elementwise kernel (Note [TensorIterator's layout])
+        return lay_out(as_dtype(sq, dt), [self, target])
     return as_dtype(np.mean(sq) if reduction == 1 else np.sum(sq), dt)
 
 

@@ -162,7 +162,7 @@ defvjp(relu, lambda g, ans, self: threshold_backward(g, ans, threshold=0))
 # (its forward the one copy of the formula, its VJPs PyTorch's double-backward formulas), so
 # a create_graph backward records PyTorch's node (ThresholdBackwardBackward0, ...).
 @aten("threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor",
-      "ThresholdBackwardBackward0", meta=ELEMENTWISE)
+      "ThresholdBackwardBackward0", meta=ELEMENTWISE, iterator_order=(1, 0))
 def threshold_backward(grad_output, self, threshold):
     dt = result_type(grad_output, self)
     check_dtype("threshold_backward", np.empty(0, dt), "iufc", "a non-bool")
@@ -329,7 +329,7 @@ defvjp(where, None,
 
 
 @aten("clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", "CloneBackward0", saves=False,
-      meta=ELEMENTWISE)
+      meta=ELEMENTWISE, own_layout=True)
 def clone(self, memory_format=None):
     # preserve_format (the default) keeps the input's stride order, as ``copy(order="K")``
     # does; it matters to a later ``view`` (Note [view strides] in shape.py)
@@ -468,7 +468,7 @@ defvjp(div_scalar, lambda g, ans, self, other: div_scalar(g, other=other))   # g
 
 
 @aten("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", "MaskedFillBackward0",
-      meta=ELEMENTWISE)
+      meta=ELEMENTWISE, own_layout=True)
 def masked_fill(self, mask, value):
     mdt = np.asarray(mask).dtype if not hasattr(mask, "dtype") else np.dtype(mask.dtype)
     if mdt.kind != "b":

@@ -192,7 +192,7 @@ def leaky_relu(self, negative_slope=0.01):
 
 
 @aten("leaky_relu_backward(Tensor grad_output, Tensor self, Scalar negative_slope, bool self_is_result) "
-      "-> Tensor", "LeakyReluBackwardBackward0", meta=ELEMENTWISE)
+      "-> Tensor", "LeakyReluBackwardBackward0", meta=ELEMENTWISE, iterator_order=(1, 0))
 def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
     dt = result_type(grad_output, self)
     check_dtype("leaky_relu_backward", np.empty(0, dt))
@@ -325,10 +325,13 @@ def pow_tensor_tensor(self, exponent):
     return _power(cast(self, dt), cast(exponent, dt), dt)
 
 
-@aten("pow.Scalar(Scalar self, Tensor exponent) -> Tensor", "PowBackward2", meta=ELEMENTWISE)
+@aten("pow.Scalar(Scalar self, Tensor exponent) -> Tensor", "PowBackward2", meta=ELEMENTWISE,
+      own_layout=True)
 def pow_scalar(exponent, self):
     dt = result_type(self, exponent)
-    return _power(np.asarray(self, dt), cast(exponent, dt), dt)
+    # PyTorch's pow(Scalar, Tensor) gives a row-major result whatever the exponent's layout
+    out = _power(np.asarray(self, dt), cast(exponent, dt), dt)
+    return out if out.ndim < 2 or out.flags.c_contiguous else out.copy(order="C")
 
 
 def _pow_self_vjp(g, ans, self, exponent):

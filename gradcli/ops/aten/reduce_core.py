@@ -23,7 +23,8 @@ from ..library import _value
 from .nn import _axes
 from .pointwise import as_dtype, zeros
 from .registry import aten, defvjp, not_differentiable
-from .shape import _dim
+from .shape import _dim, contiguous
+from .tensor_iterator import lay_out
 
 _LONG = np.dtype(np.int64)
 _BOOL = np.dtype(bool)
@@ -275,7 +276,8 @@ def sort(self, dim=-1, descending=False):
         return [np.array(self, copy=True), np.zeros((), _LONG)]
     d = _dim(dim, self.ndim)
     idx = _sorted_indices(np.asarray(self), d, descending)
-    return [np.take_along_axis(self, idx, axis=d), idx.astype(_LONG)]
+    # PyTorch: both outputs dense in the input's stride order (infer_dense_strides)
+    return [lay_out(np.take_along_axis(self, idx, axis=d), [self]), lay_out(idx.astype(_LONG), [self])]
 
 
 # self: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)
@@ -439,7 +441,8 @@ def cumsum(self, dim, dtype=None):
     d = _dim(dim, self.ndim)
     if not self.ndim:
         return as_dtype(np.array(self, dt), dt)
-    return as_dtype(np.cumsum(np.asarray(self, dt), axis=d), dt)
+    # PyTorch's cumsum writes a row-major result whatever the input's layout
+    return contiguous(as_dtype(np.cumsum(np.asarray(self, dt), axis=d), dt))
 
 
 def _cumsum_vjp(g, ans, self, dim, dtype=None):

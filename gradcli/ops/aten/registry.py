@@ -36,6 +36,7 @@ import numpy as np
 from ...autograd.tensor import Tensor
 from ..core import OPS, Op, record
 from .schema import Schema
+from .tensor_iterator import lays_out
 
 ATEN_OPS: dict[str, "AtenOp"] = {}
 
@@ -328,7 +329,8 @@ def _not_differentiable(op, vjp, g, ans, flat, args):
     return record(marker, [raw] + deps, {})
 
 
-def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None, mutates=()):
+def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None, mutates=(),
+         own_layout=False, iterator_order=None):
     """Register ``forward(*inputs, **args)`` as the ATen overload ``schema`` declares.
 
     ``meta``: how the loader infers the outputs without computing them (Note [ATen
@@ -341,6 +343,12 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None, 
     ``saves=False``: the VJPs get inputs' InputMetadata, not their values.
     ``mutates``: the names of the tensor inputs the forward writes into (Note [Copy on
     write of leaves]).
+    ``own_layout``: an ELEMENTWISE entry whose PyTorch kernel does not lay out its output
+    as TensorIterator does (``clone``'s memory_format, ``masked_fill``'s row-major copy):
+    the forward gives the layout itself. The other ELEMENTWISE entries' outputs get
+    TensorIterator's layout (Note [TensorIterator's layout] in tensor_iterator.py);
+    ``iterator_order``: the tensor inputs' positions in the order PyTorch's kernel hands
+    them to TensorIterator, where it is not the schema's.
     """
     parsed = Schema(schema)
     if differentiable_outputs is not None and len(differentiable_outputs) != parsed.n_outputs:
@@ -348,6 +356,8 @@ def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None, 
                          f"{parsed.n_outputs} outputs")
 
     def decorate(forward):
+        if meta == ELEMENTWISE and not own_layout:
+            forward = lays_out(forward, iterator_order)
         op = AtenOp(parsed, forward, node_name, saves, differentiable_outputs, meta, mutates)
         OPS[op.name] = op
         ATEN_OPS[op.name] = op

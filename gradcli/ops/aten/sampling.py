@@ -23,6 +23,7 @@ from ..rng import generator
 from .factory import _FACTORY_ARGS, _check_size
 from .promotion import DEFAULT_FLOAT
 from .registry import aten, defvjp, not_differentiable
+from .tensor_iterator import lay_out
 
 _LONG = np.dtype(np.int64)
 
@@ -88,11 +89,12 @@ def native_dropout(input, p, train):  # noqa: A002
     _dropout_rule(input, p, train)
     if input.size == 0:                # Note [dropout of an empty tensor]
         return [np.array(input, copy=True), np.empty(np.shape(input), input.dtype)]
-    if train is False:                # eval: the input, and a mask of ones
-        return [np.array(input, copy=True), np.ones(np.shape(input), bool)]
+    if train is False:                # eval: clone and ones_like, both in the input's layout
+        return [np.array(input, copy=True), np.ones_like(input, dtype=bool)]
     keep = generator().random(np.shape(input)) < (1.0 - p)       # bernoulli(1 - p)
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
-    return [np.asarray(input * keep * scale, dtype=input.dtype), keep]
+    # PyTorch: the mask empty_like(input), and input.mul(mask): both in the input's layout
+    return [lay_out(np.asarray(input * keep * scale, dtype=input.dtype), [input]), lay_out(keep, [input])]
 
 
 def _dropout_vjp(g, ans, input, p, train):  # noqa: A002

@@ -93,8 +93,9 @@ def _as_strided(x, shape, strides):
 
 
 # Note [view strides]: gradcli's tensors are arrays with strides, as PyTorch's are, and
-# each ATen op makes its output with PyTorch's stride order (ufuncs, ``copy(order="K")`` and
-# ``empty_like`` keep the input's, as TensorIterator and ``empty_like`` do). So whether
+# each ATen op makes its output with PyTorch's stride order (``copy(order="K")`` and
+# ``empty_like`` keep the input's, as ``empty_like`` does; the elementwise entries take
+# TensorIterator's, Note [TensorIterator's layout] in tensor_iterator.py). So whether
 # ``view`` may alias its input is decided as PyTorch's ``computeStride`` decides it: the
 # input's dims are cut into chunks that are each contiguous in memory, and every dim of
 # the new shape must lie inside one chunk. Where that fails PyTorch refuses (reshape

@@ -1,0 +1,54 @@
+"""Which traced nodes are the module's ``detach()`` calls.
+
+Note [detach traced as alias] (exporter.py): from torch 2.14 ``make_fx`` records
+``x.detach()`` as ``aten.alias``, the op it also records for a slice that spans a
+whole dim (``q[..., :rotary_dim]`` with ``rotary_dim`` the full head size, as Phi-3's
+partial rotary embedding takes it). The first stops the gradient, the second passes
+it on. ``DetachMarks`` is a torch function mode active while the module is traced:
+it sees the Python-level ``detach`` calls and marks the node each one traced as
+(``node.meta[MARK]``), so the exporter writes exactly those as ``aten.detach``.
+
+Example::
+
+    with DetachMarks() as marks:
+        gm = make_fx(fn)(x)
+    marks.working and [n for n in gm.graph.nodes if n.meta.get(MARK)]
+"""
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+MARK = "gradcli_detach"
+
+
+def _proxy_api():
+    try:
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+    except ImportError:             # a release without them: the exporter keeps its rule
+        return None
+    return get_proxy_mode, get_proxy_slot
+
+
+class DetachMarks(TorchFunctionMode):
+    """Marks the traced node of every ``Tensor.detach`` / ``torch.detach`` result.
+    ``working``: this release lets the mode find the nodes (else nothing is marked
+    and the exporter falls back to taking every traced alias as a detach)."""
+
+    def __init__(self):
+        super().__init__()
+        self.api = _proxy_api()
+        self.working = self.api is not None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.working and func in (torch.Tensor.detach, torch.detach):
+            get_proxy_mode, get_proxy_slot = self.api
+            mode = get_proxy_mode()
+            slot = None if mode is None else get_proxy_slot(out, mode.tracer, None)
+            proxy = getattr(slot, "proxy", None)
+            if proxy is None:
+                self.working = False    # cannot tell: the exporter's fallback rule decides
+            else:
+                proxy.node.meta[MARK] = True
+        return out

@@ -23,13 +23,17 @@ used are written into the table).
 Examples::
 
     python scripts/zoo_check.py --zoo torchvision --modes eval --dtypes float64 \\
-        --timeout 300 --results zoo_results.json
-    python scripts/zoo_check.py --zoo transformers --models 'llama|bert' --results zoo_results.json
-    python scripts/zoo_check.py --results zoo_results.json --write-docs docs/models.md --report-only
+        --timeout 300 --results docs/zoo-results-torchvision.json
+    python scripts/zoo_check.py --zoo transformers --models 'llama|bert' \\
+        --results docs/zoo-results-transformers.json
+    python scripts/zoo_check.py --report-only --write-docs docs/models.md \\
+        --results docs/zoo-results-torchvision.json --results docs/zoo-results-transformers.json
 
 ``--results`` accumulates: runs made in several parts (a machine with few
 cores) merge into one file, and ``--write-docs`` writes the table of all of
-them, with each part's command.
+them, with each part's command. A run writes one results file; with
+``--report-only`` the option repeats, and the table is made of all the files
+(each zoo can be run apart, into a file of its own).
 """
 from __future__ import annotations
 
@@ -263,6 +267,23 @@ def _load(path):
     return {"runs": {}, "parts": []}
 
 
+def merge_results(paths):
+    """The runs and parts of several results files as one (a run named in two files:
+    the later file's record); a path that does not exist is an error, not an empty table.
+
+    Example: ``merge_results(["docs/zoo-results-torchvision.json",
+    "docs/zoo-results-transformers.json"])["runs"]``.
+    """
+    merged = {"runs": {}, "parts": []}
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no results file {path}")
+        one = _load(path)
+        merged["runs"].update(one["runs"])
+        merged["parts"] += one["parts"]
+    return merged
+
+
 def write_docs(results, path, zoo_models=None):
     """The generated table of ``results`` between the markers of ``path``;
     ``zoo_models``: ``[(zoo, model)]`` of the whole zoos, to list those not run."""
@@ -324,7 +345,9 @@ def main(argv=None):
                    help="torchvision input size (at least the model's own minimum)")
     p.add_argument("--max-params", type=float, default=60e6,
                    help="skip models with more parameters (memory of a float64 export)")
-    p.add_argument("--results", default=None, help="a JSON file the results accumulate in")
+    p.add_argument("--results", action="append", default=[],
+                   help="a JSON file the results accumulate in; with --report-only it repeats, "
+                        "and the table is made of all the files")
     p.add_argument("--write-docs", default=None, metavar="docs/models.md",
                    help="write the table of all results into this file")
     p.add_argument("--report-only", action="store_true", help="run nothing; with --write-docs")
@@ -338,7 +361,16 @@ def main(argv=None):
         import torch  # noqa: F401
     except ImportError:
         sys.exit(f"zoo_check: {INSTALL}")
-    results = _load(a.results)
+    if a.report_only:
+        try:
+            results = merge_results(a.results)
+        except FileNotFoundError as exc:
+            sys.exit(f"zoo_check: {exc}")
+    elif len(a.results) > 1:
+        sys.exit("zoo_check: a run writes one --results file (several only with --report-only)")
+    else:
+        a.results = a.results[0] if a.results else None
+        results = _load(a.results)
     if not a.report_only:
         try:
             models = _models(a.zoo, a.models)

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,3 +55,43 @@ def test_write_docs_replaces_only_the_generated_table(tmp_path):
     zoo.write_docs(results, str(doc))
     second = doc.read_text()
     assert second.count("<!-- zoo table:") == 1 and "1 fail, 1 missing-core-op" in second
+
+
+def _results(zoo, model, status, command):
+    versions = {"gradcli": "abc1234", "torch": "2.x", "torchvision": "0.x",
+                "transformers": "5.x", "python": "3.11"}
+    return {"parts": [{"command": command, "date": "2026-11-25 06:00 UTC", "versions": versions}],
+            "runs": {f"{zoo}:{model}:eval:float64": {
+                "zoo": zoo, "model": model, "mode": "eval", "dtype": "float64",
+                "status": status, "nodes": 10, "detail": ""}}}
+
+
+def test_report_only_makes_one_table_of_several_results_files(tmp_path):
+    zoo = _zoo()
+    tv, hf = tmp_path / "tv.json", tmp_path / "hf.json"
+    tv.write_text(json.dumps(_results("torchvision", "resnet18", "pass", "tv-command")))
+    hf.write_text(json.dumps(_results("transformers", "bert", "fail", "hf-command")))
+    doc = tmp_path / "models.md"
+    doc.write_text("# Models\n")
+    assert zoo.main(["--report-only", "--results", str(tv), "--results", str(hf),
+                     "--write-docs", str(doc)]) == 0
+    text = doc.read_text()
+    assert "`tv-command`" in text and "`hf-command`" in text
+    assert "**torchvision**: 1 runs: 1 pass." in text
+    assert "**transformers**: 1 runs: 1 fail." in text
+
+
+def test_report_only_refuses_a_results_file_that_is_not_there(tmp_path):
+    zoo = _zoo()
+    with pytest.raises(SystemExit) as exc:
+        zoo.main(["--report-only", "--results", str(tmp_path / "nope.json"),
+                  "--write-docs", str(tmp_path / "models.md")])
+    assert "nope.json" in str(exc.value)
+    assert not (tmp_path / "models.md").exists()
+
+
+def test_a_run_writes_one_results_file(tmp_path):
+    zoo = _zoo()
+    with pytest.raises(SystemExit) as exc:
+        zoo.main(["--results", str(tmp_path / "a.json"), "--results", str(tmp_path / "b.json")])
+    assert "one --results" in str(exc.value)

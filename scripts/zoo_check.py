@@ -54,6 +54,14 @@ INSTALL = ("this needs torch, torchvision and transformers, which gradcli does n
 # Input sizes that differ from 32x32 (the model needs a larger image), and the
 # constructor arguments that keep a model small or make it accept the input.
 SIZES = {"alexnet": 64, "inception_v3": 75, "maxvit_t": 224}
+# Note [Train-mode input size]: in train mode batch norm normalizes each channel over
+# the batch and the feature map. Most torchvision models reduce 32x32 to a 1x1 map
+# (stride 32), so 2 images give 2 values per channel: the normalized output is +-1
+# whatever the input, the gradient through it is huge (1e5 and more) and float64 rounding,
+# amplified by it, decides the verdict, not the formulas. At 64x64 the last map is 2x2
+# (8 values per channel) and the check means something again (measured: efficientnet_b0
+# and resnet18 train fail by float64 rounding at 32x32 and pass at 64x64).
+TRAIN_SIZE = 64
 BUILD_ARGS = {"googlenet": {"aux_logits": False, "init_weights": False},
               "inception_v3": {"aux_logits": False, "init_weights": False},
               "vit_b_16": {"image_size": 32}, "vit_b_32": {"image_size": 32},
@@ -128,11 +136,20 @@ TRANSFORMERS = {
 
 
 # -- one run, in a child process ---------------------------------------------------------------
-def _torchvision_model(name, size=None):
+def input_side(name, size=None, train=False):
+    """The side of a torchvision model's square input: 32, or more where the model needs it
+    (SIZES), where train mode needs it (Note [Train-mode input size]) or ``--size`` asks.
+
+    Example: ``input_side("resnet18", train=True)`` is 64.
+    """
+    return max(SIZES.get(name, 32), TRAIN_SIZE if train else 0, size or 0)
+
+
+def _torchvision_model(name, size=None, train=False):
     import torchvision
 
     kwargs = dict(weights=None, num_classes=10, **BUILD_ARGS.get(name, {}))
-    size = max(SIZES.get(name, 32), size or 0)
+    size = input_side(name, size, train)
     return torchvision.models.get_model(name, **kwargs), {"x": (2, 3, size, size)}
 
 
@@ -173,28 +190,31 @@ def run_one(spec):
     zoo, name, mode, dtype = spec["zoo"], spec["model"], spec["mode"], spec["dtype"]
     t0 = time.time()
     if zoo == "torchvision":
-        model, shapes = _torchvision_model(name, spec.get("size"))
+        model, shapes = _torchvision_model(name, spec.get("size"), mode == "train")
         gen = torch.Generator().manual_seed(0)
         args, kwargs = (torch.randn(shapes["x"], generator=gen),), {}
+        spec_input = list(shapes["x"])
     else:
         model, _, kwargs = _transformers_model(name)
         args = ()
+        spec_input = None
     params = sum(p.numel() for p in model.parameters())
     if params > spec["max_params"]:
-        return {"status": "skipped", "detail": f"{params / 1e6:.0f}M parameters, over "
-                f"--max-params {spec['max_params'] / 1e6:.0f}M"}
+        return {"status": "skipped", "input": spec_input,
+                "detail": f"{params / 1e6:.0f}M parameters, over --max-params {spec['max_params'] / 1e6:.0f}M"}
     try:
         graph = from_module(model, args, keyword_inputs=kwargs, dtype=dtype,
                             train=(mode == "train"), name=name)
     except ExportMismatch as exc:
-        return {"status": "export-bug", "detail": str(exc), "seconds": time.time() - t0}
+        return {"status": "export-bug", "detail": str(exc), "seconds": time.time() - t0,
+                "input": spec_input}
     except ExportError as exc:
         text = str(exc)
         core = re.findall(r"(aten\.[\w]+\.[\w]+) \(", text.split("core ATen op", 1)[1]
                           .split(" | ", 1)[0]) if "core ATen op" in text else []
         return {"status": "missing-core-op" if core and "nor a PyTorch decomposition" not in
                 text else "export-error", "detail": text[:600], "ops": sorted(set(core)),
-                "seconds": time.time() - t0}
+                "seconds": time.time() - t0, "input": spec_input}
     with tempfile.TemporaryDirectory() as tmp:
         path = graph.write(tmp)
         report = validate_file(str(path), Options())
@@ -203,7 +223,7 @@ def run_one(spec):
         record = {"status": report.status if report.invalid is None else "invalid",
                   "detail": (report.invalid or "; ".join(failed))[:600],
                   "nodes": len(graph.document["expect"]["order"]),
-                  "composites": composites, "seconds": time.time() - t0}
+                  "composites": composites, "seconds": time.time() - t0, "input": spec_input}
     return record
 
 
@@ -314,7 +334,8 @@ def write_docs(results, path, zoo_models=None):
                 detail = (detail + "; " if detail else "") + "composites: " + ", ".join(
                     f"`{o}`" for o in r["composites"])
             detail = detail.replace("|", "\\|").replace("\n", " ")
-            model = r["model"] + (f" ({r['size']}x{r['size']})" if r.get("size") else "")
+            side = (r.get("input") or [0, 0, 0, r.get("size") or 32])[-1]
+            model = r["model"] + (f" ({side}x{side})" if side != 32 else "")
             lines.append(f"| {model} | {r['mode']} | {r['dtype']} | {r['status']} | "
                          f"{r.get('nodes', '')} | {detail} |")
         lines.append("")

@@ -95,3 +95,19 @@ def test_a_run_writes_one_results_file(tmp_path):
     with pytest.raises(SystemExit) as exc:
         zoo.main(["--results", str(tmp_path / "a.json"), "--results", str(tmp_path / "b.json")])
     assert "one --results" in str(exc.value)
+
+
+def test_train_mode_runs_torchvision_at_64_and_the_table_says_so(tmp_path):
+    zoo = _zoo()
+    assert zoo.input_side("resnet18") == 32
+    assert zoo.input_side("resnet18", train=True) == 64      # Note [Train-mode input size]
+    assert zoo.input_side("maxvit_t", train=True) == 224
+    assert zoo.input_side("resnet18", size=96) == 96
+    results = _results("torchvision", "resnet18", "pass", "tv-command")
+    run = dict(next(iter(results["runs"].values())), mode="train", input=[2, 3, 64, 64])
+    results["runs"]["torchvision:resnet18:train:float64"] = run
+    doc = tmp_path / "models.md"
+    zoo.write_docs(results, str(doc))
+    text = doc.read_text()
+    assert "| resnet18 (64x64) | train | float64 | pass |" in text
+    assert "| resnet18 | eval | float64 | pass |" in text

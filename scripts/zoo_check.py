@@ -150,6 +150,9 @@ def _torchvision_model(name, size=None, train=False):
 
     kwargs = dict(weights=None, num_classes=10, **BUILD_ARGS.get(name, {}))
     size = input_side(name, size, train)
+    import torch
+
+    torch.manual_seed(0)            # the same random weights on every run: results repeat
     return torchvision.models.get_model(name, **kwargs), {"x": (2, 3, size, size)}
 
 

@@ -111,3 +111,17 @@ def test_train_mode_runs_torchvision_at_64_and_the_table_says_so(tmp_path):
     text = doc.read_text()
     assert "| resnet18 (64x64) | train | float64 | pass |" in text
     assert "| resnet18 | eval | float64 | pass |" in text
+
+
+def test_torchvision_models_get_the_same_random_weights_on_every_run(monkeypatch):
+    import sys
+    import types
+
+    torch = pytest.importorskip("torch")
+    zoo = _zoo()
+    fake = types.SimpleNamespace(models=types.SimpleNamespace(
+        get_model=lambda name, **kwargs: torch.nn.Linear(3, 2)))
+    monkeypatch.setitem(sys.modules, "torchvision", fake)
+    (a, shapes), (b, _) = zoo._torchvision_model("resnet18"), zoo._torchvision_model("resnet18")
+    assert torch.equal(a.weight, b.weight)
+    assert shapes == {"x": (2, 3, 32, 32)}

@@ -62,6 +62,13 @@ SIZES = {"alexnet": 64, "inception_v3": 75, "maxvit_t": 224}
 # (8 values per channel) and the check means something again (measured: efficientnet_b0
 # and resnet18 train fail by float64 rounding at 32x32 and pass at 64x64).
 TRAIN_SIZE = 64
+# Note [Smaller configurations]: a float64 export holds the model's parameters several
+# times over (the module, its copy for the real backward, the gradients, the written
+# arrays, gradcli's replay and validate's run), measured at about PEAK bytes per parameter
+# (see docs/models.md). The largest models do not fit the machine's 23 GB at full depth:
+# they run with the blocks kept here (every kind of block, full width), and the table
+# says so. Everything else runs as torchvision builds it.
+DEPTH = {"regnet_y_128gf": 2, "vit_h_14": 2, "vit_l_16": 4, "vit_l_32": 4}
 BUILD_ARGS = {"googlenet": {"aux_logits": False, "init_weights": False},
               "inception_v3": {"aux_logits": False, "init_weights": False},
               "vit_b_16": {"image_size": 32}, "vit_b_32": {"image_size": 32},
@@ -182,8 +189,42 @@ def _transformers_model(name):
     return model, {}, inputs
 
 
+def _trim(name, model):
+    """Note [Smaller configurations]: the models whose float64 export does not fit the
+    memory of the machine the zoo runs on keep their width and every kind of block, with
+    fewer blocks; returns what was changed, in words (None: the model as torchvision builds it).
+    """
+    if name in DEPTH:
+        keep = DEPTH[name]
+        if hasattr(model, "trunk_output"):                  # RegNet: stages of blocks
+            for stage in model.trunk_output:
+                for key in list(stage._modules)[keep:]:
+                    del stage._modules[key]
+            return f"the first {keep} blocks of each stage"
+        layers = model.encoder.layers                       # ViT: encoder blocks
+        model.encoder.layers = type(layers)(*list(layers)[:keep])
+        return f"{keep} of its {len(layers)} encoder blocks"
+    return None
+
+
+def _verdicts(checks):
+    """The float32 verdict in figures: how many gradients the norm-wise policy judged
+    (gradcli.verdict) and the largest ratio of gradcli's distance to the float64 gradients
+    over PyTorch's (each distance taken as at least float32's epsilon)."""
+    judged = [c for c in checks if getattr(c, "distance", None) is not None]
+    if not judged:
+        return {}
+    eps = 1.1920929e-07
+    worst = max(judged, key=lambda c: c.distance / max(c.torch_distance, eps))
+    return {"normwise": len(judged),
+            "worst_ratio": worst.distance / max(worst.torch_distance, eps),
+            "worst_tensor": worst.tensor}
+
+
 def run_one(spec):
     """Export + validate one (zoo, model, mode, dtype); returns the result record."""
+    import resource
+
     import torch
 
     sys.path.insert(0, ROOT)
@@ -196,38 +237,41 @@ def run_one(spec):
         model, shapes = _torchvision_model(name, spec.get("size"), mode == "train")
         gen = torch.Generator().manual_seed(0)
         args, kwargs = (torch.randn(shapes["x"], generator=gen),), {}
-        spec_input = list(shapes["x"])
+        base = {"input": list(shapes["x"]), "config": _trim(name, model)}
     else:
         model, _, kwargs = _transformers_model(name)
         args = ()
-        spec_input = None
+        base = {"input": None, "config": None}
     params = sum(p.numel() for p in model.parameters())
+    base["params"] = params
+
+    def done(record):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
+        return dict(base, seconds=time.time() - t0, peak_mb=round(peak), **record)
+
     if params > spec["max_params"]:
-        return {"status": "skipped", "input": spec_input,
-                "detail": f"{params / 1e6:.0f}M parameters, over --max-params {spec['max_params'] / 1e6:.0f}M"}
+        return dict(base, status="skipped", detail=f"{params / 1e6:.0f}M parameters, over "
+                    f"--max-params {spec['max_params'] / 1e6:.0f}M")
     try:
         graph = from_module(model, args, keyword_inputs=kwargs, dtype=dtype,
                             train=(mode == "train"), name=name)
     except ExportMismatch as exc:
-        return {"status": "export-bug", "detail": str(exc), "seconds": time.time() - t0,
-                "input": spec_input}
+        return done({"status": "export-bug", "detail": str(exc)})
     except ExportError as exc:
         text = str(exc)
         core = re.findall(r"(aten\.[\w]+\.[\w]+) \(", text.split("core ATen op", 1)[1]
                           .split(" | ", 1)[0]) if "core ATen op" in text else []
-        return {"status": "missing-core-op" if core and "nor a PyTorch decomposition" not in
-                text else "export-error", "detail": text[:600], "ops": sorted(set(core)),
-                "seconds": time.time() - t0, "input": spec_input}
+        return done({"status": "missing-core-op" if core and "nor a PyTorch decomposition" not in
+                     text else "export-error", "detail": text[:600], "ops": sorted(set(core))})
     with tempfile.TemporaryDirectory() as tmp:
         path = graph.write(tmp)
         report = validate_file(str(path), Options())
         failed = [f"{c.name}: {c.message}" for c in report.checks if c.status == "fail"]
         composites = sorted({op["op"] for op in graph.document["ops"] if "composite" in op})
-        record = {"status": report.status if report.invalid is None else "invalid",
-                  "detail": (report.invalid or "; ".join(failed))[:600],
-                  "nodes": len(graph.document["expect"]["order"]),
-                  "composites": composites, "seconds": time.time() - t0, "input": spec_input}
-    return record
+        return done(dict({"status": report.status if report.invalid is None else "invalid",
+                          "detail": (report.invalid or "; ".join(failed))[:600],
+                          "nodes": len(graph.document["expect"]["order"]),
+                          "composites": composites}, **_verdicts(report.checks)))
 
 
 # -- the parent: runs, results, table ----------------------------------------------------------
@@ -333,6 +377,12 @@ def write_docs(results, path, zoo_models=None):
             detail = r.get("detail", "")
             if r["status"] == "missing-core-op":
                 detail = "core ops without a kernel: " + ", ".join(f"`{o}`" for o in r["ops"])
+            if r.get("normwise"):
+                detail = (f"float32 verdict on {r['normwise']} gradients, worst distance to "
+                          f"float64 {r['worst_ratio']:.2f} x torch's (`{r['worst_tensor']}`)"
+                          + ("; " + detail if detail else ""))
+            if r.get("config"):
+                detail = f"ran with {r['config']}" + ("; " + detail if detail else "")
             if r.get("composites"):
                 detail = (detail + "; " if detail else "") + "composites: " + ", ".join(
                     f"`{o}`" for o in r["composites"])

@@ -125,3 +125,46 @@ def test_torchvision_models_get_the_same_random_weights_on_every_run(monkeypatch
     (a, shapes), (b, _) = zoo._torchvision_model("resnet18"), zoo._torchvision_model("resnet18")
     assert torch.equal(a.weight, b.weight)
     assert shapes == {"x": (2, 3, 32, 32)}
+
+
+def test_the_table_shows_the_float32_verdict_and_a_smaller_configuration(tmp_path):
+    zoo = _zoo()
+    results = _results("torchvision", "vit_h_14", "pass", "tv-command")
+    run = next(iter(results["runs"].values()))
+    run.update(dtype="float32", config="2 of its 32 encoder blocks", normwise=12,
+               worst_ratio=1.234, worst_tensor="heads.head.weight")
+    doc = tmp_path / "models.md"
+    zoo.write_docs(results, str(doc))
+    assert ("| vit_h_14 | eval | float32 | pass | 10 | ran with 2 of its 32 encoder blocks; "
+            "float32 verdict on 12 gradients, worst distance to float64 1.23 x torch's "
+            "(`heads.head.weight`) |") in doc.read_text()
+
+
+class _Check:
+    def __init__(self, tensor, distance=None, torch_distance=None):
+        self.tensor, self.distance, self.torch_distance = tensor, distance, torch_distance
+
+
+def test_verdicts_sum_up_the_norm_wise_checks():
+    zoo = _zoo()
+    assert zoo._verdicts([_Check("a")]) == {}          # float64 throughout: element-wise
+    got = zoo._verdicts([_Check("a"), _Check("b", 2e-6, 1e-6), _Check("c", 3e-8, 0.0)])
+    assert got["normwise"] == 2 and got["worst_tensor"] == "b"
+    assert got["worst_ratio"] == pytest.approx(2.0)
+
+
+def test_smaller_configurations_keep_width_and_block_kinds_with_fewer_blocks():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    zoo = _zoo()
+    vit = nn.Module()
+    vit.encoder = nn.Module()
+    vit.encoder.layers = nn.Sequential(*[nn.Linear(4, 4) for _ in range(32)])
+    assert zoo._trim("vit_h_14", vit) == "2 of its 32 encoder blocks"
+    assert len(vit.encoder.layers) == 2
+    regnet = nn.Module()
+    regnet.trunk_output = nn.Sequential(nn.Sequential(*[nn.Linear(4, 4) for _ in range(5)]),
+                                        nn.Sequential(nn.Linear(4, 4)))
+    assert zoo._trim("regnet_y_128gf", regnet) == "the first 2 blocks of each stage"
+    assert [len(s) for s in regnet.trunk_output] == [2, 1]
+    assert zoo._trim("resnet18", nn.Linear(2, 2)) is None

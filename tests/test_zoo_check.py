@@ -168,3 +168,29 @@ def test_smaller_configurations_keep_width_and_block_kinds_with_fewer_blocks():
     assert zoo._trim("regnet_y_128gf", regnet) == "the first 2 blocks of each stage"
     assert [len(s) for s in regnet.trunk_output] == [2, 1]
     assert zoo._trim("resnet18", nn.Linear(2, 2)) is None
+
+
+@pytest.mark.timeout(600)
+def test_a_float32_run_is_judged_by_the_norm_wise_verdict(monkeypatch):
+    import sys
+    import types
+
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    zoo = _zoo()
+
+    def tiny(name, **kwargs):
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                             nn.Flatten(), nn.Linear(4, kwargs["num_classes"]))
+
+    fake = types.SimpleNamespace(models=types.SimpleNamespace(get_model=tiny))
+    monkeypatch.setitem(sys.modules, "torchvision", fake)
+    spec = {"zoo": "torchvision", "model": "tiny", "mode": "eval", "max_params": 1e9,
+            "size": None}
+    record = zoo.run_one(dict(spec, dtype="float32"))
+    assert record["status"] == "pass", record["detail"]
+    assert record["normwise"] == 4                  # every parameter, against float64
+    assert 0 < record["worst_ratio"] <= 4
+    assert record["input"] == [2, 3, 32, 32] and record["params"] == 4 * 27 + 4 + 4 * 10 + 10
+    record = zoo.run_one(dict(spec, dtype="float64"))
+    assert record["status"] == "pass" and "normwise" not in record   # element-wise

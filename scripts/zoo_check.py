@@ -71,11 +71,13 @@ TRAIN_SIZE = 64
 # here (every kind of block, full width), and the table says so. Everything else runs as
 # torchvision builds it; --max-params (250M: about 17 GB) guards the rest.
 DEPTH = {"regnet_y_128gf": 2, "vit_h_14": 2, "vit_l_16": 4, "vit_l_32": 4}
+# The ViTs take one image size, the one they are built for (a multiple of the patch):
+# their input is that size in both modes (no batch norm: Note [Train-mode input size]
+# does not apply), and --size does not change it.
+FIXED = {"vit_b_16": 32, "vit_b_32": 32, "vit_l_16": 32, "vit_l_32": 32, "vit_h_14": 28}
 BUILD_ARGS = {"googlenet": {"aux_logits": False, "init_weights": False},
               "inception_v3": {"aux_logits": False, "init_weights": False},
-              "vit_b_16": {"image_size": 32}, "vit_b_32": {"image_size": 32},
-              "vit_l_16": {"image_size": 32}, "vit_l_32": {"image_size": 32},
-              "vit_h_14": {"image_size": 28}}
+              **{name: {"image_size": side} for name, side in FIXED.items()}}
 
 SMALL = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, max_position_embeddings=64)
@@ -151,6 +153,8 @@ def input_side(name, size=None, train=False):
 
     Example: ``input_side("resnet18", train=True)`` is 64.
     """
+    if name in FIXED:
+        return FIXED[name]
     return max(SIZES.get(name, 32), TRAIN_SIZE if train else 0, size or 0)
 
 

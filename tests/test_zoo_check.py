@@ -103,6 +103,9 @@ def test_train_mode_runs_torchvision_at_64_and_the_table_says_so(tmp_path):
     assert zoo.input_side("resnet18", train=True) == 64      # Note [Train-mode input size]
     assert zoo.input_side("maxvit_t", train=True) == 224
     assert zoo.input_side("resnet18", size=96) == 96
+    # a ViT takes the one size it is built for, in both modes
+    assert zoo.input_side("vit_h_14") == zoo.input_side("vit_h_14", train=True) == 28
+    assert zoo.BUILD_ARGS["vit_h_14"] == {"image_size": 28}
     results = _results("torchvision", "resnet18", "pass", "tv-command")
     run = dict(next(iter(results["runs"].values())), mode="train", input=[2, 3, 64, 64])
     results["runs"]["torchvision:resnet18:train:float64"] = run

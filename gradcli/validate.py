@@ -190,8 +190,25 @@ def _judge_normwise(check, name, actual, expected, ref, p, scale):
     return True
 
 
+def _scale64(result, expect, precisions):
+    """The largest RMS of the expected gradients whose path is float64 throughout
+    (Note [The float64 floor] in verdict.py); 0.0 when there is none."""
+    from .devices import to_host as _host
+
+    best = 0.0
+    for name, spec in expect.grads.items():
+        p, got = precisions.get(name), result.grads.get(name)
+        if got is None or (p is not None and np.dtype(p.dtype).itemsize < 8):
+            continue
+        e = np.asarray(_host(spec.array(np.shape(_host(got)))), dtype=np.float64)
+        if e.size and np.isfinite(e).all():
+            best = max(best, float(np.sqrt(np.mean(e * e))))
+    return best
+
+
 def _check_grads(graph, result, expect, opts=None):
     from .devices import to_host as _host
+    from .verdict import FACTOR, rounding_floor
 
     checks = []
     precisions = _path_precisions(graph, expect)
@@ -200,6 +217,7 @@ def _check_grads(graph, result, expect, opts=None):
     # the floor's scale (Note [The floor] in verdict.py): the largest RMS reference gradient
     scale = max((float(np.sqrt(np.mean(r * r))) for r in refs.values() if r.size
                  and np.isfinite(r).all()), default=0.0)
+    scale64 = []                    # computed at the first float64 failure, once
     for name, spec in expect.grads.items():
         check = Check(f"grads[{name}]", "grads", PASS, tensor=name)
         checks.append(check)
@@ -233,6 +251,16 @@ def _check_grads(graph, result, expect, opts=None):
             note = ("; element-wise on request" if elementwise else
                     "; element-wise: the file has no float64 reference (re-export it for the "
                     "norm-wise verdict)") + f"; {_why(p)}"
+        if failure is not None and not low and not elementwise:
+            if not scale64:
+                scale64.append(_scale64(result, expect, precisions))
+            ok, rms, floor = rounding_floor(actual, expected, np.float64, scale64[0])
+            if ok:                          # Note [The float64 floor] in verdict.py
+                check.message = (f"within float64 rounding of the graph's gradients: RMS error "
+                                 f"{rms:.3g} within the floor {floor:.3g} ({FACTOR:g} x float64 "
+                                 f"eps x the largest RMS gradient, {scale64[0]:.3g}); element-wise: "
+                                 f"{failure}")
+                continue
         if failure is None:
             check.message = f"matches (rtol={expect.rtol:g}, atol={expect.atol:g}){note}"
         else:

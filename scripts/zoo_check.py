@@ -23,13 +23,17 @@ used are written into the table).
 Examples::
 
     python scripts/zoo_check.py --zoo torchvision --modes eval --dtypes float64 \\
-        --timeout 300 --results zoo_results.json
-    python scripts/zoo_check.py --zoo transformers --models 'llama|bert' --results zoo_results.json
-    python scripts/zoo_check.py --results zoo_results.json --write-docs docs/models.md --report-only
+        --timeout 300 --results docs/zoo-results-torchvision.json
+    python scripts/zoo_check.py --zoo transformers --models 'llama|bert' \\
+        --results docs/zoo-results-transformers.json
+    python scripts/zoo_check.py --report-only --write-docs docs/models.md \\
+        --results docs/zoo-results-torchvision.json --results docs/zoo-results-transformers.json
 
 ``--results`` accumulates: runs made in several parts (a machine with few
 cores) merge into one file, and ``--write-docs`` writes the table of all of
-them, with each part's command.
+them, with each part's command. A run writes one results file; with
+``--report-only`` the option repeats, and the table is made of all the files
+(each zoo can be run apart, into a file of its own).
 """
 from __future__ import annotations
 
@@ -50,11 +54,30 @@ INSTALL = ("this needs torch, torchvision and transformers, which gradcli does n
 # Input sizes that differ from 32x32 (the model needs a larger image), and the
 # constructor arguments that keep a model small or make it accept the input.
 SIZES = {"alexnet": 64, "inception_v3": 75, "maxvit_t": 224}
+# Note [Train-mode input size]: in train mode batch norm normalizes each channel over
+# the batch and the feature map. Most torchvision models reduce 32x32 to a 1x1 map
+# (stride 32), so 2 images give 2 values per channel: the normalized output is +-1
+# whatever the input, the gradient through it is huge (1e5 and more) and float64 rounding,
+# amplified by it, decides the verdict, not the formulas. At 64x64 the last map is 2x2
+# (8 values per channel) and the check means something again (measured: efficientnet_b0
+# and resnet18 train fail by float64 rounding at 32x32 and pass at 64x64).
+TRAIN_SIZE = 64
+# Note [Smaller configurations]: a float64 export holds the model's parameters several
+# times over (the module, its copy for the real backward, the gradients, the written
+# arrays, gradcli's replay and validate's run): measured peak memory of a run, about
+# 0.7 GB for torch itself plus 65 bytes per parameter (convnext_tiny, 28M parameters:
+# 2.6 GB; mnasnet1_3, 5M: 1.1 GB). The largest models (600M parameters: 40 GB) do not fit
+# the machine's 23 GB, shared with other jobs, at full depth: they run with the blocks kept
+# here (every kind of block, full width), and the table says so. Everything else runs as
+# torchvision builds it; --max-params (250M: about 17 GB) guards the rest.
+DEPTH = {"regnet_y_128gf": 2, "vit_h_14": 2, "vit_l_16": 4, "vit_l_32": 4}
+# The ViTs take one image size, the one they are built for (a multiple of the patch):
+# their input is that size in both modes (no batch norm: Note [Train-mode input size]
+# does not apply), and --size does not change it.
+FIXED = {"vit_b_16": 32, "vit_b_32": 32, "vit_l_16": 32, "vit_l_32": 32, "vit_h_14": 28}
 BUILD_ARGS = {"googlenet": {"aux_logits": False, "init_weights": False},
               "inception_v3": {"aux_logits": False, "init_weights": False},
-              "vit_b_16": {"image_size": 32}, "vit_b_32": {"image_size": 32},
-              "vit_l_16": {"image_size": 32}, "vit_l_32": {"image_size": 32},
-              "vit_h_14": {"image_size": 28}}
+              **{name: {"image_size": side} for name, side in FIXED.items()}}
 
 SMALL = dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, max_position_embeddings=64)
@@ -124,11 +147,25 @@ TRANSFORMERS = {
 
 
 # -- one run, in a child process ---------------------------------------------------------------
-def _torchvision_model(name, size=None):
+def input_side(name, size=None, train=False):
+    """The side of a torchvision model's square input: 32, or more where the model needs it
+    (SIZES), where train mode needs it (Note [Train-mode input size]) or ``--size`` asks.
+
+    Example: ``input_side("resnet18", train=True)`` is 64.
+    """
+    if name in FIXED:
+        return FIXED[name]
+    return max(SIZES.get(name, 32), TRAIN_SIZE if train else 0, size or 0)
+
+
+def _torchvision_model(name, size=None, train=False):
     import torchvision
 
     kwargs = dict(weights=None, num_classes=10, **BUILD_ARGS.get(name, {}))
-    size = max(SIZES.get(name, 32), size or 0)
+    size = input_side(name, size, train)
+    import torch
+
+    torch.manual_seed(0)            # the same random weights on every run: results repeat
     return torchvision.models.get_model(name, **kwargs), {"x": (2, 3, size, size)}
 
 
@@ -158,8 +195,28 @@ def _transformers_model(name):
     return model, {}, inputs
 
 
+def _trim(name, model):
+    """Note [Smaller configurations]: the models whose float64 export does not fit the
+    memory of the machine the zoo runs on keep their width and every kind of block, with
+    fewer blocks; returns what was changed, in words (None: the model as torchvision builds it).
+    """
+    if name in DEPTH:
+        keep = DEPTH[name]
+        if hasattr(model, "trunk_output"):                  # RegNet: stages of blocks
+            for stage in model.trunk_output:
+                for key in list(stage._modules)[keep:]:
+                    del stage._modules[key]
+            return f"the first {keep} blocks of each stage"
+        layers = model.encoder.layers                       # ViT: encoder blocks
+        model.encoder.layers = type(layers)(*list(layers)[:keep])
+        return f"{keep} of its {len(layers)} encoder blocks"
+    return None
+
+
 def run_one(spec):
     """Export + validate one (zoo, model, mode, dtype); returns the result record."""
+    import resource
+
     import torch
 
     sys.path.insert(0, ROOT)
@@ -169,58 +226,66 @@ def run_one(spec):
     zoo, name, mode, dtype = spec["zoo"], spec["model"], spec["mode"], spec["dtype"]
     t0 = time.time()
     if zoo == "torchvision":
-        model, shapes = _torchvision_model(name, spec.get("size"))
+        model, shapes = _torchvision_model(name, spec.get("size"), mode == "train")
         gen = torch.Generator().manual_seed(0)
         args, kwargs = (torch.randn(shapes["x"], generator=gen),), {}
+        base = {"input": list(shapes["x"]), "config": _trim(name, model)}
     else:
         model, _, kwargs = _transformers_model(name)
         args = ()
+        base = {"input": None, "config": None}
     params = sum(p.numel() for p in model.parameters())
+    base["params"] = params
+
+    def done(record):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024   # KiB on Linux
+        return dict(base, seconds=time.time() - t0, peak_mb=round(peak), **record)
+
     if params > spec["max_params"]:
-        return {"status": "skipped", "detail": f"{params / 1e6:.0f}M parameters, over "
-                f"--max-params {spec['max_params'] / 1e6:.0f}M"}
+        return dict(base, status="skipped", detail=f"{params / 1e6:.0f}M parameters, over "
+                    f"--max-params {spec['max_params'] / 1e6:.0f}M")
     try:
         graph = from_module(model, args, keyword_inputs=kwargs, dtype=dtype,
                             train=(mode == "train"), name=name)
     except ExportMismatch as exc:
-        return {"status": "export-bug", "detail": str(exc), "seconds": time.time() - t0}
+        return done({"status": "export-bug", "detail": str(exc)})
     except ExportError as exc:
         text = str(exc)
         core = re.findall(r"(aten\.[\w]+\.[\w]+) \(", text.split("core ATen op", 1)[1]
                           .split(" | ", 1)[0]) if "core ATen op" in text else []
-        return {"status": "missing-core-op" if core and "nor a PyTorch decomposition" not in
-                text else "export-error", "detail": text[:600], "ops": sorted(set(core)),
-                "seconds": time.time() - t0}
+        return done({"status": "missing-core-op" if core and "nor a PyTorch decomposition" not in
+                     text else "export-error", "detail": text[:600], "ops": sorted(set(core))})
     with tempfile.TemporaryDirectory() as tmp:
         path = graph.write(tmp)
         report = validate_file(str(path), Options())
         failed = [f"{c.name}: {c.message}" for c in report.checks if c.status == "fail"]
         composites = sorted({op["op"] for op in graph.document["ops"] if "composite" in op})
-        record = {"status": report.status if report.invalid is None else "invalid",
-                  "detail": (report.invalid or "; ".join(failed))[:600],
-                  "nodes": len(graph.document["expect"]["order"]),
-                  "composites": composites, "seconds": time.time() - t0}
-        record.update(verdict_summary(report.checks, dtype))
-    return record
+        return done(dict({"status": report.status if report.invalid is None else "invalid",
+                          "detail": (report.invalid or "; ".join(failed))[:600],
+                          "nodes": len(graph.document["expect"]["order"]),
+                          "composites": composites}, **verdict_summary(report.checks, dtype)))
 
 
 def verdict_summary(checks, dtype):
     """What the verdict measured, for a run's record: the lowest floating precision on
-    any gradient's path (``gradcli.precision``: measured, not the file's dtype), how many
-    gradients were judged norm-wise against the float64 reference (``gradcli.verdict``)
-    and the largest ratio of gradcli's distance to PyTorch's among them.
+    any gradient's path (``gradcli.precision``: measured, not the file's dtype) and, where
+    the norm-wise policy judged (``gradcli.verdict``), how many gradients it judged and the
+    largest ratio of gradcli's distance to the float64 gradients over PyTorch's (each
+    distance taken as at least float32's epsilon), with the tensor it was found on.
 
     Example: a float64 LLaMA (float32 RMS norm and softmax) gives
-    ``{"precision": "float32", "normwise": 20, "worst_ratio": 1.4}``.
+    ``{"precision": "float32", "normwise": 20, "worst_ratio": 1.4, "worst_tensor": "..."}``.
     """
     ranks = {"float16": 0, "bfloat16": 0, "float32": 1, "float64": 2}
     measured = [c.precision for c in checks if c.precision]
-    lowest = min(measured, key=lambda d: ranks.get(d, 2), default=dtype)
+    out = {"precision": min(measured, key=lambda d: ranks.get(d, 2), default=dtype)}
     judged = [c for c in checks if c.distance is not None and c.torch_distance is not None]
-    ratios = [c.distance / c.torch_distance for c in judged if c.torch_distance > 0]
-    out = {"precision": lowest, "normwise": len(judged)}
-    if ratios:
-        out["worst_ratio"] = round(max(ratios), 3)
+    if judged:
+        eps = 1.1920929e-07
+        worst = max(judged, key=lambda c: c.distance / max(c.torch_distance, eps))
+        out.update(normwise=len(judged),
+                   worst_ratio=round(worst.distance / max(worst.torch_distance, eps), 3),
+                   worst_tensor=worst.tensor)
     return out
 
 
@@ -284,6 +349,23 @@ def _load(path):
     return {"runs": {}, "parts": []}
 
 
+def merge_results(paths):
+    """The runs and parts of several results files as one (a run named in two files:
+    the later file's record); a path that does not exist is an error, not an empty table.
+
+    Example: ``merge_results(["docs/zoo-results-torchvision.json",
+    "docs/zoo-results-transformers.json"])["runs"]``.
+    """
+    merged = {"runs": {}, "parts": []}
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no results file {path}")
+        one = _load(path)
+        merged["runs"].update(one["runs"])
+        merged["parts"] += one["parts"]
+    return merged
+
+
 def write_docs(results, path, zoo_models=None):
     """The generated table of ``results`` between the markers of ``path``;
     ``zoo_models``: ``[(zoo, model)]`` of the whole zoos, to list those not run."""
@@ -310,11 +392,18 @@ def write_docs(results, path, zoo_models=None):
             detail = r.get("detail", "")
             if r["status"] == "missing-core-op":
                 detail = "core ops without a kernel: " + ", ".join(f"`{o}`" for o in r["ops"])
+            if r.get("normwise"):
+                detail = (f"float32 verdict on {r['normwise']} gradients, worst distance to "
+                          f"float64 {r['worst_ratio']:.2f} x torch's (`{r['worst_tensor']}`)"
+                          + ("; " + detail if detail else ""))
+            if r.get("config"):
+                detail = f"ran with {r['config']}" + ("; " + detail if detail else "")
             if r.get("composites"):
                 detail = (detail + "; " if detail else "") + "composites: " + ", ".join(
                     f"`{o}`" for o in r["composites"])
             detail = detail.replace("|", "\\|").replace("\n", " ")
-            model = r["model"] + (f" ({r['size']}x{r['size']})" if r.get("size") else "")
+            side = (r.get("input") or [0, 0, 0, r.get("size") or 32])[-1]
+            model = r["model"] + (f" ({side}x{side})" if side != 32 else "")
             lines.append(f"| {model} | {r['mode']} | {r['dtype']} | {r['status']} | "
                          f"{r.get('nodes', '')} | {detail} |")
         lines.append("")
@@ -343,9 +432,12 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=600, help="seconds per run (child process)")
     p.add_argument("--size", type=int, default=None,
                    help="torchvision input size (at least the model's own minimum)")
-    p.add_argument("--max-params", type=float, default=60e6,
-                   help="skip models with more parameters (memory of a float64 export)")
-    p.add_argument("--results", default=None, help="a JSON file the results accumulate in")
+    p.add_argument("--max-params", type=float, default=250e6,
+                   help="skip models with more parameters (memory of a float64 export: about "
+                        "65 bytes per parameter; Note [Smaller configurations])")
+    p.add_argument("--results", action="append", default=[],
+                   help="a JSON file the results accumulate in; with --report-only it repeats, "
+                        "and the table is made of all the files")
     p.add_argument("--write-docs", default=None, metavar="docs/models.md",
                    help="write the table of all results into this file")
     p.add_argument("--report-only", action="store_true", help="run nothing; with --write-docs")
@@ -359,7 +451,16 @@ def main(argv=None):
         import torch  # noqa: F401
     except ImportError:
         sys.exit(f"zoo_check: {INSTALL}")
-    results = _load(a.results)
+    if a.report_only:
+        try:
+            results = merge_results(a.results)
+        except FileNotFoundError as exc:
+            sys.exit(f"zoo_check: {exc}")
+    elif len(a.results) > 1:
+        sys.exit("zoo_check: a run writes one --results file (several only with --report-only)")
+    else:
+        a.results = a.results[0] if a.results else None
+        results = _load(a.results)
     if not a.report_only:
         try:
             models = _models(a.zoo, a.models)

@@ -351,3 +351,61 @@ def test_order_failure_lists_at_most_ten_nodes(tmp_path):
     assert "at position 0: got SumBackward0, expected AccumulateGrad" in message
     assert message.endswith("ExpBackward0, ... and 22 more]")
     assert message.count("ExpBackward0") == 9
+
+
+# Note [The float64 floor]: b's exact gradient is 0 (b - b); gradcli computes 0, the
+# expectation holds 1e-9 of rounding, as PyTorch's sums leave in a model whose gradients
+# are large. w's gradient is x: its size is the graph's scale.
+FLOOR64 = """
+version: 1
+name: floor64
+tensors:
+  x: {{value: [{x0}, {x1}, {x2}]}}
+  w: {{value: [1.0, -2.0, 3.0], requires_grad: true}}
+  b: {{value: [0.5, 0.5], requires_grad: true}}
+ops:
+  - {{op: mul, inputs: [w, x], output: m}}
+  - {{op: sum, inputs: [m], output: s1}}
+  - {{op: sub, inputs: [b, b], output: d}}
+  - {{op: sum, inputs: [d], output: s2}}
+  - {{op: add, inputs: [s1, s2], output: loss}}
+backward:
+  roots: [loss]
+expect:
+  rtol: 1.0e-7
+  atol: 1.0e-10
+  grads:
+    w: {{value: [{w0}, {w1}, {w2}]}}
+    b: {{value: [1.0e-9, -1.0e-9]}}
+"""
+
+
+def _floor64(tmp_path, x, w=None):
+    path = tmp_path / "floor64.yaml"
+    w = w or x
+    path.write_text(FLOOR64.format(x0=x[0], x1=x[1], x2=x[2], w0=w[0], w1=w[1], w2=w[2]))
+    return path
+
+
+def test_a_float64_gradient_of_rounding_noise_passes_against_the_graphs_scale(tmp_path):
+    doc = validate_json(_floor64(tmp_path, [1.0e7, 2.0e7, 3.0e7]), code=0)
+    check = checks_of(doc)["grads[b]"]
+    assert check["status"] == "pass"
+    assert "within float64 rounding of the graph's gradients" in check["message"]
+    assert "rtol=1e-07, atol=1e-10" in check["message"]        # the element-wise failure, said
+    assert checks_of(doc)["grads[w]"]["status"] == "pass"
+
+
+def test_the_float64_floor_accepts_no_more_than_the_rounding_of_the_graphs_scale(tmp_path):
+    # gradients about 1: 1e-9 is a million times float64's rounding of them, an error
+    doc = validate_json(_floor64(tmp_path, [1.0, 2.0, 3.0]), code=1)
+    assert checks_of(doc)["grads[b]"]["status"] == "fail"
+    # the largest gradient off by 1e-7 relative: far above its rounding, an error
+    doc = validate_json(_floor64(tmp_path, [1.0e7, 2.0e7, 3.0e7],
+                                 w=[1.000001e7, 2.0e7, 3.0e7]), code=1)
+    assert checks_of(doc)["grads[w]"]["status"] == "fail"
+
+
+def test_elementwise_on_request_has_no_float64_floor(tmp_path):
+    doc = validate_json(_floor64(tmp_path, [1.0e7, 2.0e7, 3.0e7]), "--elementwise", code=1)
+    assert checks_of(doc)["grads[b]"]["status"] == "fail"

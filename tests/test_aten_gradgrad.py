@@ -73,6 +73,7 @@ GRADGRAD = {
     # in-place overloads (run on a clone of self: _call)
     "aten.relu_.default": ([R(2, 3, away=[0])], {}, None),
     "aten.add_.Tensor": ([R(2, 3), R(3, seed=1)], {"alpha": 2.0}, None),
+    "aten.zero_.default": ([R(2, 3)], {}, None),
     "aten.sub_.Tensor": ([R(2, 3), R(3, seed=1)], {"alpha": 0.5}, None),
     "aten.mul_.Tensor": ([R(2, 3), R(3, seed=1)], {}, None),
     "aten.div_.Tensor": ([R(2, 3), R(3, seed=1, low=0.5, high=2)], {}, None),

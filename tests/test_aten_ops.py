@@ -86,6 +86,7 @@ case("aten.div.Tensor", [R(3, 4), R(low=0.5, high=2)])
 # in-place overloads: run on a clone of self (PyTorch refuses a leaf that requires grad),
 # so the gradients reach the leaves through the in-place op (Note [In-place ATen ops])
 case("aten.relu_.default", [R(3, 4, away=[0])])
+case("aten.zero_.default", [R(3, 4)])
 case("aten.add_.Tensor", [R(3, 4), R(4, seed=1)], {"alpha": 2.5})
 case("aten.sub_.Tensor", [R(3, 4), R(3, 4, seed=1)])
 case("aten.mul_.Tensor", [R(3, 4), R(3, 1, seed=1)])

@@ -78,10 +78,26 @@ class ViewOfViewThenChain(torch.nn.Module):
         return self.act(h).sum(1)
 
 
+class ZeroOnCloneSlice(torch.nn.Module):
+    """swin_v2's attention bias: ``b = bias.clone(); b[k:2 * k].zero_()``, then ``b`` read."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.fc = torch.nn.Linear(4, 6)
+        self.bias = torch.nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        b = self.bias.clone()
+        b[2:4].zero_()
+        return torch.tanh(self.fc(x) + b)
+
+
 MODULES = {"relu-on-slice": (ReluOnSlice, {"aten.relu_.default"}),
            "masked-write": (MaskedWrite, {"aten.index_put_.default"}),
            "add-on-slice": (AddOnSlice, {"aten.add_.Tensor", "aten.copy_.default"}),
-           "view-of-view": (ViewOfViewThenChain, {"aten.mul_.Tensor", "aten.relu_.default"})}
+           "view-of-view": (ViewOfViewThenChain, {"aten.mul_.Tensor", "aten.relu_.default"}),
+           "zero-on-clone-slice": (ZeroOnCloneSlice, {"aten.zero_.default"})}
 
 
 def LOSS(out):  # noqa: N802 - the loss of every export here

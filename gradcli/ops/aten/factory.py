@@ -151,6 +151,16 @@ def fill_scalar(self, value):
 defvjp(fill_scalar, lambda g, ans, self, value: zeros(self.shape, g))      # self: zeros_like(grad)
 
 
+# (the out-of-place form of ``zero_``, which ``aten.zero_.default`` runs in place; PyTorch
+# records ZeroBackward0 for it)
+@aten("zero(Tensor self) -> Tensor", "ZeroBackward0", saves=False, meta=ELEMENTWISE)
+def zero(self):
+    return np.zeros(np.shape(self), np.dtype(self.dtype))
+
+
+defvjp(zero, lambda g, ans, self: zeros(self.shape, g))                    # self: zeros_like(grad)
+
+
 def _copy_meta(self, src, non_blocking=False):
     try:
         shape = np.broadcast_shapes(tuple(src.shape), tuple(self.shape))

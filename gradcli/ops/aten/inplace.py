@@ -73,6 +73,8 @@ sub_ = _inplace("sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -
                 "aten.sub.Tensor")
 mul_ = _inplace("mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", "aten.mul.Tensor")
 div_ = _inplace("div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", "aten.div.Tensor")
+# (``qkv_bias[k:2 * k].zero_()`` on a clone, as swin_v2's attention writes it)
+zero_ = _inplace("zero_(Tensor(a!) self) -> Tensor(a!)", "aten.zero.default")
 # (``x[mask] = v``, ``x[idx] += v``: index_put's own shape rule checks the indices and values)
 index_put_ = _inplace("index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, "
                       "bool accumulate=False) -> Tensor(a!)", "aten.index_put.default", meta=None)

@@ -250,6 +250,26 @@ forward("aten.any.dim", [np.zeros((0, 3))], {"dim": 0}, id="any.dim-empty")
 forward("aten.any.dims", [_b23], {"dim": [0, 1]})
 forward("aten.any.dims", [_b23], {"dim": None, "keepdim": True})
 forward("aten.any.dims", [_b23], {"dim": []}, id="any.dims-no-dims")
+# linalg_vector_norm has a kernel for PyTorch's formula where the norm is 0 (a composite of
+# its decomposition gives NaN there: Note [A norm's gradient at zero]); the zero rows say so
+_vn = "aten.linalg_vector_norm.default"
+_zero_row = np.concatenate([R(2, 4), np.zeros((1, 4))])
+row(_vn, [R(3, 4)], {"dim": [1]})
+row(_vn, [_zero_row], {"dim": [1]}, fd=False, id="vector_norm-zero-row")
+row(_vn, [R(3, 4)], {}, id="vector_norm-all")
+row(_vn, [R(2, 3, 4)], {"dim": [0, 2], "keepdim": True}, id="vector_norm-keepdim")
+row(_vn, [R(3, 4, away=[0])], {"ord": 1, "dim": [1]}, id="vector_norm-1")
+row(_vn, [R(3, 4)], {"ord": 3, "dim": [1]}, id="vector_norm-3")
+row(_vn, [_zero_row], {"ord": 3, "dim": [1]}, fd=False, id="vector_norm-3-zero-row")
+row(_vn, [R(3, 4, low=0.5, high=2)], {"ord": 0.5, "dim": [1]}, id="vector_norm-half")
+row(_vn, [R(3, 4)], {"ord": float("inf"), "dim": [1]}, id="vector_norm-inf")
+row(_vn, [R(3, 4)], {"ord": float("-inf")}, id="vector_norm-neg-inf")
+forward(_vn, [R(3, 4)], {"ord": 0, "dim": [1]}, id="vector_norm-0")
+row(_vn, [R(0, 4)], {"dim": [1]}, id="vector_norm-empty")
+refuse(_vn, [R(0, 3)], {"ord": float("inf"), "dim": [0]}, "does not have an identity",
+       id="vector_norm-inf-empty")
+refuse(_vn, [_i23], {}, "Expected a floating point", id="vector_norm-int")
+GRADGRAD[_vn] = ([R(3, 4)], {"dim": [1]}, None)
 for _e in ("amax", "amin"):
     _op = f"aten.{_e}.default"
     row(_op, [_d], {"dim": [1]})

@@ -27,8 +27,8 @@ class NonCore(torch.nn.Module):
 
     def forward(self, x):
         h = self.lin(x)
-        if self.which == "linalg_vector_norm":
-            return torch.linalg.vector_norm(h, dim=1)
+        if self.which == "addcmul":
+            return torch.addcmul(h, h, h.flip(0), value=0.5)
         if self.which == "baddbmm":
             return torch.baddbmm(h.view(2, 2, 8), h.view(2, 2, 8), self.w, beta=0.5, alpha=2.0)
         if self.which == "softplus":
@@ -38,7 +38,7 @@ class NonCore(torch.nn.Module):
         return F.interpolate(h.view(1, 2, 2, 8), scale_factor=2, mode="bilinear")
 
 
-NODES = {"linalg_vector_norm": "LinalgVectorNormBackward0", "baddbmm": "BaddbmmBackward0",
+NODES = {"addcmul": "AddcmulBackward0", "baddbmm": "BaddbmmBackward0",
          "softplus": "SoftplusBackward0", "roll": "RollBackward0",
          "upsample_bilinear2d": "UpsampleBilinear2DBackward0"}
 
@@ -56,7 +56,7 @@ def _export_and_validate(which, tmp_path):
     assert "PASS" in result.output
 
 
-@pytest.mark.parametrize("which", ["linalg_vector_norm", "baddbmm"])
+@pytest.mark.parametrize("which", ["addcmul", "baddbmm"])
 def test_non_core_op_exports_and_validates_without_a_kernel_of_its_own(which, tmp_path):
     assert OPS.get(f"aten.{which}.default") is None     # no kernel: the body runs
     _export_and_validate(which, tmp_path)
@@ -92,3 +92,29 @@ def test_every_missing_op_is_named_in_one_message(monkeypatch):
     assert "2 core ATen ops without a kernel" in text
     assert "aten.tanh.default (at " in text and "aten.sigmoid.default (at " in text
     assert "\n" not in text
+
+
+class NormalizeWithZeroRow(torch.nn.Module):
+    """``F.normalize`` of a zero vector (swin_v2's cosine attention over padded tokens)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x) * torch.tensor([[1.0], [0.0], [1.0]], dtype=x.dtype)
+        return F.normalize(h, dim=-1)
+
+
+def test_a_norm_of_a_zero_vector_has_pytorchs_gradient_not_its_decompositions(tmp_path):
+    """Note [A norm's gradient at zero]: PyTorch's formula masks the norm's gradient where
+    the norm is 0; the decomposition (sqrt of a sum of squares) gives NaN there. The op is
+    written with its kernel, not as a composite, and the gradients are PyTorch's."""
+    graph = from_module(NormalizeWithZeroRow(), (torch.randn(3, 4, dtype=torch.float64),),
+                        dtype="float64", train=False)
+    (entry,) = [op for op in graph.document["ops"] if op["op"] == "aten.linalg_vector_norm.default"]
+    assert "composite" not in entry
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output

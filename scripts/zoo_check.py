@@ -394,7 +394,8 @@ def write_docs(results, path, zoo_models=None):
                 detail = "core ops without a kernel: " + ", ".join(f"`{o}`" for o in r["ops"])
             if r.get("normwise"):
                 detail = (f"float32 verdict on {r['normwise']} gradients, worst distance to "
-                          f"float64 {r['worst_ratio']:.2f} x torch's (`{r['worst_tensor']}`)"
+                          f"float64 {r['worst_ratio']:.2f} x torch's"
+                          + (f" (`{r['worst_tensor']}`)" if r.get("worst_tensor") else "")
                           + ("; " + detail if detail else ""))
             if r.get("config"):
                 detail = f"ran with {r['config']}" + ("; " + detail if detail else "")

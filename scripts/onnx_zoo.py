@@ -237,20 +237,7 @@ def _match(leaf, value, arrays):
 
 
 def _run_child(spec, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    t0 = time.time()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "detail": f"over {timeout} s (--timeout)",
-                "seconds": timeout}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ONNX-ZOO ")]
-    if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"status": "crash", "detail": f"exit {proc.returncode}: {tail[:400]}",
-                "seconds": time.time() - t0}
-    return json.loads(lines[-1][len("ONNX-ZOO "):])
+    return _zoo()._run_child(spec, timeout, script=__file__, marker="ONNX-ZOO ")
 
 
 def _versions():

@@ -325,8 +325,11 @@ def _versions():
     return out
 
 
-def _run_child(spec, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
+def _run_child(spec, timeout, script=__file__, marker="ZOO-RESULT "):
+    """Run one spec in a child process of ``script`` (``--child``), bounded by ``timeout``;
+    its record is the last stdout line starting with ``marker`` (onnx_zoo.py runs its
+    children through this too)."""
+    cmd = [sys.executable, os.path.abspath(script), "--child", json.dumps(spec)]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.time()
     try:
@@ -334,12 +337,12 @@ def _run_child(spec, timeout):
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "detail": f"over {timeout} s (--timeout)",
                 "seconds": timeout}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ZOO-RESULT ")]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(marker)]
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"status": "crash", "detail": f"exit {proc.returncode}: {tail[:400]}",
                 "seconds": time.time() - t0}
-    return json.loads(lines[-1][len("ZOO-RESULT "):])
+    return json.loads(lines[-1][len(marker):])
 
 
 def _load(path):

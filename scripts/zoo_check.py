@@ -445,6 +445,9 @@ def main(argv=None):
     p.add_argument("--write-docs", default=None, metavar="docs/models.md",
                    help="write the table of all results into this file")
     p.add_argument("--report-only", action="store_true", help="run nothing; with --write-docs")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the runs the --results file already holds (a long matrix "
+                        "stopped part way goes on where it stopped)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -462,6 +465,8 @@ def main(argv=None):
             sys.exit(f"zoo_check: {exc}")
     elif len(a.results) > 1:
         sys.exit("zoo_check: a run writes one --results file (several only with --report-only)")
+    elif a.resume and not a.results:
+        sys.exit("zoo_check: --resume needs the --results file to go on from")
     else:
         a.results = a.results[0] if a.results else None
         results = _load(a.results)
@@ -480,6 +485,8 @@ def main(argv=None):
                 for dtype in a.dtypes.split(","):
                     spec = {"zoo": zoo, "model": model, "mode": mode, "dtype": dtype,
                             "max_params": a.max_params, "size": a.size}
+                    if a.resume and _key(spec) in results["runs"]:
+                        continue
                     record = dict(spec, **_run_child(spec, a.timeout))
                     record.pop("max_params")
                     if zoo != "torchvision" or not a.size:

@@ -202,3 +202,23 @@ def test_a_float32_run_is_judged_by_the_norm_wise_verdict(monkeypatch):
     assert record["input"] == [2, 3, 32, 32] and record["params"] == 4 * 27 + 4 + 4 * 10 + 10
     record = zoo.run_one(dict(spec, dtype="float64"))
     assert record["status"] == "pass" and "normwise" not in record   # element-wise
+
+
+def test_resume_runs_only_what_the_results_file_lacks(tmp_path, monkeypatch):
+    zoo = _zoo()
+    path = tmp_path / "r.json"
+    results = _results("torchvision", "resnet18", "pass", "earlier")
+    path.write_text(json.dumps(results))
+    ran = []
+    monkeypatch.setattr(zoo, "_models", lambda z, m: [("torchvision", "resnet18")])
+    monkeypatch.setattr(zoo, "_versions", lambda: {})
+    monkeypatch.setattr(zoo, "_run_child", lambda spec, timeout: ran.append(
+        (spec["mode"], spec["dtype"])) or {"status": "pass", "detail": "", "seconds": 1})
+    zoo.main(["--zoo", "torchvision", "--modes", "eval,train", "--dtypes", "float64",
+              "--results", str(path), "--resume"])
+    assert ran == [("train", "float64")]          # eval/float64 was already there
+    assert set(json.loads(path.read_text())["runs"]) == {
+        "torchvision:resnet18:eval:float64", "torchvision:resnet18:train:float64"}
+    with pytest.raises(SystemExit) as exc:
+        zoo.main(["--resume"])
+    assert "--results" in str(exc.value)

@@ -30,6 +30,7 @@ LAYERS = {
     "gradcli.document": 3,
     "gradcli.trace": 3,
     "gradcli.precision": 3,    # the lowest floating dtype on each gradient path
+    "gradcli.branches": 3,     # a graph replayed at float64 on a float32 run's branches
     "gradcli.bridges": 3,       # other formats <-> graph files (each imports its framework lazily)
     "gradcli.validate": 4,  # the command cores: click-free, below the CLI that prints them
     "gradcli.stress": 4,

@@ -183,7 +183,7 @@ class Op:
     __slots__ = ("name", "fn", "vjps", "vjp_all", "node_name", "saves", "arity", "args", "multi_output",
                  "doc", "check", "outputs", "broadcasts", "infer", "public", "moves_device",
                  "dtype_arg", "has_body", "needs_code", "supported", "view", "backward_ms",
-                 "entry_binder", "aliases")
+                 "entry_binder", "aliases", "branch")
 
     def __init__(self, name, fn, node_name=None, saves=True, arity=1, args=None,
                  multi_output=False, *, doc=None, check=None, outputs=None, broadcasts=False,
@@ -225,6 +225,7 @@ class Op:
         self.aliases = view
         self.backward_ms = backward_ms    # fn(args) -> ms, or None
         self.entry_binder = entry_binder  # fn(op, entry, site) -> Op, or None
+        self.branch = None                # see defbranch
 
     runs_backward = False
 
@@ -324,6 +325,23 @@ def defvjp(op, *vjps):
     their InputMetadata (shape, dtype, device) and ``ans`` is None.
     """
     op.vjps = vjps
+
+
+# Note [Branches]: an op whose derivative changes formula at a kink (relu at 0, hardtanh
+# at its bounds) says where: ``branch(self, **args)`` labels each element of its first
+# input with the piece of the function it falls on. Two runs of one graph in two
+# precisions may put an element that lies within rounding of a kink on two pieces;
+# ``gradcli.branches`` asks the op for its labels to find those elements, and the
+# float32 verdict then judges a gradient against the float64 gradient of the piece the
+# float32 run took (Note [Kinks] in gradcli/verdict.py). The labels are computed on the
+# first input only: these ops are element-wise in it, their other arguments scalars.
+def defbranch(op, fn):
+    """Say where ``op``'s derivative changes formula: ``fn(self, **args)`` -> an array of
+    labels, one per element of ``self`` (equal labels: the same piece).
+
+    >>> defbranch(relu, lambda self: self > 0)       # doctest: +SKIP
+    """
+    op.branch = fn
 
 
 # Note [one call for all inputs' gradients]: a node calls one VJP per input that needs a

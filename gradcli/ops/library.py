@@ -13,7 +13,7 @@ import numpy as np
 from ..autograd.tensor import Tensor
 from . import args as A
 from . import shapes as S
-from .core import Arg, declare, defvjp, defvjp_all, primitive
+from .core import Arg, declare, defbranch, defvjp, defvjp_all, primitive
 
 AXIS = {"axis": Arg(None, A.axis_or_none), "keepdims": Arg(False, A.boolean)}
 
@@ -271,6 +271,7 @@ def _zeros_of(g, ans, *inputs, **args):
 
 defvjp(threshold_backward, lambda g, ans, gin, x: threshold_backward(g, x), _zeros_of)
 defvjp(relu, lambda g, ans, x: threshold_backward(g, ans))
+defbranch(relu, lambda x: x > 0)                   # Note [Branches] in core.py
 
 
 @primitive("sgn", "SgnBackward0", saves=False, public=False, infer=S.ELEMENTWISE)
@@ -289,6 +290,7 @@ def abs_(x):
 
 
 defvjp(abs_, lambda g, ans, x: mul(g, sgn(x)))
+defbranch(abs_, np.sign)
 
 
 @primitive("sqrt", "SqrtBackward0", infer=S.ELEMENTWISE)
@@ -339,17 +341,22 @@ def clamp(x, min=None, max=None):  # noqa: A002 - the graph format's names
                    min, max).astype(dt, copy=False)
 
 
-def _clamp_vjp(g, ans, x, min=None, max=None):  # noqa: A002
-    x = _value(x)
-    mask = np.ones(x.shape, dtype=bool)
+def _clamp_passes(x, min=None, max=None):  # noqa: A002
+    """Where clamp's gradient passes: min <= x <= max (its piece, Note [Branches])."""
+    mask = np.ones(np.shape(x), dtype=bool)
     if min is not None:
         mask &= x >= min
     if max is not None:
         mask &= x <= max
-    return mul(g, mask.astype(g.dtype))
+    return mask
+
+
+def _clamp_vjp(g, ans, x, min=None, max=None):  # noqa: A002
+    return mul(g, _clamp_passes(_value(x), min, max).astype(g.dtype))
 
 
 defvjp(clamp, _clamp_vjp)
+defbranch(clamp, _clamp_passes)
 
 
 # -- reductions ------------------------------------------------------------------

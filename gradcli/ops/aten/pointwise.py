@@ -15,6 +15,7 @@ from .. import library as L
 from ...devices import device as parse_device, device_of
 from ..library import _value
 from .promotion import cast, result_type, to_float
+from ..core import defbranch
 from .registry import ELEMENTWISE, aten, defvjp
 
 
@@ -156,6 +157,7 @@ def relu(self):
 # self: threshold_backward(grad, result, 0): zero where result <= 0 (Note [Differentiable VJPs]
 # in library.py: masks read values, gradients flow through ops)
 defvjp(relu, lambda g, ans, self: threshold_backward(g, ans, threshold=0))
+defbranch(relu, lambda self: self > 0)             # Note [Branches] in ops/core.py
 
 
 # Note [activation backwards as ops]: each activation's backward is an ATen op of its own
@@ -231,12 +233,17 @@ _ONE_SIXTH_F32 = float(np.float32(1.0) / np.float32(6.0))
 defvjp(hardsigmoid, lambda g, ans, self: L.where(
     (_value(self) > -3) & (_value(self) < 3), L.mul(g, scalar(_ONE_SIXTH_F32, g)), scalar(0, g)),
     first_order_only="hardsigmoid_backward")
+defbranch(hardsigmoid, lambda self: (self > -3) & (self < 3))
 
 
 @aten("hardswish(Tensor self) -> Tensor", "HardswishBackward0", meta=ELEMENTWISE)
 def hardswish(self):
     check_dtype("hardswish", self)
     return as_dtype(self * np.clip(self + 3, 0, 6) / 6, self.dtype)
+
+
+# Note [hardswish boundaries] below: three pieces, -3 on the first and 3 on the last
+defbranch(hardswish, lambda self: (self > -3).astype(np.int8) + (self >= 3))
 
 
 @aten("hardswish_backward(Tensor grad_output, Tensor self) -> Tensor", "HardswishBackwardBackward0",
@@ -391,6 +398,7 @@ defvjp(exp, lambda g, ans, self: L.mul(g, ans))                              # g
 defvjp(log, lambda g, ans, self: L.div(g, self))                             # grad.div(self)
 defvjp(sqrt, lambda g, ans, self: L.div(g, L.mul(ans, scalar(2, ans))))      # grad / (2 * result)
 defvjp(abs_, lambda g, ans, self: L.mul(g, np.sign(_value(self)).astype(g.dtype)))  # grad * self.sgn()
+defbranch(abs_, np.sign)
 
 
 @aten("silu(Tensor self) -> Tensor", "SiluBackward0", meta=ELEMENTWISE)
@@ -428,6 +436,7 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
 # self: hardtanh_backward(grad, self, min_val, max_val)
 defvjp(hardtanh, lambda g, ans, self, min_val=-1, max_val=1: hardtanh_backward(
     g, self, min_val=min_val, max_val=max_val))
+defbranch(hardtanh, lambda self, min_val=-1, max_val=1: (self > min_val) & (self < max_val))
 # grad_output: hardtanh_backward(grad, self, min_val, max_val); self: zeros_like(grad)
 defvjp(hardtanh_backward,
        lambda gg, ans, go, self, min_val, max_val: hardtanh_backward(gg, self, min_val=min_val,

@@ -26,6 +26,7 @@ from ..library import _value
 from ...autograd.tensor import Tensor
 from .pointwise import as_dtype, div_scalar, masked_fill, pow_tensor_scalar, rsqrt, scalar, zeros
 from .promotion import cast, result_type, to_float
+from ..core import defbranch
 from .registry import ELEMENTWISE, aten, defvjp, defvjp_joint, not_differentiable
 
 
@@ -202,6 +203,7 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
 # self: leaky_relu_backward(grad, self, negative_slope, false)
 defvjp(leaky_relu, lambda g, ans, self, negative_slope=0.01: leaky_relu_backward(
     g, self, negative_slope=negative_slope, self_is_result=False))
+defbranch(leaky_relu, lambda self, negative_slope=0.01: self > 0)
 # grad_output: leaky_relu_backward(grad, self, negative_slope, false); self: zeros_like(grad)
 defvjp(leaky_relu_backward,
        lambda gg, ans, go, self, negative_slope, self_is_result: leaky_relu_backward(
@@ -510,6 +512,7 @@ def _clamp_scalar_vjp(g, ans, self, min=None, max=None):  # noqa: A002
 
 
 defvjp(clamp, _clamp_scalar_vjp)
+defbranch(clamp, L.clamp.branch)                    # Note [Branches] in ops/core.py
 
 
 @aten("clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", "ClampBackward0",

@@ -1,0 +1,157 @@
+"""The float64 gradient on the branches a float32 run took (Note [Kinks] in verdict.py).
+
+``branch_reference(graph)`` runs a graph's forward three times side by side, op
+by op: in its own precision (float32, say), and twice with every floating leaf
+upcast to float64. One float64 run is left alone (*plain*); the other
+(*follow*) is steered onto the float32 run's branches: before an op that has
+kinks (``op.branch``, Note [Branches] in ops/core.py), where the float32 input
+and the float64 input fall on different pieces, the follow run takes the float32
+value for those elements (exact in float64), so both sit on the same piece of
+the function. Both float64 runs then run their backward.
+
+    >>> kinks = branch_reference(graph)      # doctest: +SKIP
+    >>> kinks.flips[0].op, kinks.flips[0].count, kinks.correction["w"].shape
+
+The difference of the two float64 gradients is what the float32 run's branches
+change in the exact gradient: the caller adds it to the reference (PyTorch's
+float64 gradients), so the two float64 runs' own rounding and whatever they
+compute below float64 cancel.
+
+A flip is taken only where float32 rounding explains it: the moved elements' error
+``|x32 - x64|`` within ``NOISE`` times the RMS error of that input, and the input as a
+whole within ``SANE`` of its float64 value (relative RMS). A float32 forward that is
+wrong, not rounded, moves many elements by far more: ``Kinks.unexplained`` then
+names the op and the caller judges as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .records import Record
+
+__all__ = ["Flip", "Kinks", "branch_reference"]
+
+NOISE = 64.0      # a flipped element's error, in RMS errors of its input
+SANE = 1e-3       # an input's relative RMS error that is still rounding at float32
+
+
+class Flip(Record):
+    """Elements that float32 put on another piece than float64 at one op: ``op`` (its
+    label), ``line``, ``count``, and ``nearest``: the float64 input value of the flipped
+    element nearest a kink's float32 twin (the smallest ``|x64|`` among them)."""
+    _fields = ("op", "line", "count", "nearest")
+
+    def __init__(self, op, line, count, nearest):
+        self.op = op
+        self.line = line
+        self.count = count
+        self.nearest = nearest
+
+
+class Kinks(Record):
+    """``flips``: [Flip]; ``correction``: {name: float64 array} to add to the float64
+    reference (empty without flips); ``unexplained``: None, or why a flip was refused."""
+    _fields = ("flips", "correction", "unexplained")
+
+    def __init__(self, flips, correction, unexplained=None):
+        self.flips = flips
+        self.correction = correction
+        self.unexplained = unexplained
+
+
+def _upcast(a):
+    return a.astype(np.float64) if a.dtype.kind == "f" else a
+
+
+def _call(spec, inputs):
+    if spec.call is not None:
+        return spec.call(list(inputs), False)
+    return spec.op(*inputs, **spec.args)
+
+
+def _bind(values, spec, out):
+    outs = out if isinstance(out, list) else [out]
+    for name, t in zip(spec.outputs, outs):
+        values[name] = t
+    base = getattr(spec.op, "base", None)
+    if base is not None and spec.inputs:     # in place: later readers of self see the result
+        values[spec.inputs[0]] = outs[0]
+
+
+def _steer(spec, x32, x64):
+    """(mask of flipped elements, None) or (None, why a flip is not rounding)."""
+    op = getattr(spec.op, "base", spec.op)
+    labels32 = np.asarray(op.branch(x32, **spec.args))
+    labels64 = np.asarray(op.branch(x64, **spec.args))
+    flipped = labels32 != labels64
+    if not flipped.any():
+        return None, None
+    err = np.abs(x32.astype(np.float64) - x64)
+    rms = float(np.sqrt(np.mean(err * err)))
+    scale = float(np.sqrt(np.mean(x64 * x64))) or 1.0
+    if rms > SANE * scale or float(err[flipped].max()) > NOISE * rms:
+        return None, (f"{spec.label}: {int(flipped.sum())} element(s) on another piece than "
+                      f"float64, moved by up to {float(err[flipped].max()):.3g} where the "
+                      f"input's RMS error is {rms:.3g}: not rounding")
+    return flipped, None
+
+
+def branch_reference(graph):
+    """The float64 gradients' correction for the float32 run's branches (``Kinks``), or
+    None where the graph cannot be replayed so (it draws random numbers, or a leaf is
+    not on the host)."""
+    from .autograd import Tensor, no_grad, set_grad_enabled
+
+    if graph.draws_random():
+        return None
+    low, plain, follow = {}, {}, {}
+    for name, leaf in graph.leaves.items():
+        a = leaf.array()
+        if type(a) is not np.ndarray:          # on a device (sim: an array of its own type)
+            return None
+        low[name] = Tensor(a, name=name)
+        for values in (plain, follow):
+            values[name] = Tensor(_upcast(np.array(a)), requires_grad=leaf.requires_grad,
+                                  name=name)
+    flips = []
+    with set_grad_enabled(True):
+        for spec in graph.ops:
+            ins32 = [low[n] for n in spec.inputs]
+            insp = [plain[n] for n in spec.inputs]
+            insf = [follow[n] for n in spec.inputs]
+            op = getattr(spec.op, "base", spec.op)
+            if getattr(op, "branch", None) is not None and insf:
+                x32, x64 = ins32[0].data, insf[0].data
+                if x32.dtype.kind == "f" and x32.dtype.itemsize < 8 and x64.dtype == np.float64:
+                    flipped, why = _steer(spec, x32, x64)
+                    if why is not None:
+                        return Kinks(flips, {}, why)
+                    if flipped is not None:
+                        delta = np.where(flipped, x32.astype(np.float64) - x64, 0.0)
+                        insf[0] = _shift(insf[0], delta)
+                        flips.append(Flip(spec.label, spec.line, int(flipped.sum()),
+                                          float(np.abs(x64[flipped]).min())))
+            with no_grad():
+                _bind(low, spec, _call(spec, ins32))
+            _bind(plain, spec, _call(spec, insp))
+            _bind(follow, spec, _call(spec, insf))
+    if not flips:
+        return Kinks([], {})
+    gp = _gradients(graph, plain)
+    gf = _gradients(graph, follow)
+    correction = {name: np.asarray(gf[name], np.float64) - np.asarray(gp[name], np.float64)
+                  for name in gf if gf[name] is not None and gp.get(name) is not None}
+    return Kinks(flips, correction)
+
+
+def _shift(t, delta):
+    """``t + delta`` with ``delta`` a constant (the gradient flows through ``t``)."""
+    from .autograd import Tensor
+    from .ops import library as L
+
+    return L.add(t, Tensor(delta))
+
+
+def _gradients(graph, values):
+    grads, _, _ = graph._backward(values, None, None, None, False, True, None, order=False)
+    return grads

@@ -120,6 +120,8 @@ def test_train_mode_runs_torchvision_at_64_and_the_table_says_so(tmp_path):
     assert zoo.input_side("resnet18") == 32
     assert zoo.input_side("resnet18", train=True) == 64      # Note [Train-mode input size]
     assert zoo.input_side("maxvit_t", train=True) == 224
+    assert zoo.input_side("inception_v3") == 75               # its own minimum
+    assert zoo.input_side("inception_v3", train=True) == 107  # its first 2x2 last map
     assert zoo.input_side("resnet18", size=96) == 96
     # a ViT takes the one size it is built for, in both modes
     assert zoo.input_side("vit_h_14") == zoo.input_side("vit_h_14", train=True) == 28

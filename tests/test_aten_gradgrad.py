@@ -297,6 +297,11 @@ VARIANTS = [
     ("aten.convolution.default", [R(2, 4, 5, 5), R(6, 2, 2, 3, seed=1), None],
      dict(_conv, groups=2, dilation=[2, 1], padding=[1, 1]), None),
     ("aten.convolution.default", [R(1, 4, 7), R(4, 2, 3, seed=1), R(4, seed=2)], _conv1d, None),
+    # transposed (Note [Transposed convolution]): weight (C_in, C_out/groups, *k)
+    ("aten.convolution.default", [R(2, 4, 3, 4), R(4, 3, 3, 2, seed=1), R(6, seed=2)],
+     dict(_conv, transposed=True, groups=2, output_padding=[1, 0]), None),
+    ("aten.convolution.default", [R(1, 2, 4), R(2, 3, 3, seed=1), None],
+     dict(_conv1d, transposed=True, groups=1, output_padding=[1], dilation=[1]), None),
     ("aten.native_batch_norm.default", [R(3, 2, 2), R(2, seed=1), R(2, seed=2), R(2, seed=3),
                                         R(2, seed=4, low=0.5, high=2)], dict(_bn, training=False), [0, 1, 2]),
     ("aten.native_batch_norm.default", [R(4, 3), None, None, None, None], dict(_bn, training=True), None),

@@ -199,6 +199,17 @@ case(CONV, [R(2, 3, 8), R(4, 3, 3, seed=1), R(4, seed=2)],
 case(CONV, [R(2, 4, 9), R(4, 1, 2, seed=1), None],
      {"stride": [1], "padding": [0], "dilation": [3], "transposed": False, "output_padding": [0], "groups": 4})
 case(CONV, [R(2, 3, 5, 6), R(4, 3, 1, 1, seed=1), R(4, seed=2)], _conv, wrt=[1, 2])
+# transposed (Note [Transposed convolution]): weight (C_in, C_out/groups, *k)
+_convT = dict(_conv, transposed=True)
+case(CONV, [R(2, 3, 4, 5), R(3, 2, 3, 3, seed=1), R(2, seed=2)], _convT)
+case(CONV, [R(2, 4, 4, 3), R(4, 3, 3, 2, seed=1), R(6, seed=2)],
+     dict(_convT, stride=[2, 3], padding=[1, 0], output_padding=[1, 2], groups=2))
+case(CONV, [R(1, 2, 3, 3), R(2, 2, 2, 2, seed=1), None], dict(_convT, dilation=[2, 1], stride=[2, 2]))
+case(CONV, [R(2, 3, 5), R(3, 4, 4, seed=1), R(4, seed=2)],
+     {"stride": [2], "padding": [1], "dilation": [1], "transposed": True, "output_padding": [1], "groups": 1})
+case(CONV, [R(1, 2, 2, 3, 2), R(2, 1, 2, 2, 2, seed=1), R(1, seed=2)],
+     {"stride": [2, 1, 2], "padding": [0, 1, 0], "dilation": [1, 1, 1], "transposed": True,
+      "output_padding": [1, 0, 0], "groups": 1})
 MAXPOOL = "aten.max_pool2d_with_indices.default"
 case(MAXPOOL, [R(2, 3, 7, 7)], {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]})
 case(MAXPOOL, [R(1, 2, 6, 5)], {"kernel_size": [2, 2]})
@@ -680,9 +691,10 @@ def test_attention_refuses_dropout():
         OPS[SDPA](q, q, q, None, dropout_p=0.1)
 
 
-def test_transposed_convolution_is_refused():
-    with pytest.raises(ValueError, match="transposed convolution is not supported"):
-        OPS[CONV](Tensor(R(1, 2, 3, 3)), Tensor(R(2, 2, 1, 1)), None, **dict(_conv, transposed=True))
+def test_transposed_convolution_refuses_an_output_padding_as_large_as_stride_and_dilation():
+    with pytest.raises(ValueError, match="output_padding .* must be smaller than either stride"):
+        OPS[CONV](Tensor(R(1, 2, 3, 3)), Tensor(R(2, 2, 1, 1)), None,
+                  **dict(_conv, transposed=True, stride=[2, 2], output_padding=[2, 0]))
 
 
 # -- a small CNN of ATen ops, end to end: CPU vs a simulated accelerator, vs torch ---------

@@ -57,6 +57,10 @@ def _models():
         "lenet": (LeNet(), (2, 1, 28, 28)),
         "encoder": (nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True),
                     (2, 5, 16)),
+        # ConvTranspose as a decoder upsamples (Note [Transposed convolution])
+        "decoder": (nn.Sequential(nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1,
+                                                     output_padding=1), nn.ReLU(),
+                                  nn.ConvTranspose2d(4, 2, 2, stride=2, groups=2)), (2, 3, 4, 4)),
     }
 
 
@@ -142,10 +146,10 @@ def _check_against_torch(module, x, path, dtype, tmp_path, rtol):
 # float64: exact up to summation order, except where the ONNX file itself holds a float32
 # rounding of a constant PyTorch computes in float64 (the encoder's attention multiplies
 # q and k by sqrt(scale), an initializer of the file): gradcli reads the file's value.
-F64 = {"mlp": 1e-12, "lenet": 1e-12, "encoder": 1e-7}
+F64 = {"mlp": 1e-12, "lenet": 1e-12, "encoder": 1e-7, "decoder": 1e-12}
 
 
-@pytest.mark.parametrize("name", ["mlp", "lenet", "encoder"])
+@pytest.mark.parametrize("name", ["mlp", "lenet", "encoder", "decoder"])
 def test_torch_exported_models_give_the_modules_gradients(exported, name, tmp_path):
     module, x, path = exported[name]
     _check_against_torch(module, x, path, "float64", tmp_path, F64[name])

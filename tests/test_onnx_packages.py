@@ -84,7 +84,8 @@ def test_silero_vad_gradients_agree_with_finite_differences(tmp_path):
 
 
 OCR = {"ch_ppocr_mobile_v2.0_cls_infer.onnx": (1, 3, 48, 192),
-       "ch_PP-OCRv4_rec_infer.onnx": (1, 3, 48, 160)}
+       "ch_PP-OCRv4_rec_infer.onnx": (1, 3, 48, 160),
+       "ch_PP-OCRv4_det_infer.onnx": (1, 3, 64, 64)}      # its upsampling: ConvTranspose
 
 
 @pytest.mark.parametrize("name", sorted(OCR))

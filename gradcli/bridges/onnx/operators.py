@@ -389,8 +389,7 @@ def _conv(ctx, ins, attrs, n):
 @onnx_op("ConvTranspose", attrs={**_CONV_ATTRS, "output_padding": ("ints", None),
                                  "output_shape": ("ints", None)},
          aten="aten.convolution.default",
-         doc="symmetric pads, no output_shape; runs once aten.convolution.default runs "
-         "transposed convolutions (this build refuses them)")
+         doc="symmetric pads, no output_shape")
 def _conv_transpose(ctx, ins, attrs, n):
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None

@@ -19,6 +19,9 @@ from .registry import aten, defvjp
 def _check(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
            output_mask):
     _full_mask(output_mask)
+    if transposed:           # its VJPs below are the plain convolution's double backward
+        raise ValueError("convolution_backward: transposed=True is not supported as an op of a graph "
+                         "file (aten.convolution with transposed=True is)")
     (shape, _), = _convolution_meta(input, weight, None, stride, padding, dilation, transposed, output_padding,
                                     groups)
     if tuple(grad_output.shape) != tuple(shape):

@@ -22,23 +22,37 @@ from .shape import contiguous, view
 
 
 # -- convolution ----------------------------------------------------------------------
+def _out_channels(weight, transposed, groups):
+    return weight.shape[1] * int(groups) if transposed else weight.shape[0]
+
+
 def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """The output's shape and dtype, with the kernel's own checks (nothing computed)."""
+    d, stride, padding, dilation, output_padding = _params(weight, stride, padding, dilation,
+                                                           output_padding)
+    _check_input("convolution", input, weight, d, bool(transposed), int(groups))
     if transposed:
-        raise ValueError("convolution: transposed convolution is not supported")
-    d, stride, padding, dilation, _ = _params(weight, stride, padding, dilation, output_padding)
-    _check_input("convolution", input, weight, d, False, int(groups))
-    out = _out_size(input.shape[2:], weight.shape[2:], stride, padding, dilation)
+        for op, s, dl in zip(output_padding, stride, dilation):
+            if op >= s and op >= dl:      # ATen: "output padding must be smaller than either
+                raise ValueError(          # stride or dilation"
+                    f"convolution: output_padding {list(output_padding)} must be smaller than "
+                    f"either stride {list(stride)} or dilation {list(dilation)}")
+        out = [(i - 1) * s - 2 * p + dl * (k - 1) + op + 1 for i, s, p, dl, k, op in zip(
+            input.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding)]
+    else:
+        out = _out_size(input.shape[2:], weight.shape[2:], stride, padding, dilation)
     if any(v <= 0 for v in out):
         raise ValueError(f"convolution: output size {list(out)} is empty for input "
                          f"{list(input.shape)} and weight {list(weight.shape)}")
+    channels = _out_channels(weight, transposed, groups)
     dtypes = [input.dtype, weight.dtype]
     if bias is not None:
-        if bias.shape != (weight.shape[0],):
+        if bias.shape != (channels,):
             raise ValueError(f"convolution: bias of shape {list(bias.shape)} does not match "
-                             f"{weight.shape[0]} output channels")
+                             f"{channels} output channels")
         dtypes.append(bias.dtype)
-    channels = 0 if input.shape[1] == 0 else weight.shape[0]      # Note [no input channels] (conv.py)
+    if input.shape[1] == 0:                 # Note [no input channels] (conv.py)
+        channels = 0
     return [((input.shape[0], channels) + tuple(out), np.result_type(*dtypes))]
 
 
@@ -46,11 +60,13 @@ def _convolution_meta(input, weight, bias, stride, padding, dilation, transposed
       "SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
       "ConvolutionBackward0", meta=_convolution_meta)
 def convolution_op(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise ValueError("convolution: transposed convolution is not supported")
-    if bias is not None and bias.shape != (weight.shape[0],):
+    if transposed:                          # the checks the kernel leaves to ATen's meta
+        _convolution_meta(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                          groups)
+    channels = _out_channels(weight, transposed, groups)
+    if bias is not None and bias.shape != (channels,):
         raise ValueError(f"convolution: bias of shape {list(bias.shape)} does not match "
-                         f"{weight.shape[0]} output channels")
+                         f"{channels} output channels")
     return K.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 
 
@@ -104,14 +120,28 @@ core_defvjp(conv_grad_weight,
 
 # input, weight, bias: "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(),
 #   stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : ..."
+#
+# Note [Transposed convolution]: a transposed convolution is the input half of a plain
+# one, y = conv_grad_input(x, w) with x in grad_output's place; so its input's gradient
+# is the plain convolution of g with the same weight (its output has x's size: an
+# output_padding below the stride adds rows the plain convolution's floor drops again)
+# and its weight's is the weight half with the roles of x and g swapped. Both are the
+# ops above, whose VJPs are each other's, so every order records itself as for the
+# plain convolution (PyTorch's nodes are the same ConvolutionBackward0 and
+# ConvolutionBackwardBackward0).
 def _convolution_vjp_input(g, ans, input, weight, bias, stride, padding, dilation, transposed, output_padding,
                            groups):
+    if transposed:
+        return _conv(g, weight, **_conv_args(stride, padding, dilation, groups))
     return conv_grad_input(g, weight, input_shape=tuple(input.shape),
                            **_conv_args(stride, padding, dilation, groups))
 
 
 def _convolution_vjp_weight(g, ans, input, weight, bias, stride, padding, dilation, transposed, output_padding,
                             groups):
+    if transposed:
+        return conv_grad_weight(input, g, weight_shape=tuple(weight.shape),
+                                **_conv_args(stride, padding, dilation, groups))
     return conv_grad_weight(g, input, weight_shape=tuple(weight.shape),
                             **_conv_args(stride, padding, dilation, groups))
 

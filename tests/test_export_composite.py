@@ -118,3 +118,19 @@ def test_a_norm_of_a_zero_vector_has_pytorchs_gradient_not_its_decompositions(tm
     graph.write(str(tmp_path))
     result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
     assert result.exit_code == 0, result.output
+
+
+def test_a_body_that_defines_its_inputs_name_keeps_the_input(tmp_path):
+    """log_sigmoid_forward of a tensor named ``sub`` (the result of Tanhshrink's x - tanh x):
+    its decomposition defines a ``sub`` of its own, which must not rename the input."""
+    module = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanhshrink(), torch.nn.LogSigmoid())
+    graph = from_module(module, (torch.randn(3, 6),), dtype="float64")
+    entry = next(op for op in graph.document["ops"] if "composite" in op)
+    assert entry["inputs"] == ["sub"]
+    body = entry["composite"]["body"]
+    assert body[0]["inputs"][-1] == "sub"                        # the input, read first
+    defined = [op.get("output") for op in body]
+    assert "sub" not in defined and entry["outputs"][0] in defined
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output

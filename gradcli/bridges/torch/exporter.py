@@ -774,14 +774,7 @@ class _Converter:
             self.missing.setdefault(entry["op"], (False, _source_line(node) + " (its "
                                                   "decomposition returns an input or a constant)"))
             return
-        rename = dict(zip(inner_out, outer))
-        taken = set(outer)
-        for op in body:                 # the body's own names must not shadow an output
-            for key in ("output", "outputs"):
-                for n in ([op[key]] if key == "output" else op.get(key, [])):
-                    if n in taken and n not in rename:
-                        rename[n] = f"{n}.body"
-        body = [_renamed(op, rename) for op in body]
+        body = _body_names(body, dict(zip(inner_out, outer)), set(outer) | set(leaf_names))
         constants = [n for n in sub_tensors if n.startswith(sub.const_prefix)]
         for n in constants:
             self.tensors[n] = sub_tensors[n]
@@ -875,17 +868,35 @@ class _Slot:
         self.index = index
 
 
-def _renamed(op, rename):
+def _body_names(body, rename, taken):
+    """A composite's body with its own names set apart, in order: an op's inputs read the
+    names defined so far (a name the body has not defined yet is one of the composite's
+    inputs), and each name it defines becomes its ``rename`` (an inner output -> the
+    entry's output), or ``NAME.body`` where ``NAME`` is ``taken`` (an output of the entry,
+    or an input: the decomposition of log_sigmoid_forward of a tensor named ``sub`` defines
+    its own ``sub``, which must not become the input's name)."""
+    current, out = {}, []
+    for op in body:
+        op = _renamed(op, current, outputs=False)
+        for key in ("output", "outputs"):
+            for n in ([op[key]] if key == "output" else op.get(key, [])):
+                current[n] = rename.get(n, f"{n}.body" if n in taken else n)
+        out.append(_renamed(op, current, inputs=False))
+    return out
+
+
+def _renamed(op, rename, inputs=True, outputs=True):
     def ren(v):
         if isinstance(v, list):
             return [ren(x) for x in v]
         return rename.get(v, v) if isinstance(v, str) else v
 
     out = dict(op)
-    out["inputs"] = ren(op["inputs"])
-    if "output" in op:
+    if inputs:
+        out["inputs"] = ren(op["inputs"])
+    if outputs and "output" in op:
         out["output"] = ren(op["output"])
-    if "outputs" in op:
+    if outputs and "outputs" in op:
         out["outputs"] = ren(op["outputs"])
     return out
 

@@ -213,3 +213,28 @@ def test_a_unet_with_transposed_convolutions_exports_and_validates(tmp_path, dty
     assert len(transposed) == 2
     assert graph.document["expect"]["order"].count("ConvolutionBackward0") == 5
     _validate(graph, tmp_path)
+
+
+class Targets(torch.nn.Module):
+    """Buffers named as traced ops are (``t``, the transpose of a linear layer's weight)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(6, 5)
+        self.register_buffer("t", torch.rand(4, 5))
+        self.register_buffer("y", torch.tensor([1, 0, 4, 2]))
+
+    def forward(self, x):
+        z = self.fc(x)
+        return torch.nn.functional.cross_entropy(z, self.y) + torch.nn.functional.mse_loss(z, self.t)
+
+
+def test_an_op_named_like_a_buffer_is_named_apart(tmp_path):
+    """Note [Op names apart from leaves]: the buffer keeps its name ``t``; the op's output
+    is ``t.op``."""
+    graph = from_module(Targets(), (torch.randn(4, 6),), dtype="float64")
+    assert "t" in graph.document["tensors"]
+    outputs = [op.get("output") for op in graph.document["ops"]]
+    assert "t.op" in outputs and "t" not in outputs
+    _validate(graph, tmp_path)

@@ -27,7 +27,8 @@ Names in the file: leaves keep the module's parameter and buffer names
 ``input1``, ... for several; a keyword input is named after its keyword,
 ``input_ids``), the loss target ``target``, folded constants
 ``const.NODE``; every op's ``id`` and output names are the traced node names
-(``addmm``, ``getitem_3``; ``NODE.i`` for a result no traced node reads).
+(``addmm``, ``getitem_3``; ``NODE.i`` for a result no traced node reads; ``NODE.op``
+where a leaf has the node's name, Note [Op names apart from leaves]).
 
 Note [Projection loss]: without a loss the exported scalar is
 ``sum_i sum(out_i * R_i)`` over the module's floating outputs, where ``R_i`` is
@@ -474,6 +475,7 @@ class _Converter:
         self.kept_inplace = set()   # in-place ops written as traced (Note [In-place kept])
         self.nodes = list(gm.graph.nodes)
         self.leaf_names = leaf_names
+        self.reserved = set(leaf_names)    # Note [Op names apart from leaves]
         self.leaf_values = leaf_values
         # Buffers and the projection count as constants (spec); they stay leaf tensors.
         self.leaf_dynamic = [not k.startswith(("buffer:", "projection:")) for k in leaf_kinds]
@@ -661,7 +663,14 @@ class _Converter:
             return self.const_at[(node, reader)]
         if node in names:
             return names[node]
-        return node.name                # a getitem: named by its op's ``outputs``
+        return self._out(node)          # a getitem: named by its op's ``outputs``
+
+    # Note [Op names apart from leaves]: an op's outputs are named after its traced node
+    # (``t``, ``add``, ``sub_1``) and leaves after the module's parameters and buffers,
+    # which a user may name alike (a buffer ``t`` beside the ``t`` of a linear layer's
+    # weight): such an output is named ``NODE.op`` instead.
+    def _out(self, node):
+        return f"{node.name}.op" if node.name in self.reserved else node.name
 
     def _op(self, node, value, names, const_names, dynamic, requires, leaves_used):
         overload = node.target
@@ -698,13 +707,13 @@ class _Converter:
             outs = [f"{node.name}.{i}" for i in range(len(value))]
             for user in node.users:
                 if user.target is operator.getitem:
-                    outs[user.args[1]] = user.name
+                    outs[user.args[1]] = self._out(user)
             for i, v in enumerate(value):
                 if not isinstance(v, torch.Tensor):
                     _fail(node, "it returns a non-tensor value")
             entry["outputs"] = outs
         elif isinstance(value, torch.Tensor):
-            entry["output"] = node.name
+            entry["output"] = self._out(node)
         else:
             _fail(node, f"it returns a {type(value).__name__}, not a tensor, from data the loss "
                         "depends on")

@@ -308,6 +308,7 @@ VARIANTS = [
     ("aten.native_layer_norm.default", [R(3, 4), R(4, seed=1), None], {"normalized_shape": [4], "eps": 0.1}, None),
     ("aten.nll_loss_forward.default", [R(4, 3), I(1, 0, 2, 1), None], {"reduction": 0, "ignore_index": -100}, [0]),
     ("aten.gelu_backward.default", [R(2, 3), R(2, 3, seed=1) * 2], {"approximate": "none"}, None),
+    ("aten.adaptive_max_pool2d.default", [distinct(2, 3, 7, 5)], {"output_size": [3, 2]}, None),
     ("aten.max_pool2d_with_indices.default", [distinct(2, 5, 6)],
      {"kernel_size": [2, 3], "stride": [1, 2], "padding": [1, 1], "dilation": [2, 1], "ceil_mode": True}, None),
 ]

@@ -218,6 +218,13 @@ case(MAXPOOL, [R(2, 8, 8)], {"kernel_size": [2, 3], "stride": [1, 2], "padding":
 case("aten.max_pool2d_with_indices_backward.default",
      [R(1, 2, 3, 3), R(1, 2, 5, 5, seed=1), np.array([[[[0, 2, 4], [10, 12, 14], [21, 23, 24]]] * 2])],
      {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": False})
+AMAXPOOL = "aten.adaptive_max_pool2d.default"
+case(AMAXPOOL, [R(2, 3, 7, 5)], {"output_size": [3, 2]})              # overlapping windows
+case(AMAXPOOL, [R(3, 4, 4)], {"output_size": [2, 4]})                 # unbatched
+case(AMAXPOOL, [R(1, 2, 3, 3)], {"output_size": [5, 1]})              # more outputs than rows
+case(AMAXPOOL, [np.swapaxes(R(2, 3, 5, 7), 2, 3)], {"output_size": [2, 3]})   # non-contiguous
+case("aten.adaptive_max_pool2d_backward.default",
+     [R(1, 2, 2, 2), R(1, 2, 4, 4, seed=1), np.array([[[[0, 3], [9, 15]]] * 2])], {})
 AVGPOOL = "aten.avg_pool2d.default"
 case(AVGPOOL, [R(2, 3, 6, 6)], {"kernel_size": [2, 2], "stride": [2, 2]})
 case(AVGPOOL, [R(1, 2, 5, 6)], {"kernel_size": [3, 3], "stride": [1, 2], "padding": [1, 1],

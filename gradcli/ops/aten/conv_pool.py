@@ -227,6 +227,27 @@ defvjp(max_pool2d_with_indices_backward, _max_pool_double_backward,
        lambda gg, ans, go, self, indices, **args: _zeros_for(self, gg), None)
 
 
+@aten("adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)", "AdaptiveMaxPool2DBackward0",
+      differentiable_outputs=(True, False))
+def adaptive_max_pool2d_op(self, output_size):
+    return K.adaptive_max_pool2d(self, output_size)
+
+
+@aten("adaptive_max_pool2d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor",
+      "AdaptiveMaxPool2DBackwardBackward0")
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    return K.adaptive_max_pool2d_backward(grad_output, self, indices)
+
+
+# self: adaptive_max_pool2d_backward(grad, self, result1)
+defvjp(adaptive_max_pool2d_op,
+       lambda gs, ans, self, output_size: adaptive_max_pool2d_backward(gs[0], _shaped(self.shape, gs[0]),
+                                                                       _value(ans[1])))
+# grad_output: max_pool_double_backward(grad, indices, 2); self: zeros_like(self), as max pooling's
+defvjp(adaptive_max_pool2d_backward, _max_pool_double_backward,
+       lambda gg, ans, go, self, indices, **args: _zeros_for(self, gg), None)
+
+
 @aten("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, "
       "bool count_include_pad=True, int? divisor_override=None) -> Tensor", "AvgPool2DBackward0", saves=False)
 def avg_pool2d_op(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,

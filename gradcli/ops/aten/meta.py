@@ -296,6 +296,30 @@ def _adaptive_avg_pool2d(self, output_size):
     return [(self.shape[:-2] + tuple(out), self.dtype)]
 
 
+@_rule("aten.adaptive_max_pool2d.default")
+def _adaptive_max_pool2d(self, output_size):
+    out = adaptive_output_size("adaptive_max_pool2d", self, output_size)
+    if min(out) < 1:
+        raise ValueError(f"adaptive_max_pool2d: output_size {list(out)} must be positive")
+    shape = self.shape[:-2] + tuple(out)
+    return [(shape, self.dtype), (shape, _LONG)]
+
+
+@_rule("aten.adaptive_max_pool2d_backward.default")
+def _adaptive_max_pool2d_backward(grad_output, self, indices):
+    # grad_output and indices are the pooled output's shape: self's leading dims
+    name = "adaptive_max_pool2d_backward"
+    check_dtype(name, self, "f")
+    if np.dtype(indices.dtype) != _LONG:
+        raise ValueError(f"{name}: indices must be int64, got {indices.dtype}")
+    if tuple(grad_output.shape) != tuple(indices.shape) or grad_output.ndim != self.ndim \
+            or grad_output.shape[:-2] != self.shape[:-2]:
+        raise ValueError(f"{name}: grad_output {list(grad_output.shape)} and indices "
+                         f"{list(indices.shape)} must have one shape, with the leading dims of self "
+                         f"{list(self.shape)}")
+    return [(self.shape, grad_output.dtype)]
+
+
 @_rule("aten._adaptive_avg_pool2d_backward.default")
 def _adaptive_avg_pool2d_backward(grad_output, self):
     # PyTorch's adaptive_avg_pool2d_backward_out_cpu_template: grad_output has self's

@@ -262,3 +262,44 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
     xp, ph, pw = _adaptive_setup("_adaptive_avg_pool2d_backward", self,
                                  grad_output.shape[-2:], backward=True)
     return xp.matmul(xp.matmul(ph.T, grad_output), pw)
+
+
+def adaptive_max_pool2d(self, output_size):
+    """``aten.adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)``.
+
+    Output ``(oh, ow)`` is the maximum over PyTorch's adaptive window (rows
+    ``[floor(oh*H/OH), ceil((oh+1)*H/OH))``, the columns likewise) and its position in
+    the flattened ``H*W`` plane; ties keep the first position in row-major order and a
+    NaN wins (the last NaN), as PyTorch's CPU kernel, whose scan this repeats window by
+    window, every plane at once."""
+    out = adaptive_output_size("adaptive_max_pool2d", self, output_size)
+    if min(out) < 1:
+        raise ValueError(f"adaptive_max_pool2d: output_size {list(out)} must be positive")
+    xp = array_module(self)
+    h, w = self.shape[-2:]
+    x3 = self.reshape(-1, h, w)
+    planes = x3.shape[0]
+    values = xp.empty((planes,) + tuple(out), dtype=self.dtype)
+    indices = xp.empty((planes,) + tuple(out), dtype=xp.int64)
+    for i in range(out[0]):
+        r0, r1 = (i * h) // out[0], -((-(i + 1) * h) // out[0])
+        for j in range(out[1]):
+            c0, c1 = (j * w) // out[1], -((-(j + 1) * w) // out[1])
+            best = xp.full(planes, -np.inf, dtype=self.dtype)
+            where = xp.full(planes, r0 * w + c0, dtype=xp.int64)
+            for r in range(r0, r1):
+                for c in range(c0, c1):
+                    v = x3[:, r, c]
+                    take = (v > best) | xp.isnan(v)
+                    best = xp.where(take, v, best)
+                    where = xp.where(take, r * w + c, where)
+            values[:, i, j] = best
+            indices[:, i, j] = where
+    shape = tuple(self.shape[:-2]) + tuple(out)
+    return values.reshape(shape), indices.reshape(shape)
+
+
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    """``aten.adaptive_max_pool2d_backward(Tensor grad_output, Tensor self, Tensor indices)
+    -> Tensor``: ``grad_output`` scatter-added into ``self``'s shape at ``indices``."""
+    return max_pool2d_with_indices_backward(grad_output, self, None, None, None, None, None, indices)

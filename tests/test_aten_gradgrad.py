@@ -150,6 +150,9 @@ GRADGRAD = {
         [R(1, 2, 3, 3), R(1, 2, 5, 5, seed=1), np.array([[[[0, 2, 4], [10, 12, 14], [21, 23, 24]]] * 2])],
         {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1], "dilation": [1, 1], "ceil_mode": False},
         [0]),
+    "aten.adaptive_max_pool2d_backward.default": (
+        [R(1, 2, 2, 2), R(1, 2, 4, 4, seed=1), np.array([[[[0, 3], [9, 15]]] * 2])], {}, [0]),
+    "aten.adaptive_max_pool2d.default": ([distinct(1, 2, 5, 4)], {"output_size": [2, 3]}, None),
     "aten.convolution.default": ([R(2, 2, 5, 4), R(3, 2, 3, 2, seed=1), R(3, seed=2)], _conv, None),
     "aten.max_pool2d_with_indices.default": ([distinct(1, 2, 5, 5)],
                                              {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]},
@@ -308,7 +311,7 @@ VARIANTS = [
     ("aten.native_layer_norm.default", [R(3, 4), R(4, seed=1), None], {"normalized_shape": [4], "eps": 0.1}, None),
     ("aten.nll_loss_forward.default", [R(4, 3), I(1, 0, 2, 1), None], {"reduction": 0, "ignore_index": -100}, [0]),
     ("aten.gelu_backward.default", [R(2, 3), R(2, 3, seed=1) * 2], {"approximate": "none"}, None),
-    ("aten.adaptive_max_pool2d.default", [distinct(2, 3, 7, 5)], {"output_size": [3, 2]}, None),
+    ("aten.adaptive_max_pool2d.default", [distinct(2, 3, 7, 5)], {"output_size": [3, 2]}, None),   # overlaps
     ("aten.max_pool2d_with_indices.default", [distinct(2, 5, 6)],
      {"kernel_size": [2, 3], "stride": [1, 2], "padding": [1, 1], "dilation": [2, 1], "ceil_mode": True}, None),
 ]

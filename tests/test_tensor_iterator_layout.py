@@ -161,3 +161,58 @@ def test_rotary_embedding_then_attention_merges_heads_with_a_view_as_torch():
     theirs = _rotary_attention(torch_call, *[torch.from_numpy(v) for v in arrays])
     np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-10)
     assert _strides(ours) == _torch_strides(theirs)
+
+
+# -- convolution: Note [channels-last outputs] ---------------------------------------------------
+def _conv_args(transposed=False, groups=1):
+    return {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "transposed": transposed,
+            "output_padding": [0, 0], "groups": groups}
+
+
+@pytest.mark.parametrize("x_order, w_order", [
+    ((0, 1, 2, 3), (0, 1, 2, 3)),          # contiguous: contiguous output
+    ((0, 2, 3, 1), (0, 1, 2, 3)),          # a channels-last input
+    ((0, 1, 2, 3), (0, 2, 3, 1)),          # a channels-last weight
+    ((0, 3, 2, 1), (0, 1, 2, 3)),          # another permutation: not channels-last
+    ((0, 2, 3, 1), (0, 2, 3, 1)),
+])
+@pytest.mark.parametrize("transposed, groups", [(False, 1), (False, 4), (True, 1)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_convolution_output_takes_the_memory_format_pytorch_suggests(x_order, w_order, transposed,
+                                                                     groups, dtype):
+    x = laid((2, 4, 5, 6), x_order).astype(dtype)
+    w = laid((4, 4 // groups, 3, 3), w_order, 1).astype(dtype)
+    args = _conv_args(transposed, groups)
+    got = OPS["aten.convolution.default"](Tensor(x), Tensor(w), None, **args).data
+    want = _torch("aten.convolution.default", torch.from_numpy(x), torch.from_numpy(w), None, **args)
+    assert _strides(got) == _torch_strides(want)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want.numpy(), rtol=tol, atol=tol)
+
+
+def test_segformers_mix_ffn_views_what_pytorch_views(tmp_path):
+    """transpose(1, 2).view(B, C, H, W) into a depthwise convolution, then
+    flatten(2).transpose(1, 2), gelu and view: PyTorch's channels-last convolution output
+    makes that last view valid, and gradcli's must too."""
+    from click.testing import CliRunner
+
+    from gradcli.bridges.torch import from_module
+    from gradcli.cli import main as gradcli_main
+
+    class MixFFN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.dwconv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):                               # x: (B, H*W, C)
+            b, n, c = x.shape
+            h = self.dwconv(x.transpose(1, 2).view(b, c, 4, 4))
+            h = torch.nn.functional.gelu(h.flatten(2).transpose(1, 2))
+            return self.fc(h.view(b * n, c))
+
+    graph = from_module(MixFFN(), (torch.randn(2, 16, 8),), dtype="float64")
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output

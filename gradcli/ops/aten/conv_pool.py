@@ -19,6 +19,7 @@ from ..library import _value
 from .nn import embedding
 from .registry import aten, defvjp
 from .shape import contiguous, view
+from .tensor_iterator import channels_last, suggests_channels_last
 
 
 # -- convolution ----------------------------------------------------------------------
@@ -67,7 +68,10 @@ def convolution_op(input, weight, bias, stride, padding, dilation, transposed, o
     if bias is not None and bias.shape != (channels,):
         raise ValueError(f"convolution: bias of shape {list(bias.shape)} does not match "
                          f"{channels} output channels")
-    return K.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    out = K.convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    if out.ndim == 4 and (suggests_channels_last(input) or suggests_channels_last(weight)):
+        out = channels_last(out)         # Note [channels-last outputs] (tensor_iterator.py)
+    return out
 
 
 # Note [convolution double backward]: the two halves of convolution_backward are ops

@@ -137,3 +137,40 @@ def lays_out(forward, order=None):
             return type(out)(lay_out(o, arrays) if hasattr(o, "ndim") else o for o in out)
         return lay_out(out, arrays) if hasattr(out, "ndim") else out
     return laid_out
+
+
+# Note [channels-last outputs]: PyTorch's CPU convolution allocates its output in the
+# memory format its input or weight suggests (``thnn_conv_use_channels_last``,
+# ``mkldnn_conv_use_channels_last``: either one channels-last gives a channels-last
+# output). A model that reaches a convolution through ``transpose(1, 2).view(B, C, H,
+# W)`` (SegFormer's Mix-FFN) hands it a channels-last input without asking, and its
+# later ``flatten(2).transpose(1, 2)`` then ``view`` relies on the output's layout.
+def suggests_channels_last(x) -> bool:
+    """PyTorch's ``suggest_memory_format() == ChannelsLast`` of a 4-d array
+    (``is_channels_last_strides_2d``): dims 1, 3, 2, 0 in increasing stride order, with
+    its tie-breaks (a size-1 channel dim, or N111 shapes, stay contiguous).
+
+    >>> suggests_channels_last(np.zeros((2, 4, 3, 3)).transpose(0, 3, 1, 2))
+    False
+    >>> suggests_channels_last(np.zeros((2, 3, 3, 4)).transpose(0, 3, 1, 2))
+    True
+    """
+    if getattr(x, "ndim", 0) != 4:
+        return False
+    sizes = x.shape
+    strides = [s // x.itemsize for s in x.strides]
+    if strides[1] == 0:
+        return False
+    low = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < low:
+            return False
+        if d == 0 and low == strides[1]:
+            return False
+        low = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
+
+
+def channels_last(y):
+    """``y`` (4-d) laid out channels-last: the same values, NHWC in memory."""
+    return np.ascontiguousarray(y.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)

@@ -238,3 +238,56 @@ def test_an_op_named_like_a_buffer_is_named_apart(tmp_path):
     outputs = [op.get("output") for op in graph.document["ops"]]
     assert "t.op" in outputs and "t" not in outputs
     _validate(graph, tmp_path)
+
+
+class MadeLeaf(torch.nn.Module):
+    """wav2vec2's feature encoder: a tensor computed from the input is made to require
+    grad in train mode (``requires_grad = True``, or ``requires_grad_()``)."""
+
+    def __init__(self, method):
+        super().__init__()
+        torch.manual_seed(0)
+        self.method = method
+        self.conv = torch.nn.Conv1d(1, 4, 3)
+
+    def forward(self, x):
+        h = x[:, None]
+        if self.method == "setter":
+            h.requires_grad = True
+        else:
+            h = h.requires_grad_()
+        return self.conv(h * 2.0)
+
+
+@pytest.mark.parametrize("method", ["setter", "requires_grad_"])
+def test_a_tensor_made_to_require_grad_is_a_leaf_as_in_pytorch(tmp_path, method):
+    """Note [Leaves made in the forward]: its value is a constant leaf that requires grad;
+    the mul that reads it records a node and its AccumulateGrad runs, as in PyTorch."""
+    graph = from_module(MadeLeaf(method), (torch.randn(2, 9),), dtype="float64")
+    made = [n for n, spec in graph.document["tensors"].items()
+            if n.startswith("const.") and spec.get("requires_grad")]
+    assert len(made) == 1
+    order = graph.document["expect"]["order"]
+    assert order.count("AccumulateGrad") == 3 and "MulBackward0" in order   # weight, bias, h
+    _validate(graph, tmp_path)
+
+
+class NumpyMask(torch.nn.Module):
+    """A train-mode mask drawn from NumPy's global generator (as wav2vec2's SpecAugment)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(6, 6)
+        self.fill = torch.nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        mask = torch.from_numpy(np.random.rand(*x.shape) < 0.5)
+        return self.fc(torch.where(mask, self.fill.expand_as(x), x))
+
+
+def test_numpys_draws_are_the_same_in_the_trace_and_the_modules_backward(tmp_path):
+    """Note [Seeded draws]: both start from the export's seed."""
+    np.random.seed(123)                       # whatever the caller's state
+    graph = from_module(NumpyMask(), (torch.randn(4, 6),), dtype="float64")
+    _validate(graph, tmp_path)

@@ -6,7 +6,9 @@ whole dim (``q[..., :rotary_dim]`` with ``rotary_dim`` the full head size, as Ph
 partial rotary embedding takes it). The first stops the gradient, the second passes
 it on. ``DetachMarks`` is a torch function mode active while the module is traced:
 it sees the Python-level ``detach`` calls and marks the node each one traced as
-(``node.meta[MARK]``), so the exporter writes exactly those as ``aten.detach``.
+(``node.meta[MARK]``), so the exporter writes exactly those as ``aten.detach``. It also
+marks the nodes whose tensor the module makes require grad (``node.meta[LEAF]``, Note
+[Leaves made in the forward] in exporter.py).
 
 Example::
 
@@ -20,6 +22,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 MARK = "gradcli_detach"
+LEAF = "gradcli_made_leaf"      # Note [Leaves made in the forward] (exporter.py)
 
 
 def _proxy_api():
@@ -43,12 +46,31 @@ class DetachMarks(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if self.working and func in (torch.Tensor.detach, torch.detach):
-            get_proxy_mode, get_proxy_slot = self.api
-            mode = get_proxy_mode()
-            slot = None if mode is None else get_proxy_slot(out, mode.tracer, None)
-            proxy = getattr(slot, "proxy", None)
+            proxy = self._proxy(out)
             if proxy is None:
                 self.working = False    # cannot tell: the exporter's fallback rule decides
             else:
                 proxy.node.meta[MARK] = True
+        elif self.api is not None and _sets_requires_grad(func, args, kwargs):
+            proxy = self._proxy(args[0])
+            if proxy is not None:
+                proxy.node.meta[LEAF] = True
         return out
+
+    def _proxy(self, tensor):
+        get_proxy_mode, get_proxy_slot = self.api
+        mode = get_proxy_mode()
+        slot = None if mode is None else get_proxy_slot(tensor, mode.tracer, None)
+        return getattr(slot, "proxy", None)
+
+
+def _sets_requires_grad(func, args, kwargs):
+    """``t.requires_grad = True`` or ``t.requires_grad_()`` (``_(True)``) on a tensor."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return False
+    if getattr(func, "__self__", None) is torch._C.TensorBase.requires_grad:     # the setter
+        return len(args) > 1 and bool(args[1])
+    if func is torch.Tensor.requires_grad_:
+        flag = args[1] if len(args) > 1 else (kwargs or {}).get("requires_grad", True)
+        return bool(flag)
+    return False

@@ -117,7 +117,7 @@ from torch.utils import _pytree as pytree
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from ..graphfile import ExportedGraph
-from .detach_marks import MARK as DETACH_MARK, DetachMarks
+from .detach_marks import LEAF as LEAF_MARK, MARK as DETACH_MARK, DetachMarks
 from .reference import attach_reference, reference_note
 from .versions import differs
 
@@ -183,7 +183,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
             out = torch.func.functional_call(work, (params, buffers), inputs, kw)
             return loss_fn(out, extras)
 
-    torch.manual_seed(seed)
+    _seed(seed)
     gm = _call_module(lambda: make_fx(traced, record_stack_traces=True,
                                       _error_on_data_dependent_ops=False)(
         params, {k: v.clone() for k, v in buffers0.items()}, inputs, kw, extras))
@@ -196,7 +196,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     conv.detach_marked = marks.working
     doc_ops, tensors, arrays, root = conv.run()
 
-    torch.manual_seed(seed)
+    _seed(seed)
     grads, order, functions = _call_module(lambda: _reference_backward(reference, inputs, kw,
                                                                        extras, loss_fn),
                                            "running the backward of")
@@ -473,6 +473,7 @@ class _Converter:
         self.data_dependent = []    # Note [Data-dependent paths]: what the inputs decided
         self.inplace_on_views = 0   # in-place ops on views, written out of place
         self.kept_inplace = set()   # in-place ops written as traced (Note [In-place kept])
+        self.made_leaves = set()    # Note [Leaves made in the forward]
         self.nodes = list(gm.graph.nodes)
         self.leaf_names = leaf_names
         self.reserved = set(leaf_names)    # Note [Op names apart from leaves]
@@ -530,6 +531,11 @@ class _Converter:
                         _fail(node, "it is not an ATen operator")
                     continue
                 base = node.target._schema.name.split("::", 1)[1]
+                if node.meta.get(LEAF_MARK) and not any(i in requires for i in inputs):
+                    self.made_leaves.add(node)      # Note [Leaves made in the forward]
+                    dynamic.add(node)
+                    requires.add(node)
+                    continue
                 if base in METADATA_ONLY or not any(i in dynamic for i in inputs):
                     continue                        # folded (or dropped when nothing reads it)
                 if _data_dependent(node, env[node]):
@@ -555,7 +561,7 @@ class _Converter:
                                 and S.is_view(target.target._schema):
                             self.inplace_on_views += 1  # Note [In-place on views]
                 for i in inputs:                    # capture constants as this op reads them
-                    if i not in dynamic and i.op != "placeholder":
+                    if (i not in dynamic or i in self.made_leaves) and i.op != "placeholder":
                         self.const_at[(i, node)] = self._capture(i, before.get(i, env[i]),
                                                                  const_names, tensors, arrays)
                 pending.append((node, env[node]))
@@ -629,7 +635,7 @@ class _Converter:
         name = base if not seen else f"{base}.v{len(seen) + 1}"
         captured = value.detach().clone()
         seen.append((name, captured))
-        tensors[name] = {}
+        tensors[name] = {"requires_grad": True} if node in self.made_leaves else {}
         arrays[name] = np.ascontiguousarray(captured.cpu().numpy())
         return name
 
@@ -647,7 +653,7 @@ class _Converter:
     def _walk_needed(self, needed, stack, dynamic):
         while stack:
             node = stack.pop()
-            if node in needed or node not in dynamic:
+            if node in needed or node not in dynamic or node in self.made_leaves:
                 continue
             needed.add(node)
             for i in node.all_input_nodes:
@@ -938,6 +944,26 @@ def _reference_backward(module, inputs, kw, extras, loss_fn):
     return grads, order, functions
 
 
+# Note [Seeded draws]: train-mode randomness draws from torch's generator (dropout) or,
+# in some models, from NumPy's global one (wav2vec2's SpecAugment time masks come from
+# ``np.random``): the trace and the module's own backward must draw the same, so both
+# start from the export's seed in both generators. The trace keeps NumPy's draws as the
+# constants they became; torch's random ops stay ops drawing from the file's seed.
+def _seed(seed):
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2 ** 32)
+
+
+# Note [Leaves made in the forward]: a module may make a tensor it computed from its
+# inputs require grad (wav2vec2's feature encoder: ``hidden_states = input_values[:, None];
+# hidden_states.requires_grad = True`` in train mode, for gradient checkpointing). In
+# PyTorch that tensor is then a leaf: its consumers' gradients stop there, in an
+# AccumulateGrad node of the backward's order. The trace records no op for it;
+# DetachMarks marks its node, and the exporter writes its value as a constant leaf that
+# requires grad (``const.NODE``, requires_grad: true), read by its consumers, which the
+# module's gradient then reaches as it does in PyTorch. A tensor that already requires
+# grad cannot be made a leaf (PyTorch refuses that), so only values computed from data
+# without gradients are marked.
 # Note [Python Functions]: a ``torch.autograd.Function`` (BLOOM's GeLUFunction, a
 # straight-through estimator, reentrant checkpointing) records one node whose backward
 # is the class's Python ``backward``. The trace sees only the ATen ops of its

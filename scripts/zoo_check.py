@@ -234,6 +234,9 @@ def run_one(spec):
         gen = torch.Generator().manual_seed(0)
         args, kwargs = (torch.randn(shapes["x"], generator=gen),), {}
         base = {"input": list(shapes["x"]), "config": _trim(name, model)}
+    elif zoo == "beyond":
+        model, args, kwargs = _beyond().build(name)
+        base = {"input": None, "config": None}
     else:
         model, _, kwargs = _transformers_model(name)
         args = ()
@@ -294,6 +297,14 @@ def verdict_summary(checks, dtype):
 
 
 # -- the parent: runs, results, table ----------------------------------------------------------
+def _beyond():
+    """scripts/zoo_beyond.py: the models beyond the two zoos (``--zoo beyond``)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import zoo_beyond
+
+    return zoo_beyond
+
+
 def _models(zoo, pattern):
     names = []
     if zoo in ("torchvision", "all"):
@@ -303,6 +314,8 @@ def _models(zoo, pattern):
                   torchvision.models.list_models(module=torchvision.models)]
     if zoo in ("transformers", "all"):
         names += [("transformers", m) for m in TRANSFORMERS]
+    if zoo == "beyond":
+        names += [("beyond", m) for m in _beyond().MODELS]
     if pattern:
         rx = re.compile(pattern)
         names = [(z, m) for z, m in names if rx.search(m)]
@@ -385,7 +398,7 @@ def write_docs(results, path, zoo_models=None):
                      f"{part['versions']['torchvision']}, transformers "
                      f"{part['versions']['transformers']}, Python {part['versions']['python']})")
     lines.append("")
-    for zoo in ("torchvision", "transformers"):
+    for zoo in ("torchvision", "transformers", "beyond"):
         zr = [r for r in runs if r["zoo"] == zoo]
         if not zr:
             continue
@@ -433,7 +446,8 @@ def write_docs(results, path, zoo_models=None):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=INSTALL)
-    p.add_argument("--zoo", choices=["torchvision", "transformers", "all"], default="all")
+    p.add_argument("--zoo", choices=["torchvision", "transformers", "all", "beyond"], default="all",
+                   help="all: the two zoos; beyond: the models of scripts/zoo_beyond.py")
     p.add_argument("--models", default=None, help="a regular expression the model names match")
     p.add_argument("--modes", default="eval,train", help="eval, train or both (comma list)")
     p.add_argument("--dtypes", default="float64,float32", help="float64, float32 or both")
@@ -504,7 +518,7 @@ def main(argv=None):
                             json.dump(results, fh, indent=1)
     if a.write_docs:
         try:
-            everything = _models("all", None)
+            everything = _models("all", None) + _models("beyond", None)
         except ImportError:
             everything = _models("transformers", None)
         write_docs(results, a.write_docs, everything)

@@ -224,3 +224,20 @@ def test_resume_runs_only_what_the_results_file_lacks(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         zoo.main(["--resume"])
     assert "--results" in str(exc.value)
+
+
+def test_the_models_beyond_the_zoos_are_a_zoo_of_their_own(tmp_path, monkeypatch):
+    """``--zoo beyond`` runs scripts/zoo_beyond.py's models; ``all`` stays the two zoos."""
+    zoo = _zoo()
+    beyond = zoo._models("beyond", None)
+    assert len(beyond) >= 40 and all(z == "beyond" for z, _ in beyond)
+    assert ("beyond", "hf-wav2vec2") in beyond and ("beyond", "nn-unet") in beyond
+    assert zoo._models("beyond", "^tv-video") == [("beyond", m) for m in
+                                                  ("tv-video-r3d_18", "tv-video-mc3_18",
+                                                   "tv-video-r2plus1d_18")]
+    results = _results("beyond", "nn-unet", "pass", "beyond-command")
+    doc = tmp_path / "models.md"
+    zoo.write_docs(results, str(doc), beyond)
+    text = doc.read_text()
+    assert "**beyond**: 1 runs: 1 pass." in text and "| nn-unet | eval | float64 | pass |" in text
+    assert "Not run yet (" in text and "hf-wav2vec2" in text

@@ -7,7 +7,9 @@ upcast to float64. One float64 run is left alone (*plain*); the other
 kinks (``op.branch``, Note [Branches] in ops/core.py), where the float32 input
 and the float64 input fall on different pieces, the follow run takes the float32
 value for those elements (exact in float64), so both sit on the same piece of
-the function. Both float64 runs then run their backward.
+the function; after a selecting op (max pooling) that chose another element of a
+plane than the float32 run, both competing elements take their float32 values and
+the op runs again. Both float64 runs then run their backward.
 
     >>> kinks = branch_reference(graph)      # doctest: +SKIP
     >>> kinks.flips[0].op, kinks.flips[0].count, kinks.correction["w"].shape
@@ -37,8 +39,9 @@ SANE = 1e-3       # an input's relative RMS error that is still rounding at floa
 
 class Flip(Record):
     """Elements that float32 put on another piece than float64 at one op: ``op`` (its
-    label), ``line``, ``count``, and ``nearest``: the float64 input value of the flipped
-    element nearest a kink's float32 twin (the smallest ``|x64|`` among them)."""
+    label), ``line``, ``count``, and ``nearest``: how near its kink the closest of them
+    lies in float64 (an element-wise op: its input's ``|x64|``; a selection: the gap
+    between the two elements float32 and float64 chose)."""
     _fields = ("op", "line", "count", "nearest")
 
     def __init__(self, op, line, count, nearest):
@@ -120,21 +123,28 @@ def branch_reference(graph):
             insp = [plain[n] for n in spec.inputs]
             insf = [follow[n] for n in spec.inputs]
             op = getattr(spec.op, "base", spec.op)
-            if getattr(op, "branch", None) is not None and insf:
+            branch = getattr(op, "branch", None)
+            lowered = branch is not None and insf and _lowered(ins32[0].data, insf[0].data)
+            if lowered and callable(branch):
                 x32, x64 = ins32[0].data, insf[0].data
-                if x32.dtype.kind == "f" and x32.dtype.itemsize < 8 and x64.dtype == np.float64:
-                    flipped, why = _steer(spec, x32, x64)
-                    if why is not None:
-                        return Kinks(flips, {}, why)
-                    if flipped is not None:
-                        delta = np.where(flipped, x32.astype(np.float64) - x64, 0.0)
-                        insf[0] = _shift(insf[0], delta)
-                        flips.append(Flip(spec.label, spec.line, int(flipped.sum()),
-                                          float(np.abs(x64[flipped]).min())))
+                flipped, why = _steer(spec, x32, x64)
+                if why is not None:
+                    return Kinks(flips, {}, why)
+                if flipped is not None:
+                    delta = np.where(flipped, x32.astype(np.float64) - x64, 0.0)
+                    insf[0] = _shift(insf[0], delta)
+                    flips.append(Flip(spec.label, spec.line, int(flipped.sum()),
+                                      float(np.abs(x64[flipped]).min())))
             with no_grad():
-                _bind(low, spec, _call(spec, ins32))
+                out32 = _call(spec, ins32)
+            _bind(low, spec, out32)
             _bind(plain, spec, _call(spec, insp))
-            _bind(follow, spec, _call(spec, insf))
+            outf = _call(spec, insf)
+            if lowered and not callable(branch):
+                outf, why = _follow_choice(spec, branch.output, ins32, insf, out32, outf, flips)
+                if why is not None:
+                    return Kinks(flips, {}, why)
+            _bind(follow, spec, outf)
     if not flips:
         return Kinks([], {})
     gp = _gradients(graph, plain)
@@ -142,6 +152,42 @@ def branch_reference(graph):
     correction = {name: np.asarray(gf[name], np.float64) - np.asarray(gp[name], np.float64)
                   for name in gf if gf[name] is not None and gp.get(name) is not None}
     return Kinks(flips, correction)
+
+
+def _lowered(x32, x64):
+    return x32.dtype.kind == "f" and x32.dtype.itemsize < 8 and x64.dtype == np.float64
+
+
+def _follow_choice(spec, k, ins32, insf, out32, outf, flips):
+    """A selecting op (``ChosenBy(k)``, max pooling): where the float64 run chose another
+    element of a plane than the float32 run, both competing elements take their float32
+    values (exact in float64, so the same comparison picks the same one) and the op runs
+    again on the steered input. ``(outputs, None)`` or ``(None, why it is not rounding)``."""
+    chose32, chosef = out32[k].data, outf[k].data
+    differ = chose32 != chosef
+    if not differ.any():
+        return outf, None
+    x32, x64 = ins32[0].data, insf[0].data
+    plane = x64.shape[-2] * x64.shape[-1]
+    per_plane = chose32.shape[-2] * chose32.shape[-1]
+    base = (np.arange(chose32.size).reshape(chose32.shape) // per_plane) * plane
+    a, b = (base + chose32)[differ], (base + chosef)[differ]
+    flat32, flat64 = x32.reshape(-1).astype(np.float64), x64.reshape(-1)
+    err = flat32 - flat64
+    rms = float(np.sqrt(np.mean(err * err)))
+    gap = np.abs(flat64[a] - flat64[b])
+    if float(gap.max()) > NOISE * rms:
+        return None, (f"{spec.label}: {int(differ.sum())} choice(s) other than float64's between "
+                      f"values up to {float(gap.max()):.3g} apart where the input's RMS error is "
+                      f"{rms:.3g}: not rounding")
+    delta = np.zeros(flat64.shape)
+    delta[a], delta[b] = err[a], err[b]
+    insf[0] = _shift(insf[0], delta.reshape(x64.shape))
+    outf = _call(spec, insf)
+    if (outf[k].data != chose32).any():
+        return None, f"{spec.label}: its choices still differ from float32's once steered"
+    flips.append(Flip(spec.label, spec.line, int(differ.sum()), float(gap.min())))
+    return outf, None
 
 
 def _shift(t, delta):

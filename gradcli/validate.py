@@ -292,7 +292,7 @@ def _judge_on_branches(graph, retry, refs, scale):
     first = kinks.flips[0]
     where = (f"{total} element(s) at {len(kinks.flips)} op(s), first {first.op}"
              + (f" at line {first.line}" if first.line else "")
-             + f", float64 input {first.nearest:.3g}")
+             + f", {first.nearest:.3g} from its kink in float64")
     for check, name, actual, expected, p in retry:
         fix = kinks.correction.get(name)
         if fix is None or fix.shape != refs[name].shape:

@@ -75,8 +75,9 @@ message names the op, the element count and the float64 value nearest the
 kink. A flip is followed only where rounding explains it (``branches.NOISE``,
 ``branches.SANE``): a float32 forward that is wrong moves many elements by
 far more, and is judged as before. A graph that draws random numbers or has
-leaves on a device is not replayed. ``max_pool``'s choice among near-equal
-values is a kink too, and declares no pieces yet.
+leaves on a device is not replayed. Max pooling's choice between two near-equal
+elements of a window is a kink too (``ChosenBy``): where float64 chose another
+element, both take their float32 values and the op runs again.
 """
 from __future__ import annotations
 

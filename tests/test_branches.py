@@ -47,6 +47,7 @@ def test_a_flip_by_rounding_is_judged_on_float32s_branch(op):
     check, graph = _check_w(KINK.replace("RELU", op))
     assert check.status == "pass", check.message
     assert "1 element(s) at 1 op(s)" in check.message and "line 11" in check.message
+    assert "9.5e-08 from its kink in float64" in check.message
     assert "on its own branches" in check.message
     kinks = branch_reference(graph)
     assert [(f.count, f.nearest) for f in kinks.flips] == [(1, pytest.approx(9.4975e-8, rel=1e-3))]
@@ -106,3 +107,41 @@ def test_kinked_ops_say_where_their_pieces_are(name, args, x, pieces):
     at its bounds, clamp's passes at them)."""
     op = OPS[name]
     np.testing.assert_array_equal(op.branch(np.array(x), **args), pieces)
+
+
+# Max pooling's kink is a near tie: x*w rounds to 3.2147324 at both elements in float32 (a
+# tie: the first wins) while float64 puts the second 9.5e-8 higher (it wins there).
+POOL = """
+version: 1
+name: tie
+tensors:
+  x: {value: [[[[1.0, 1.7199054]]]], dtype: float32}
+  w: {value: [[[[3.2147324, 1.8691334]]]], dtype: float32, requires_grad: true}
+ops:
+  - {op: mul, inputs: [x, w], output: h}
+  - {op: aten.max_pool2d_with_indices.default, inputs: [h], outputs: [p, i],
+     args: {kernel_size: [1, 2]}}
+  - {op: sum, inputs: [p], output: loss}
+backward: {roots: [loss]}
+expect:
+  grads: {w: {value: [[[[0.0, 1.7199054]]]], dtype: float32}}
+  reference:
+    grads: {w: {value: [[[[0.0, 1.7199054]]]]}}
+    distance: {w: 0.0}
+"""
+
+
+def test_a_near_tie_in_max_pooling_is_judged_on_float32s_choice():
+    graph = loads(POOL, name="tie")
+    check = next(c for c in validate_graph(graph, "tie", Options()).checks if c.tensor == "w")
+    assert check.status == "pass", check.message
+    assert "max_pool2d_with_indices" in check.message and "9.5e-08 from its kink" in check.message
+    kinks = branch_reference(graph)
+    np.testing.assert_allclose(kinks.correction["w"], [[[[1.0, -1.7199054]]]], rtol=1e-7)
+
+
+def test_without_its_choice_declared_the_tie_fails(monkeypatch):
+    monkeypatch.setattr(OPS["aten.max_pool2d_with_indices.default"], "branch", None)
+    graph = loads(POOL, name="tie")
+    check = next(c for c in validate_graph(graph, "tie", Options()).checks if c.tensor == "w")
+    assert check.status == "fail"

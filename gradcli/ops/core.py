@@ -337,11 +337,24 @@ def defvjp(op, *vjps):
 # first input only: these ops are element-wise in it, their other arguments scalars.
 def defbranch(op, fn):
     """Say where ``op``'s derivative changes formula: ``fn(self, **args)`` -> an array of
-    labels, one per element of ``self`` (equal labels: the same piece).
+    labels, one per element of ``self`` (equal labels: the same piece); or ``ChosenBy(k)``
+    for an op that selects (max pooling: output ``k`` holds, per result element, the position
+    it took in its plane of ``self``'s last two dims, and a near tie is its kink).
 
     >>> defbranch(relu, lambda self: self > 0)       # doctest: +SKIP
+    >>> defbranch(max_pool2d_with_indices, ChosenBy(1))   # doctest: +SKIP
     """
     op.branch = fn
+
+
+class ChosenBy:
+    """Note [Branches] for a selecting op: ``output`` is the index of its output that
+    says which element of each plane (``self``'s last two dims, flattened) it chose."""
+
+    __slots__ = ("output",)
+
+    def __init__(self, output):
+        self.output = output
 
 
 # Note [one call for all inputs' gradients]: a node calls one VJP per input that needs a

@@ -13,7 +13,7 @@ from .. import aten_kernels as K
 from .. import library as L
 from ..aten_kernels.conv import _check_input, _out_size, _params
 from ...devices import device_of, on_device
-from ..core import Op
+from ..core import ChosenBy, Op, defbranch
 from ..core import defvjp as core_defvjp
 from ..library import _value
 from .nn import embedding
@@ -213,6 +213,9 @@ defvjp(max_pool2d_with_indices_op,
                                         stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode))
 
 
+defbranch(max_pool2d_with_indices_op, ChosenBy(1))   # a near tie picks either element
+
+
 def _max_pool_double_backward(gg, ans, go, self, indices, **args):
     # grad_output: max_pool_double_backward(grad, indices, 2): grad gathered at each window's
     # argmax, written with ops (view + embedding) so that it records itself
@@ -243,6 +246,7 @@ def adaptive_max_pool2d_backward(grad_output, self, indices):
     return K.adaptive_max_pool2d_backward(grad_output, self, indices)
 
 
+defbranch(adaptive_max_pool2d_op, ChosenBy(1))   # Note [Branches] in ops/core.py
 # self: adaptive_max_pool2d_backward(grad, self, result1)
 defvjp(adaptive_max_pool2d_op,
        lambda gs, ans, self, output_size: adaptive_max_pool2d_backward(gs[0], _shaped(self.shape, gs[0]),

@@ -48,6 +48,7 @@ class Check:
     distance: float | None = None        # norm-wise distances to the float64 reference
     torch_distance: float | None = None  # (gradcli.verdict), when that policy judged
     precision: str | None = None         # the lowest floating dtype on the gradient's path
+    kinks: int | None = None             # elements judged on float32's branches (Note [Kinks])
 
     @property
     def ok(self):
@@ -59,7 +60,8 @@ class Check:
                 "max_rel_err": _json_float(self.max_rel_err), "worst_index": self.worst_index,
                 "message": self.message, "time_s": self.time_s,
                 "distance": _json_float(self.distance),
-                "torch_distance": _json_float(self.torch_distance), "precision": self.precision}
+                "torch_distance": _json_float(self.torch_distance), "precision": self.precision,
+                "kinks": self.kinks}
 
 
 @dataclasses.dataclass
@@ -302,6 +304,7 @@ def _judge_on_branches(graph, retry, refs, scale):
         if verdict is None:
             continue
         check.distance = verdict.distance
+        check.kinks = total
         check.status = PASS if verdict.ok else FAIL
         check.message = (f"float32 rounding put {where} on another piece of a kinked op than "
                          f"float64; judged against the float64 gradient on those branches: "

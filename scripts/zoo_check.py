@@ -286,6 +286,9 @@ def verdict_summary(checks, dtype):
     ranks = {"float16": 0, "bfloat16": 0, "float32": 1, "float64": 2}
     measured = [c.precision for c in checks if c.precision]
     out = {"precision": min(measured, key=lambda d: ranks.get(d, 2), default=dtype)}
+    kinks = [c.kinks for c in checks if getattr(c, "kinks", None)]
+    if kinks:                    # Note [Kinks]: elements judged on float32's branches
+        out["kinks"] = max(kinks)
     judged = [c for c in checks if c.distance is not None and c.torch_distance is not None]
     if judged:
         eps = 1.1920929e-07
@@ -416,6 +419,8 @@ def write_docs(results, path, zoo_models=None):
                 detail = (f"float32 verdict on {r['normwise']} gradients, worst distance to "
                           f"float64 {r['worst_ratio']:.2f} x torch's"
                           + (f" (`{r['worst_tensor']}`)" if r.get("worst_tensor") else "")
+                          + (f"; {r['kinks']} element(s) judged on float32's branches"
+                             if r.get("kinks") else "")
                           + ("; " + detail if detail else ""))
             if r.get("config"):
                 detail = f"ran with {r['config']}" + ("; " + detail if detail else "")

@@ -241,3 +241,21 @@ def test_the_models_beyond_the_zoos_are_a_zoo_of_their_own(tmp_path, monkeypatch
     text = doc.read_text()
     assert "**beyond**: 1 runs: 1 pass." in text and "| nn-unet | eval | float64 | pass |" in text
     assert "Not run yet (" in text and "hf-wav2vec2" in text
+
+
+def test_a_run_judged_on_float32s_branches_says_how_many_elements(tmp_path):
+    zoo = _zoo()
+    from gradcli.validate import Check
+
+    checks = [Check("grads[w]", "grads", "pass", tensor="w", distance=1e-6, torch_distance=1e-6,
+                    precision="float32", kinks=2),
+              Check("grads[v]", "grads", "pass", tensor="v", distance=1e-6, torch_distance=1e-6,
+                    precision="float32")]
+    summary = zoo.verdict_summary(checks, "float32")
+    assert summary["kinks"] == 2
+    results = _results("torchvision", "vgg13", "pass", "cmd")
+    run = next(iter(results["runs"].values()))
+    run.update(dtype="float32", normwise=2, worst_ratio=1.0, worst_tensor="w", kinks=2)
+    doc = tmp_path / "models.md"
+    zoo.write_docs(results, str(doc))
+    assert "2 element(s) judged on float32's branches" in doc.read_text()

@@ -65,3 +65,25 @@ def test_an_impossible_alignment_under_zero_infinity_exports_and_validates(reduc
 
 def test_an_unbatched_ctc_loss_exports_and_validates(tmp_path):
     _validate(Unbatched(), torch.randn(6, 4), tmp_path)
+
+
+@pytest.mark.parametrize("position, value, match", [
+    (3, [10 ** 13, 1, 0, 2], "to have size at least 10000000000000 at dimension 1, but got size 5"),
+    (2, [6, 4, -5, 3], "input_lengths to have value at least 0, but got value -5"),
+])
+def test_hostile_lengths_in_a_graph_file_are_refused_in_one_line(position, value, match, tmp_path):
+    import numpy as np
+
+    graph = from_module(SpeechHead("sum", False, False, impossible=False), (torch.randn(4, 6, 4),), dtype="float64")
+    graph.write(str(tmp_path))
+    entry = next(op for op in graph.document["ops"] if op["op"] == "aten._ctc_loss.Tensor")
+    key = graph.document["tensors"][entry["inputs"][position]]["key"]
+    arrays = dict(np.load(tmp_path / "weights.npz"))
+    arrays[key] = np.array(value)
+    np.savez(tmp_path / "weights.npz", **arrays)
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    error = [line for line in result.output.splitlines() if line.startswith("gradcli: error:")]
+    assert len(error) == 1 and "graph.yaml" in error[0] and "aten._ctc_loss.Tensor" in error[0]
+    assert match in error[0]

@@ -232,8 +232,10 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, n
         alive = (np.arange(t_max)[:, None, None] < il[None, :, None]) & valid[None]
         ab = xp.where(alive, ab, -np.inf)
         acc = xp.full((t_max, n, c), -np.inf, log_probs.dtype)
-        tt, bb, ss = np.meshgrid(np.arange(t_max), np.arange(n), np.arange(width), indexing="ij")
-        np.logaddexp.at(acc, (tt.ravel(), bb.ravel(), ext[bb.ravel(), ss.ravel()]), ab.ravel())
+        # one frame at a time: the index arrays stay [N, 2S + 1], not the size of log_alpha
+        rows, labels_flat = np.broadcast_to(bidx, ext.shape).ravel(), ext.ravel()
+        for t in range(t_max):
+            np.logaddexp.at(acc[t], (rows, labels_flat), ab[t].ravel())
         nll = neg_log_likelihood[None, :, None]
         out = (xp.exp(log_probs) - xp.exp(acc + nll - log_probs)) * grad[None, :, None]
     out[np.arange(t_max)[:, None] >= il[None, :]] = 0

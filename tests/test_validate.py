@@ -266,7 +266,7 @@ def test_json_structure():
         for c in f["checks"]:
             assert set(c) == {"name", "kind", "status", "tensor", "max_abs_err", "max_rel_err",
                               "worst_index", "message", "time_s", "distance", "torch_distance",
-                              "precision"}
+                              "precision", "kinks"}
             assert c["status"] in ("pass", "fail", "nondiff", "skipped")
 
 

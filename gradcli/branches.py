@@ -81,21 +81,27 @@ def _bind(values, spec, out):
         values[spec.inputs[0]] = outs[0]
 
 
-def _steer(spec, x32, x64):
-    """(mask of flipped elements, None) or (None, why a flip is not rounding)."""
-    op = getattr(spec.op, "base", spec.op)
-    labels32 = np.asarray(op.branch(x32, **spec.args))
-    labels64 = np.asarray(op.branch(x64, **spec.args))
-    flipped = labels32 != labels64
-    if not flipped.any():
-        return None, None
-    err = np.abs(x32.astype(np.float64) - x64)
+def _rounding(x32, x64):
+    """``(x32 - x64 as float64, its RMS, whether the input as a whole is within rounding)``:
+    the yardstick both kinds of flip are held to (``NOISE`` times the RMS error for the
+    moved elements, ``SANE`` for the input's relative RMS error)."""
+    err = x32.astype(np.float64) - x64
     rms = float(np.sqrt(np.mean(err * err)))
     scale = float(np.sqrt(np.mean(x64 * x64))) or 1.0
-    if rms > SANE * scale or float(err[flipped].max()) > NOISE * rms:
+    return err, rms, rms <= SANE * scale
+
+
+def _steer(spec, branch, x32, x64):
+    """(mask of flipped elements, None) or (None, why a flip is not rounding)."""
+    flipped = np.asarray(branch(x32, **spec.args)) != np.asarray(branch(x64, **spec.args))
+    if not flipped.any():
+        return None, None
+    err, rms, sane = _rounding(x32, x64)
+    moved = float(np.abs(err[flipped]).max())
+    if not sane or moved > NOISE * rms:
         return None, (f"{spec.label}: {int(flipped.sum())} element(s) on another piece than "
-                      f"float64, moved by up to {float(err[flipped].max()):.3g} where the "
-                      f"input's RMS error is {rms:.3g}: not rounding")
+                      f"float64, moved by up to {moved:.3g} where the input's RMS error is "
+                      f"{rms:.3g}: not rounding")
     return flipped, None
 
 
@@ -127,7 +133,7 @@ def branch_reference(graph):
             lowered = branch is not None and insf and _lowered(ins32[0].data, insf[0].data)
             if lowered and callable(branch):
                 x32, x64 = ins32[0].data, insf[0].data
-                flipped, why = _steer(spec, x32, x64)
+                flipped, why = _steer(spec, branch, x32, x64)
                 if why is not None:
                     return Kinks(flips, {}, why)
                 if flipped is not None:
@@ -172,11 +178,10 @@ def _follow_choice(spec, k, ins32, insf, out32, outf, flips):
     per_plane = chose32.shape[-2] * chose32.shape[-1]
     base = (np.arange(chose32.size).reshape(chose32.shape) // per_plane) * plane
     a, b = (base + chose32)[differ], (base + chosef)[differ]
-    flat32, flat64 = x32.reshape(-1).astype(np.float64), x64.reshape(-1)
-    err = flat32 - flat64
-    rms = float(np.sqrt(np.mean(err * err)))
+    err, rms, sane = _rounding(x32.reshape(-1), x64.reshape(-1))
+    flat64 = x64.reshape(-1)
     gap = np.abs(flat64[a] - flat64[b])
-    if float(gap.max()) > NOISE * rms:
+    if not sane or float(gap.max()) > NOISE * rms:
         return None, (f"{spec.label}: {int(differ.sum())} choice(s) other than float64's between "
                       f"values up to {float(gap.max()):.3g} apart where the input's RMS error is "
                       f"{rms:.3g}: not rounding")

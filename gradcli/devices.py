@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 
 import numpy as np
 
@@ -43,9 +44,22 @@ class DeviceType:
 
     name = "?"
     is_accelerator = True
+    owned_by_type = False       # Note [Kinds by array type]
 
     def count(self) -> int:
         return 0
+
+    def device_at(self, index: int) -> "Device":
+        """The interned device ``index`` of this type (device_of's hot path: no string
+        is made after the first time)."""
+        try:
+            return self._devices[index]
+        except AttributeError:
+            self._devices = {}
+        except KeyError:
+            pass
+        dev = self._devices[index] = device(f"{self.name}:{index}")
+        return dev
 
     def array_module(self):
         return np
@@ -163,6 +177,8 @@ class CudaType(DeviceType):
 
     def array_module(self):
         return cupy_module()
+
+    owned_by_type = True        # Note [Kinds by array type]
 
     def owns(self, array) -> bool:
         return type(array).__module__.split(".")[0] == "cupy" and hasattr(array, "device")
@@ -301,12 +317,27 @@ def check_available(dev: Device) -> None:
     dev.kind.check_available(dev)
 
 
+# Note [Kinds by array type]: kind_of is asked for every array of every node (the
+# engine's device checks, the streams, xp_of_array), hundreds of times a step. A device
+# type whose arrays are told apart by their Python type alone (CuPy's ndarray) says so
+# with ``owned_by_type``; the first array of such a type found owned records the type
+# here, and later arrays of it skip the scan. NumPy arrays and their subclasses never
+# enter: a SimArray's device is an attribute of the instance, not of its type.
+_KIND_BY_TYPE: dict[type, DeviceType] = {}
+
+
 def kind_of(array) -> DeviceType:
     """The device type that owns ``array``; the host for plain numbers."""
-    if type(array) is np.ndarray:
+    tp = type(array)
+    if tp is np.ndarray:
         return CPU.kind
+    kind = _KIND_BY_TYPE.get(tp)
+    if kind is not None:
+        return kind
     for kind in DEVICE_TYPES.values():
         if kind.owns(array):
+            if kind.owned_by_type:
+                _KIND_BY_TYPE[tp] = kind
             return kind
     return CPU.kind      # Python scalars and other host values
 
@@ -318,7 +349,7 @@ def device_of(array) -> Device:
     kind = kind_of(array)
     if not kind.is_accelerator:
         return CPU
-    return device(f"{kind.name}:{kind.index_of(array)}")
+    return kind.device_at(kind.index_of(array))
 
 
 def xp_of(dev: Device):
@@ -337,6 +368,59 @@ def to_device(array, dev: Device):
     if src is dev:
         return array
     return dev.kind.copy_to(src.kind.to_host(array), dev.index)
+
+
+# Note [Shared device arrays]: a loaded graph's leaves are copied to their device once
+# and the copy is shared by every run (Note [Leaves made once] in graph.py), so a run
+# must not write into it: the ops that write into an input ask ``writeable`` first and
+# copy what is shared (Note [Copy on write of leaves]). A NumPy array (a SimArray too)
+# says so with its flag. A CuPy array has no such flag: the shared ones are held here,
+# by identity, weakly (the graph owns them), and a view of one is shared too (its
+# ``base`` chain is walked). A device array that cannot be held weakly is not shared:
+# each run then gets a fresh copy, as before.
+_SHARED: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+
+
+def share(array) -> bool:
+    """Mark ``array`` (one the caller owns) as shared read-only; False where that cannot
+    be recorded (the caller then must not share it).
+
+    >>> a = np.zeros(2); share(a), writeable(a), writeable(a.copy())
+    (True, False, True)
+    """
+    if isinstance(array, np.ndarray):
+        array.flags.writeable = False
+        return True
+    try:
+        _SHARED[id(array)] = array
+    except TypeError:           # no weak references to this type
+        return False
+    return True
+
+
+def writeable(array) -> bool:
+    """False for a read-only array: a shared one (``share``) or a view of one."""
+    flags = getattr(array, "flags", None)
+    flag = getattr(flags, "writeable", None)
+    if flag is not None:
+        return bool(flag)
+    while array is not None:
+        if _SHARED.get(id(array)) is array:
+            return False
+        array = getattr(array, "base", None)
+    return True
+
+
+def scalar(value, dtype):
+    """``value`` as a NumPy scalar of ``dtype``: the one kind of constant operand that
+    NumPy and CuPy both take beside an array of their own (CuPy refuses a 0-d NumPy
+    array, and a Python float would let NEP 50 pick the array's dtype where the
+    formula wants ``dtype``).
+
+    >>> scalar(1, np.float32) * np.ones(2, np.float32)
+    array([1., 1.], dtype=float32)
+    """
+    return np.dtype(dtype).type(value)
 
 
 def to_host(array):

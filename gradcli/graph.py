@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from .collector import paused
-from .devices import to_device, to_host
+from .devices import share, to_device, to_host
 from .errors import BackwardError, GraphError
 from .records import Record      # not dataclasses (Note [Record classes])
 
@@ -25,6 +25,7 @@ class LeafSpec(Record):
         self.make = make                # make(shape) -> np.ndarray on the CPU
         self.line = line
         self._made = {}                 # shape -> the host array, read-only (Note [Leaves made once])
+        self._placed = None             # (host array, its copy on the device), shared likewise
 
     # Note [Leaves made once]: a leaf's array (read from a weight file, drawn from its
     # seeded initializer or given inline) is the same at every run of a loaded graph,
@@ -53,8 +54,19 @@ class LeafSpec(Record):
         return data
 
     def array(self, shape=None):
-        """The leaf's array on its device (shared on the host: ``shared``)."""
-        return to_device(self.shared(shape), self.device)
+        """The leaf's array on its device: the host array of ``shared``, or its copy on
+        an accelerator, made once too where the device can share it read-only
+        (devices.share, Note [Shared device arrays])."""
+        host = self.shared(shape)
+        if not self.device.kind.is_accelerator:
+            return host
+        placed = self._placed
+        if placed is not None and placed[0] is host:
+            return placed[1]
+        data = to_device(host, self.device)
+        if share(data):
+            self._placed = (host, data)
+        return data
 
     def stamp(self):
         """What a run stamps on the leaf's accumulator (Note [Metadata stamps]): the

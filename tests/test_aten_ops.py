@@ -361,10 +361,15 @@ def _inplace(op_name):
     return op_name.split(".")[1].endswith("_")
 
 
+def _is_array(x):
+    """A NumPy array, or a device's (tests/test_gpu.py runs these rows on CuPy arrays)."""
+    return isinstance(x, np.ndarray) or type(x).__module__.split(".")[0] == "cupy"
+
+
 def _ours(op_name, inputs, args, wrt):
     """(flat input tensors, outputs) of the op run on gradcli Tensors."""
     tensors = _rebuild(inputs, lambda i, x: Tensor(x.copy(), requires_grad=i in wrt)
-                       if isinstance(x, np.ndarray) else x)
+                       if _is_array(x) else x)
     called = list(tensors)
     if _inplace(op_name):
         from gradcli.ops import clone  # noqa: PLC0415

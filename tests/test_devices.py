@@ -790,3 +790,69 @@ def test_not_differentiable_gradient_stays_on_its_device():
         errors.append(str(info.value))
     assert "derivative for aten::hardsigmoid_backward is not implemented" in errors[0]
     assert errors[0] == errors[1]
+
+
+# -- arrays told apart by type, shared device copies of leaves ---------------------------
+class _FakeCupyArray:
+    """Looks like CuPy's ndarray to CudaType.owns (module cupy, a ``device``), holds no
+    data; weakly referable like CuPy's, with CuPy's ``base`` for a view."""
+
+    __module__ = "cupy._fake"
+
+    class _Dev:
+        id = 3
+
+    device = _Dev()
+
+    def __init__(self, base=None):
+        self.base = base
+
+
+def test_a_kind_owned_by_type_is_remembered_by_type_and_its_devices_interned():
+    import gradcli.devices as D
+
+    a = _FakeCupyArray()
+    assert D.kind_of(a) is D.DEVICE_TYPES["cuda"]
+    assert D._KIND_BY_TYPE[_FakeCupyArray] is D.DEVICE_TYPES["cuda"]
+    assert device_of(a) is device("cuda:3") and device_of(_FakeCupyArray()) is device("cuda:3")
+    # a NumPy subclass never enters: a SimArray's device belongs to the instance
+    s = to_device(np.zeros(2), device("sim:0"))
+    assert D.kind_of(s) is D.DEVICE_TYPES["sim"] and SimArray not in D._KIND_BY_TYPE
+    assert D.kind_of(s.view(np.ndarray)) is D.DEVICE_TYPES["cpu"]
+
+
+def test_shared_device_arrays_and_their_views_are_not_writeable():
+    from gradcli.devices import share, writeable
+
+    a, other = _FakeCupyArray(), _FakeCupyArray()
+    view = _FakeCupyArray(base=a)
+    assert writeable(a) and writeable(view)
+    assert share(a)
+    assert not writeable(a) and not writeable(view) and writeable(other)
+    h = np.ones(3)
+    assert share(h) and not h.flags.writeable and not writeable(h[1:])
+
+    class NoWeakRefs:       # a device array type without weak references is not shared
+        __slots__ = ()
+    assert share(NoWeakRefs()) is False
+
+
+def test_leaves_on_a_device_are_copied_there_once_and_runs_cannot_alter_them():
+    """The train-mode batch norm writes its running statistics: each run writes into a
+    copy, so the shared device arrays and the second run's gradients stay the first's."""
+    from gradcli import loader
+    from gradcli.devices import writeable
+
+    graph = loader.load(Path(__file__).resolve().parents[1] / "graphs/models/cnn_batchnorm/graph.yaml",
+                        device_map={"cpu": "sim"})
+    first = graph.run()
+    leaves = graph.leaves
+    arrays = {name: leaf.array() for name, leaf in leaves.items()}
+    stats = {name: a.copy() for name, a in arrays.items()}
+    second = graph.run()
+    for name, leaf in leaves.items():
+        assert leaf.array() is arrays[name], name          # copied to sim:0 once
+        assert device_of(arrays[name]) is device("sim:0") and not writeable(arrays[name])
+        np.testing.assert_array_equal(arrays[name], stats[name], err_msg=name)
+    for name, g in first.grads.items():
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(second.grads[name]), err_msg=name)

@@ -40,11 +40,11 @@ def _binary(op, reverse=False):
 
 
 def _wrap(value, like):
-    import numpy as np
+    from ..devices import scalar
 
     if isinstance(value, Tensor) or hasattr(value, "shape"):
         return value
-    return np.asarray(value, dtype=like.dtype)
+    return scalar(value, like.dtype)
 
 
 Tensor.__add__ = _binary(_library.add)

@@ -25,7 +25,7 @@ import re
 import numpy as np
 
 from ..autograd.node import InputMetadata, Node
-from ..devices import CPU, on_device, to_host
+from ..devices import CPU, on_device, scalar, to_host, writeable
 from .core import OpBackward
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor, bump_version, version_counter
@@ -112,7 +112,7 @@ def _write(x, value) -> None:
     if not np.can_cast(value.dtype, dst.dtype, "same_kind"):
         raise InplaceError(f"result type {_torch_dtype_name(value.dtype)} can't be cast to the "
                            f"desired output type {_torch_dtype_name(dst.dtype)}")
-    if not dst.flags.writeable:
+    if not writeable(dst):
         if any(s == 0 for s, n in zip(dst.strides, dst.shape) if n > 1):
             raise InplaceError("unsupported operation: more than one element of the written-to "
                                "tensor refers to a single memory location. Please clone() the "
@@ -349,20 +349,20 @@ def _inplace_on_view(op, x, base, others, args):
 def _as_operand(value, like):
     if type(value) is Tensor or hasattr(value, "shape"):
         return value
-    return np.asarray(value, dtype=like.dtype)
+    return scalar(value, like.dtype)
 
 
 def add_(x, other, alpha=1):
     """``x += alpha * other`` in place (``AddBackward0``). Example: ``x.add_(y, alpha=2)``."""
     if alpha != 1:
-        other = L.mul(_as_operand(other, x), np.asarray(alpha, dtype=x.dtype))
+        other = L.mul(_as_operand(other, x), scalar(alpha, x.dtype))
     return apply_inplace(L.add, x, _as_operand(other, x))
 
 
 def sub_(x, other, alpha=1):
     """``x -= alpha * other`` in place (``SubBackward0``). Example: ``x.sub_(1.0)``."""
     if alpha != 1:
-        other = L.mul(_as_operand(other, x), np.asarray(alpha, dtype=x.dtype))
+        other = L.mul(_as_operand(other, x), scalar(alpha, x.dtype))
     return apply_inplace(L.sub, x, _as_operand(other, x))
 
 

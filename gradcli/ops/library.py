@@ -14,6 +14,7 @@ from ..autograd.tensor import Tensor
 from . import args as A
 from . import shapes as S
 from .core import Arg, declare, defbranch, defvjp, defvjp_all, primitive
+from ..devices import scalar, xp_of_array
 
 AXIS = {"axis": Arg(None, A.axis_or_none), "keepdims": Arg(False, A.boolean)}
 
@@ -119,16 +120,16 @@ def pow_(x, y):
 def _pow_grad_exponent(g, ans, x, y):
     # d/dy x**y = x**y * log(x); PyTorch defines it as 0 where x == 0 and y >= 0.
     mask = (_value(x) == 0) & (_value(y) >= 0)
-    safe_x = where(mask, np.ones((), dtype=x.dtype), x)
-    return unbroadcast(where(mask, np.zeros((), dtype=ans.dtype), mul(g, mul(ans, log(safe_x)))),
+    safe_x = where(mask, scalar(1, x.dtype), x)
+    return unbroadcast(where(mask, scalar(0, ans.dtype), mul(g, mul(ans, log(safe_x)))),
                        y.shape)
 
 
 def _pow_grad_base(g, ans, x, y):
     # d/dx x**y = y * x**(y-1); 0 where y == 0 (PyTorch's pow_backward_self), not 0 * inf.
     zero = _value(y) == 0
-    grad = mul(g, mul(y, pow_(x, sub(y, np.ones((), dtype=np.result_type(_value(y), 1))))))
-    return unbroadcast(where(zero, np.zeros((), dtype=ans.dtype), grad), x.shape)
+    grad = mul(g, mul(y, pow_(x, sub(y, scalar(1, np.result_type(_value(y), 1))))))
+    return unbroadcast(where(zero, scalar(0, ans.dtype), grad), x.shape)
 
 
 defvjp(pow_, _pow_grad_base, _pow_grad_exponent)
@@ -175,8 +176,8 @@ def where(cond, x, y):
 
 
 defvjp(where, lambda g, ans, c, x, y: None,
-       lambda g, ans, c, x, y: unbroadcast(where(c, g, np.zeros((), g.dtype)), x.shape),
-       lambda g, ans, c, x, y: unbroadcast(where(c, np.zeros((), g.dtype), g), y.shape))
+       lambda g, ans, c, x, y: unbroadcast(where(c, g, scalar(0, g.dtype)), x.shape),
+       lambda g, ans, c, x, y: unbroadcast(where(c, scalar(0, g.dtype), g), y.shape))
 
 
 # -- elementwise, unary ----------------------------------------------------------
@@ -229,7 +230,7 @@ def tanh(x):
     return np.tanh(x)
 
 
-defvjp(tanh, lambda g, ans, x: mul(g, sub(np.ones((), ans.dtype), mul(ans, ans))))
+defvjp(tanh, lambda g, ans, x: mul(g, sub(scalar(1, ans.dtype), mul(ans, ans))))
 
 
 @primitive("sigmoid", "SigmoidBackward0", infer=S.ELEMENTWISE)
@@ -238,13 +239,13 @@ def sigmoid(x):
     return np.reciprocal(np.add(np.exp(np.negative(x)), 1).astype(x.dtype, copy=False))
 
 
-defvjp(sigmoid, lambda g, ans, x: mul(g, mul(ans, sub(np.ones((), ans.dtype), ans))))
+defvjp(sigmoid, lambda g, ans, x: mul(g, mul(ans, sub(scalar(1, ans.dtype), ans))))
 
 
 @primitive("relu", "ReluBackward0", infer=S.ELEMENTWISE)
 def relu(x):
     """max(x, 0); gradient 0 at 0 (as PyTorch)"""
-    return np.maximum(x, np.zeros((), x.dtype))
+    return np.maximum(x, scalar(0, x.dtype))
 
 
 # Note [Recorded masks of relu and abs]: PyTorch writes relu's gradient as
@@ -258,7 +259,7 @@ def relu(x):
            infer=lambda shapes, dtypes: [(shapes[0], dtypes[0])])
 def threshold_backward(g, x):
     """g where x > 0, else 0 (a NaN x passes g on): the gradient of relu"""
-    return np.where(x <= 0, np.zeros((), g.dtype), g)
+    return np.where(x <= 0, scalar(0, g.dtype), g)
 
 
 def _zeros_of(g, ans, *inputs, **args):
@@ -299,7 +300,7 @@ def sqrt(x):
     return np.sqrt(x)
 
 
-defvjp(sqrt, lambda g, ans, x: div(g, mul(ans, np.full((), 2, ans.dtype))))
+defvjp(sqrt, lambda g, ans, x: div(g, mul(ans, scalar(2, ans.dtype))))
 
 
 @primitive("square", "PowBackward0", infer=S.ELEMENTWISE)
@@ -308,7 +309,7 @@ def square(x):
     return np.square(x)
 
 
-defvjp(square, lambda g, ans, x: mul(g, mul(x, np.full((), 2, x.dtype))))
+defvjp(square, lambda g, ans, x: mul(g, mul(x, scalar(2, x.dtype))))
 
 
 def _clamp_check(args):
@@ -387,7 +388,7 @@ def _mean_vjp(g, ans, x, axis=None, keepdims=False):
     n = 1
     for a in _normalize_axes(axis, len(x.shape)):
         n *= x.shape[a]
-    return expand_reduced(div(g, np.full((), n, g.dtype)), x.shape, axis, keepdims)
+    return expand_reduced(div(g, scalar(n, g.dtype)), x.shape, axis, keepdims)
 
 
 defvjp(mean, _mean_vjp)
@@ -827,9 +828,9 @@ def cross_entropy(logits, target):
 def _cross_entropy_vjp(g, ans, logits, target):
     n = logits.shape[0]
     probs = softmax(logits, axis=1)
-    onehot = np.zeros(logits.shape, dtype=logits.dtype)
-    np.put_along_axis(onehot, _value(target)[:, None].astype(np.int64), 1, axis=1)
-    return mul(sub(probs, onehot), div(g, np.full((), n, logits.dtype)))
+    xp = xp_of_array(_value(logits))
+    onehot = (xp.arange(logits.shape[1])[None, :] == _value(target)[:, None]).astype(logits.dtype)
+    return mul(sub(probs, onehot), div(g, scalar(n, logits.dtype)))
 
 
 defvjp(cross_entropy, _cross_entropy_vjp, lambda g, ans, logits, target: None)
@@ -849,8 +850,8 @@ def mse_loss(a, b):
 def _mse_vjp(sign):
     def vjp(g, ans, a, b):
         diff = sub(a, b)
-        n = np.full((), max(_numel(diff.shape), 1), diff.dtype)
-        grad = mul(diff, div(mul(g, np.full((), 2 * sign, diff.dtype)), n))
+        n = scalar(max(_numel(diff.shape), 1), diff.dtype)
+        grad = mul(diff, div(mul(g, scalar(2 * sign, diff.dtype)), n))
         return unbroadcast(grad, (a if sign > 0 else b).shape)
     return vjp
 
@@ -874,7 +875,7 @@ def _layer_norm_vjp(g, ans, x, axis=-1, eps=1e-5):
     axes = _normalize_axes(axis, x.ndim)
     centered = sub(x, mean(x, axis=axes, keepdims=True))
     var = mean(mul(centered, centered), axis=axes, keepdims=True)
-    rstd = div(np.ones((), x.dtype), sqrt(add(var, np.full((), eps, x.dtype))))
+    rstd = div(scalar(1, x.dtype), sqrt(add(var, scalar(eps, x.dtype))))
     xhat = ans
     mean_g = mean(g, axis=axes, keepdims=True)
     mean_gx = mean(mul(g, xhat), axis=axes, keepdims=True)
@@ -986,7 +987,7 @@ def nan(x):
     return x
 
 
-defvjp(nan, lambda g, ans, x: mul(g, np.full((), np.nan, g.dtype)))
+defvjp(nan, lambda g, ans, x: mul(g, scalar(np.nan, g.dtype)))
 
 
 # -- ops the loader builds from more than args -------------------------------------------

@@ -155,7 +155,7 @@ defvjp(fill_scalar, lambda g, ans, self, value: zeros(self.shape, g))      # sel
 # records ZeroBackward0 for it)
 @aten("zero(Tensor self) -> Tensor", "ZeroBackward0", saves=False, meta=ELEMENTWISE)
 def zero(self):
-    return np.zeros(np.shape(self), np.dtype(self.dtype))
+    return np.zeros_like(self, order="C")       # on self's device
 
 
 defvjp(zero, lambda g, ans, self: zeros(self.shape, g))                    # self: zeros_like(grad)

@@ -344,7 +344,7 @@ def mse_loss_backward(grad_output, self, target, reduction):
     # reduction other than mean as sum (only mse_loss itself checks it)
     dt = result_type(self, target)
     diff = np.subtract(cast(self, dt), cast(target, dt))
-    return contiguous(as_dtype(diff * np.asarray(_mse_norm(self, target, reduction), dt) * grad_output, dt))
+    return contiguous(as_dtype(diff * scalar(_mse_norm(self, target, reduction), dt) * grad_output, dt))
 
 
 # self: mse_loss_backward(grad, self, target, reduction); target: mse_loss_backward(grad, target, self, reduction)

@@ -12,7 +12,7 @@ import numpy as np
 from .. import aten_kernels as K
 from ..aten_kernels._common import check_dtype
 from .. import library as L
-from ...devices import device as parse_device, device_of
+from ...devices import device as parse_device, device_of, scalar as _scalar
 from ..library import _value
 from .promotion import cast, result_type, to_float
 from ..core import defbranch
@@ -33,8 +33,10 @@ def zeros(like_shape, like):
 
 
 def scalar(value, like):
-    """A zero-dim array of ``like``'s dtype (keeps VJPs in the gradient's dtype)."""
-    return np.full((), value, dtype=like.dtype)
+    """``value`` as a NumPy scalar of the dtype of ``like`` (an array, a Tensor or a dtype):
+    keeps VJPs in the gradient's dtype, and is the constant operand that CuPy takes too
+    (devices.scalar)."""
+    return _scalar(value, getattr(like, "dtype", like))
 
 
 def _check_alpha(name, dt, alpha):
@@ -151,7 +153,7 @@ defvjp(rsqrt, lambda g, ans, self: L.mul(L.mul(g, -0.5), pow_tensor_scalar(ans, 
 @aten("relu(Tensor self) -> Tensor", "ReluBackward0", meta=ELEMENTWISE)
 def relu(self):
     check_dtype("relu", self, "iufc", "a non-bool")
-    return np.maximum(self, np.zeros((), self.dtype))
+    return np.maximum(self, scalar(0, self.dtype))
 
 
 # self: threshold_backward(grad, result, 0): zero where result <= 0 (Note [Differentiable VJPs]
@@ -168,7 +170,7 @@ defbranch(relu, lambda self: self > 0)             # Note [Branches] in ops/core
 def threshold_backward(grad_output, self, threshold):
     dt = result_type(grad_output, self)
     check_dtype("threshold_backward", np.empty(0, dt), "iufc", "a non-bool")
-    return as_dtype(np.where(self <= threshold, np.zeros((), dt), grad_output), dt)
+    return as_dtype(np.where(self <= threshold, scalar(0, dt), grad_output), dt)
 
 
 # grad_output: threshold_backward(grad, self, threshold); self: zeros_like(grad)
@@ -255,7 +257,7 @@ def hardswish_backward(grad_output, self):
     dt = result_type(grad_output, self)
     check_dtype("hardswish_backward", np.empty(0, dt))
     inner = grad_output * (self / 3 + 0.5)
-    return as_dtype(np.where(self <= -3, np.zeros((), dt), np.where(self < 3, inner, grad_output)), dt)
+    return as_dtype(np.where(self <= -3, scalar(0, dt), np.where(self < 3, inner, grad_output)), dt)
 
 
 # self: hardswish_backward(grad, self)
@@ -430,7 +432,7 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
     # 0 where x <= min_val or x >= max_val
     dt = result_type(grad_output, self)
     check_dtype("hardtanh_backward", np.empty(0, dt))
-    return as_dtype(np.where((self <= min_val) | (self >= max_val), np.zeros((), dt), grad_output), dt)
+    return as_dtype(np.where((self <= min_val) | (self >= max_val), scalar(0, dt), grad_output), dt)
 
 
 # self: hardtanh_backward(grad, self, min_val, max_val)
@@ -483,7 +485,7 @@ def masked_fill(self, mask, value):
     if mdt.kind != "b":
         raise TypeError(f"masked_fill: only boolean masks are supported, but got a mask with dtype {mdt}")
     # PyTorch clones self contiguous, then fills in place (a view then sees its strides)
-    out = np.where(mask, np.asarray(value).astype(self.dtype), self)
+    out = np.where(mask, scalar(value, self.dtype), self)
     return out if out.flags.c_contiguous else out.copy(order="C")
 
 

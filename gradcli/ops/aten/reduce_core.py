@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...devices import scalar
 from .. import library as L
 from ..aten_kernels._common import check_dtype
 from ..library import _value
@@ -393,7 +394,7 @@ def _var(self, dim, correction, keepdim):
     with np.errstate(all="ignore"):
         mean = np.mean(self, axis=axes, keepdims=True) if n else np.zeros((1,) * self.ndim, self.dtype)
         sq = np.sum(np.square(self - mean), axis=axes, keepdims=keepdim)
-        return _contiguous(as_dtype(sq / np.asarray(dof, self.dtype), self.dtype))
+        return _contiguous(as_dtype(sq / scalar(dof, self.dtype), self.dtype))
 
 
 @aten("var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor",

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...autograd.tensor import Tensor
+from ...devices import writeable
 from ..core import OPS, Op, record
 from .schema import Schema
 from .tensor_iterator import lays_out
@@ -156,9 +157,10 @@ class AtenOp(Op):
         for p in self.mutated:
             x = inputs[p]
             if type(x) is Tensor:
-                if not x.data.flags.writeable:
+                if not writeable(x.data):
                     x.data = x.data.copy()
-            elif isinstance(x, np.ndarray) and not x.flags.writeable:
+            elif (isinstance(x, np.ndarray) or hasattr(x, "__cuda_array_interface__")) \
+                    and not writeable(x):
                 inputs[p] = x.copy()
         return inputs
 

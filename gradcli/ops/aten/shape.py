@@ -323,7 +323,7 @@ def cat(tensors, dim=0):
     dt = result_type(*tensors)
     kept = [cast(x, dt) for x in tensors if not _skipped_in_cat(x)]
     if not kept:
-        return np.zeros((0,), dt)
+        return xp_of_array(tensors[0]).zeros((0,), dt)
     return contiguous(np.concatenate(kept, axis=_dim(dim, kept[0].ndim)))
 
 

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from ...devices import scalar
 from .. import library as L
 from ..library import _value
 from .nn import _axes
@@ -81,24 +82,24 @@ def _vjp(g, ans, self, ord=2, dim=None, keepdim=False, dtype=None):  # noqa: A00
     kept = _kept(shape, axes, True)
     if not keepdim and shape:
         g, ans = L.reshape(g, shape=kept), L.reshape(ans, shape=kept)
-    zero = np.zeros((), sdt)
+    zero = scalar(0, sdt)
     if p == 0:
         return L.mul(self, zero)
     if p == 1:
         return L.mul(L.sgn(self), g)
     if math.isinf(p):
         mask = (np.abs(_value(self)) == _value(ans))
-        count = np.sum(mask, axis=axes, keepdims=True).astype(sdt) if shape else np.ones((), sdt)
+        count = np.sum(mask, axis=axes, keepdims=True).astype(sdt) if shape else scalar(1, sdt)
         return L.mul(L.mul(L.sgn(self), L.div(g, count)), mask.astype(sdt))
     at_zero = _value(ans) == 0
     if p == 2:
         scale = L.where(at_zero, zero, L.div(g, ans))
         return L.mul(self, scale)
     if p < 1:
-        scale = L.mul(L.sgn(self), L.pow_(L.abs_(self), np.full((), p - 1, sdt)))
+        scale = L.mul(L.sgn(self), L.pow_(L.abs_(self), scalar(p - 1, sdt)))
     else:
-        scale = L.mul(self, L.pow_(L.abs_(self), np.full((), p - 2, sdt)))
-    return L.mul(scale, L.where(at_zero, zero, L.div(g, L.pow_(ans, np.full((), p - 1, sdt)))))
+        scale = L.mul(self, L.pow_(L.abs_(self), scalar(p - 2, sdt)))
+    return L.mul(scale, L.where(at_zero, zero, L.div(g, L.pow_(ans, scalar(p - 1, sdt)))))
 
 
 defvjp(linalg_vector_norm, _vjp)

@@ -393,11 +393,27 @@ forward("aten.full.default", [], {"size": [2, 3], "fill_value": 2})
 forward("aten.full.default", [], {"size": [2, 3], "fill_value": 2.5}, id="full-float")
 forward("aten.full.default", [], {"size": [2], "fill_value": True}, id="full-bool")
 forward("aten.full.default", [], {"size": [0, 2], "fill_value": 1.5, "dtype": "float64"}, id="full-empty")
+forward("aten.zeros.default", [], {"size": [2, 3]})
+forward("aten.zeros.default", [], {"size": [0, 2], "dtype": "int64"}, id="zeros-int-empty")
+forward("aten.ones.default", [], {"size": [3], "dtype": "float64"})
+refuse("aten.ones.default", [], {"size": [-2]}, "negative dimension")
 forward("aten.scalar_tensor.default", [], {"s": 3})
 forward("aten.scalar_tensor.default", [], {"s": 3.5, "dtype": "float64"}, id="scalar_tensor-dtype")
 forward("aten.full_like.default", [R(3, 4)], {"fill_value": 2.5})
 forward("aten.full_like.default", [_i23], {"fill_value": 2.7}, id="full_like-int")
 forward("aten.full_like.default", [R(0, 2)], {"fill_value": 1, "dtype": "int64"}, id="full_like-dtype-empty")
+forward("aten.new_empty.default", [R(3, 4)], {"size": [2, 5]})
+forward("aten.new_empty.default", [_i23], {"size": [0, 2], "dtype": "float64"}, id="new_empty-dtype-empty")
+forward("aten.new_zeros.default", [R(3, 4).astype(np.float32)], {"size": [2]})
+forward("aten.new_ones.default", [_i23], {"size": [2, 2]})
+forward("aten.new_full.default", [R(3, 4)], {"size": [3], "fill_value": 2.5})
+forward("aten.new_full.default", [_i23], {"size": [2], "fill_value": 2.7}, id="new_full-int")
+refuse("aten.new_zeros.default", [R(3, 4)], {"size": [-1]}, "negative dimension")
+forward("aten.empty_like.default", [R(3, 4)])
+forward("aten.zeros_like.default", [R(3, 4)[:, ::2]], id="zeros_like-strided")
+forward("aten.zeros_like.default", [R(0, 2)], {"dtype": "int64"}, id="zeros_like-dtype-empty")
+forward("aten.ones_like.default", [_i23])
+forward("aten.ones_like.default", [R(2, 3)], {"dtype": "float32"}, id="ones_like-dtype")
 row("aten.fill.Scalar", [R(3, 4)], {"value": 2.5})
 row("aten.fill.Scalar", [R(0, 4)], {"value": 1}, id="fill-empty")
 forward("aten.fill.Scalar", [_i23], {"value": 2.7}, id="fill-int")
@@ -420,7 +436,8 @@ refuse("aten.sym_size.int", [R(3, 4)], {"dim": 2}, "Dimension out of range")
 
 # Note [factories in a graph] in factory.py: PyTorch leaves empty's memory uninitialised (never
 # compared); copy records PyTorch's NotImplemented node (checked below)
-UNINITIALISED = {"aten.empty.memory_format", "aten.empty_strided.default"}
+UNINITIALISED = {"aten.empty.memory_format", "aten.empty_strided.default", "aten.new_empty.default",
+                 "aten.empty_like.default"}
 
 
 # -- random ops: deterministic rows (eval mode, p = 0 or 1) in the table, the rest below --------------------

@@ -1,5 +1,5 @@
 """Exports keep in-place ops as traced (Note [In-place kept]): in-place ops on views of
-activations whose base is read afterwards, ``x[mask] = v``, ``x += y`` on a slice. The
+activations whose base is read afterwards, ``x[mask] = v``, ``x += y`` on a slice, fresh memory filled through its slices (circular padding). The
 module's own backward holds CopySlices / AsStridedBackward0 nodes; the written file
 keeps the in-place ATen ops, so PyTorch's replay of it and gradcli's run record the same
 nodes: the export's own check (gradients, and the order node for node) passes, and
@@ -93,7 +93,39 @@ class ZeroOnCloneSlice(torch.nn.Module):
         return torch.tanh(self.fc(x) + b)
 
 
-MODULES = {"relu-on-slice": (ReluOnSlice, {"aten.relu_.default"}),
+class CircularPad(torch.nn.Module):
+    """``nn.CircularPad2d``: ``new_empty`` filled by ``copy_`` into its slices from the
+    input, then from some of its slices into others (Note [Fresh memory written in place])."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.fc = torch.nn.Linear(4, 8)
+        self.pad = torch.nn.CircularPad2d((1, 2, 1, 0))
+
+    def forward(self, x):
+        return torch.tanh(self.pad(self.fc(x).view(3, 2, 2, 2)))
+
+
+class FilledFromParts(torch.nn.Module):
+    """``out = h.new_zeros(...)``, then ``out[:, :4] = h`` and ``out[:, 4:] = 2 * h``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        out = h.new_zeros(3, 8)
+        out[:, :4] = h
+        out[:, 4:] = 2 * h
+        return out * out
+
+
+MODULES = {"circular-pad": (CircularPad, {"aten.new_empty.default", "aten.copy_.default"}),
+           "filled-from-parts": (FilledFromParts, {"aten.new_zeros.default", "aten.copy_.default"}),
+           "relu-on-slice": (ReluOnSlice, {"aten.relu_.default"}),
            "masked-write": (MaskedWrite, {"aten.index_put_.default"}),
            "add-on-slice": (AddOnSlice, {"aten.add_.Tensor", "aten.copy_.default"}),
            "view-of-view": (ViewOfViewThenChain, {"aten.mul_.Tensor", "aten.relu_.default"}),

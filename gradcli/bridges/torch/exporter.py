@@ -494,6 +494,7 @@ class _Converter:
         leaf_iter = iter(zip(self.leaf_names, self.leaf_values, self.leaf_dynamic))
         pending = []                # (node, value) of kept (dynamic) ops, in traced order
         root = None
+        fresh = self._fresh_roots()     # Note [Fresh memory written in place]
         with torch.no_grad():
             for node in self.nodes:
                 if node.op == "placeholder":
@@ -536,7 +537,8 @@ class _Converter:
                     dynamic.add(node)
                     requires.add(node)
                     continue
-                if base in METADATA_ONLY or not any(i in dynamic for i in inputs):
+                if (base in METADATA_ONLY or not any(i in dynamic for i in inputs)) \
+                        and node not in fresh:
                     continue                        # folded (or dropped when nothing reads it)
                 if _data_dependent(node, env[node]):
                     self.data_dependent.append(f"{node.target} {_source_line(node)}")
@@ -827,6 +829,51 @@ class _Converter:
                 return False        # written out of place: ``self`` is no longer its memory
             n = n.args[0]
         return n in dynamic and n.op != "placeholder"
+
+    # Note [Fresh memory written in place]: a module may make a tensor from its input's
+    # metadata alone and fill it in place with values that need gradients (circular
+    # padding: ``out = x.new_empty(...)``, then ``copy_`` into its slices, then copies from
+    # some of its slices into others). Folded as a constant, ``out`` would be a leaf of the
+    # file, written out of place and read again through other views: the aliasing cannot
+    # be written. So such a factory (one of METADATA_ONLY, or one with no tensor input,
+    # that gradcli has a kernel for), when an in-place op writes into it (through views) a
+    # value computed from something that requires grad, is written as the op it is: fresh
+    # memory at every run, the in-place ops on it kept as traced (Note [In-place kept]),
+    # and PyTorch's CopySlices nodes replayed by the engine. Factories that in-place ops
+    # fill with constants only (attention masks) stay folded (Note [Folding]).
+    def _fresh_roots(self):
+        carries = set()
+        placeholders = iter(self.leaf_values)
+        fresh = set()
+        for node in self.nodes:
+            if node.op == "placeholder":
+                value = next(placeholders, None)
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    carries.add(node)
+                continue
+            if node.op != "call_function":
+                continue
+            target = node.target
+            metadata_only = isinstance(target, torch._ops.OpOverload) and \
+                target._schema.name.split("::", 1)[1] in METADATA_ONLY
+            if not metadata_only and any(i in carries for i in node.all_input_nodes):
+                carries.add(node)
+            if not isinstance(target, torch._ops.OpOverload) or \
+                    S.mutated_arguments(target._schema) != [0] or not node.args or \
+                    not isinstance(node.args[0], torch.fx.Node):
+                continue
+            written = [i for i in node.all_input_nodes if i is not node.args[0]]
+            if not any(i in carries for i in written):
+                continue
+            root = self._alias_root(node.args[0], writes=True)
+            if root.op == "call_function" and isinstance(root.target, torch._ops.OpOverload) \
+                    and root not in carries and _has_kernel(S.op_name(root.target)) \
+                    and not S.mutated_arguments(root.target._schema) \
+                    and (root.target._schema.name.split("::", 1)[1] in METADATA_ONLY
+                         or not root.all_input_nodes):
+                fresh.add(root)
+            carries.update(self._alias_group(root, writes=True))
+        return fresh
 
     def _check_no_alias_reader(self, node):
         """Refuse an in-place update whose tensor is read again under another name."""

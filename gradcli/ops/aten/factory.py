@@ -1,5 +1,5 @@
 """Core ATen factories and tensor metadata: ``arange``, ``empty``, ``empty_strided``, ``full``,
-``full_like``, ``fill``, ``scalar_tensor``, ``copy``, ``_local_scalar_dense`` and the ``sym_*``
+``full_like`` (and the non-core ``new_*`` and ``*_like`` factories), ``fill``, ``scalar_tensor``, ``copy``, ``_local_scalar_dense`` and the ``sym_*``
 queries (``sym_size``, ``sym_stride``, ``sym_numel``, ``sym_storage_offset``).
 
 Note [factories in a graph]: a factory has no tensor input, so a graph entry names it with
@@ -120,7 +120,17 @@ def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
     return np.asarray(s, np.dtype(dtype) if dtype is not None else DEFAULT_FLOAT)
 
 
-for _op in (arange_start_step, empty, empty_strided, full, scalar_tensor):
+@aten(f"zeros(SymInt[] size, *, {_FACTORY_ARGS}) -> Tensor", None, saves=False, meta=_size_meta("zeros"))
+def zeros_default(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return np.zeros(_check_size("zeros", size), np.dtype(dtype) if dtype is not None else DEFAULT_FLOAT)
+
+
+@aten(f"ones(SymInt[] size, *, {_FACTORY_ARGS}) -> Tensor", None, saves=False, meta=_size_meta("ones"))
+def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return np.ones(_check_size("ones", size), np.dtype(dtype) if dtype is not None else DEFAULT_FLOAT)
+
+
+for _op in (arange_start_step, empty, empty_strided, full, scalar_tensor, zeros_default, ones):
     not_differentiable(_op)
 
 
@@ -140,6 +150,74 @@ def full_like(self, fill_value, dtype=None, layout=None, device=None, pin_memory
 
 
 not_differentiable(full_like)
+
+
+# -- new_empty, new_zeros, new_ones, new_full, empty_like, zeros_like, ones_like -------------
+# Factories that read only their input's metadata: its dtype (and device) where none is
+# given, its shape for the ``_like`` ones. The result is made on the input's device
+# (``np.full_like`` dispatches to the input's array module). ``new_empty`` and
+# ``empty_like`` are zero-filled, as ``empty`` (Note [factories in a graph]). A module
+# that fills fresh memory in place (circular padding: ``new_empty`` then ``copy_`` into
+# its slices) is exported with these as ops (Note [Fresh memory written in place] in
+# the exporter).
+def _like_meta(self, size=None, dtype=None, name="new_empty"):
+    shape = tuple(self.shape) if size is None else _check_size(name, size)
+    return [(shape, np.dtype(dtype) if dtype is not None else np.dtype(self.dtype))]
+
+
+def _made_like(self, size, fill_value, dtype):
+    (shape, dt), = _like_meta(self, size, dtype)
+    return np.full_like(self, _cast_value(fill_value, dt), dtype=dt, shape=shape)
+
+
+_NEW_ARGS = f"*, {_FACTORY_ARGS}) -> Tensor"
+_LIKE_ARGS = f"*, {_FACTORY_ARGS}, MemoryFormat? memory_format=None) -> Tensor"
+
+
+@aten(f"new_empty(Tensor self, SymInt[] size, {_NEW_ARGS}", None, saves=False,
+      meta=lambda self, size, dtype=None, **_: _like_meta(self, size, dtype))
+def new_empty(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _made_like(self, size, 0, dtype)
+
+
+@aten(f"new_zeros(Tensor self, SymInt[] size, {_NEW_ARGS}", None, saves=False,
+      meta=lambda self, size, dtype=None, **_: _like_meta(self, size, dtype, "new_zeros"))
+def new_zeros(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _made_like(self, size, 0, dtype)
+
+
+@aten(f"new_ones(Tensor self, SymInt[] size, {_NEW_ARGS}", None, saves=False,
+      meta=lambda self, size, dtype=None, **_: _like_meta(self, size, dtype, "new_ones"))
+def new_ones(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _made_like(self, size, 1, dtype)
+
+
+@aten(f"new_full(Tensor self, SymInt[] size, Scalar fill_value, {_NEW_ARGS}", None, saves=False,
+      meta=lambda self, size, fill_value, dtype=None, **_: _like_meta(self, size, dtype, "new_full"))
+def new_full(self, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    return _made_like(self, size, fill_value, dtype)
+
+
+@aten(f"empty_like(Tensor self, {_LIKE_ARGS}", None, saves=False,
+      meta=lambda self, dtype=None, **_: _like_meta(self, None, dtype))
+def empty_like(self, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _made_like(self, None, 0, dtype)
+
+
+@aten(f"zeros_like(Tensor self, {_LIKE_ARGS}", None, saves=False,
+      meta=lambda self, dtype=None, **_: _like_meta(self, None, dtype))
+def zeros_like(self, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _made_like(self, None, 0, dtype)
+
+
+@aten(f"ones_like(Tensor self, {_LIKE_ARGS}", None, saves=False,
+      meta=lambda self, dtype=None, **_: _like_meta(self, None, dtype))
+def ones_like(self, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _made_like(self, None, 1, dtype)
+
+
+for _op in (new_empty, new_zeros, new_ones, new_full, empty_like, zeros_like, ones_like):
+    not_differentiable(_op)
 
 
 @aten("fill.Scalar(Tensor self, Scalar value) -> Tensor", "FillBackward0", saves=False, meta=ELEMENTWISE)

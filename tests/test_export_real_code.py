@@ -291,3 +291,20 @@ def test_numpys_draws_are_the_same_in_the_trace_and_the_modules_backward(tmp_pat
     np.random.seed(123)                       # whatever the caller's state
     graph = from_module(NumpyMask(), (torch.randn(4, 6),), dtype="float64")
     _validate(graph, tmp_path)
+
+
+def test_rrelu_exports_in_eval_and_is_refused_as_random_in_training(tmp_path):
+    """``nn.RReLU`` records ``rrelu_with_noise``: in eval it is leaky_relu with the mean slope
+    and exports as the op (RreluWithNoiseBackward0, its ``noise`` input kept as written);
+    in training it draws slopes, which a file cannot reproduce as PyTorch drew them."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.RReLU(0.1, 0.3), torch.nn.Linear(6, 3))
+    x = torch.randn(5, 4, dtype=torch.float64)
+    graph = from_module(m, (x,), dtype="float64", train=False)
+    assert "aten.rrelu_with_noise.default" in [op["op"] for op in graph.document["ops"]]
+    assert "RreluWithNoiseBackward0" in graph.document["expect"]["order"]
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output
+    with pytest.raises(Exception, match="rrelu_with_noise.*random op"):
+        from_module(m, (x,), dtype="float64", train=True)

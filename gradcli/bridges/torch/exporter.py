@@ -127,7 +127,7 @@ METADATA_ONLY = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_lik
                  "randint_like", "new_empty", "new_zeros", "new_ones", "new_full",
                  "new_empty_strided", "empty_strided"}
 # Ops that update an input in place and keep doing so in the graph file (spec).
-KEEPS_MUTATION = {"native_batch_norm"}
+KEEPS_MUTATION = {"native_batch_norm", "rrelu_with_noise"}
 DETACH = {"detach"}
 # Note [detach traced as alias]: from torch 2.14 (versions.py, "make_fx_detach_as_alias")
 # make_fx records `x.detach()` as aten.alias, and its nodes carry no requires_grad to tell
@@ -394,7 +394,11 @@ def _is_random(node) -> bool:
     if torch.Tag.nondeterministic_seeded not in node.target.tags:
         return False
     bound = dict((a.name, v) for a, v in S.bind(node.target._schema, node.args, node.kwargs))
-    return not ("dropout_p" in bound and bound["dropout_p"] in (0, 0.0, S.MISSING))
+    if "dropout_p" in bound and bound["dropout_p"] in (0, 0.0, S.MISSING):
+        return False
+    # rrelu_with_noise draws only in training (its schema's default is training=False):
+    # in eval it is leaky_relu with the mean slope
+    return not ("training" in bound and bound["training"] in (False, S.MISSING))
 
 
 def _data_dependent(node, value) -> bool:

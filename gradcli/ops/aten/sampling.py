@@ -1,4 +1,5 @@
-"""Core ATen random ops: ``rand``, ``randn``, ``randperm``, ``native_dropout``.
+"""Core ATen random ops: ``rand``, ``randn``, ``randperm``, ``native_dropout``; and
+``rrelu_with_noise`` (``nn.RReLU``), with its backward.
 
 They draw from the running graph's generator (Note [the graph's generator] in rng.py): the
 same numbers on every forward of one file, different ones for another ``seed``. Their values
@@ -21,6 +22,7 @@ from ..aten_kernels._common import check_dtype
 from ..library import _value
 from ..rng import generator
 from .factory import _FACTORY_ARGS, _check_size
+from .pointwise import zeros
 from .promotion import DEFAULT_FLOAT
 from .registry import aten, defvjp, not_differentiable
 from .tensor_iterator import lay_out
@@ -110,5 +112,71 @@ def _dropout_vjp(g, ans, input, p, train):  # noqa: A002
 
 defvjp(native_dropout, _dropout_vjp)
 
-for _op in (rand, randn, randperm, native_dropout):
+# -- rrelu_with_noise (nn.RReLU) --------------------------------------------------------------
+# Training: each non-positive element is multiplied by a slope drawn uniformly from [lower,
+# upper], and ``noise`` (a tensor of the input's shape, written in place) keeps the slope of
+# every element (1 where the input is positive). Eval: leaky_relu with the mean slope, noise
+# untouched. PyTorch's formulas (derivatives.yaml): the backward is grad * noise in training
+# (when upper - lower > 1e-6), else leaky_relu's backward with the mean slope. The forward
+# gives a contiguous result whatever the input's layout (as PyTorch's); the backward, a
+# TensorIterator op there, follows its input's.
+_graph_generator = generator     # the schema's ``generator`` argument (always None) shadows it
+_RRELU = ("Scalar lower=0.125, Scalar upper=0.33333333333333331, bool training=False, "
+          "Generator? generator=None")
+
+
+def _rrelu_rule(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    check_dtype("rrelu_with_noise", self)
+    if training and tuple(noise.shape) != tuple(self.shape):
+        raise ValueError(f"rrelu_with_noise: noise of shape {list(noise.shape)} does not match the "
+                         f"input's {list(self.shape)}")
+    return [(tuple(self.shape), np.dtype(self.dtype))]
+
+
+@aten(f"rrelu_with_noise(Tensor self, Tensor(b!) noise, {_RRELU}) -> Tensor", "RreluWithNoiseBackward0",
+      meta=_rrelu_rule)
+def rrelu_with_noise(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    _rrelu_rule(self, noise, lower, upper, training)
+    dt = np.dtype(self.dtype)
+    if not training:
+        slope = (lower + upper) / 2
+        return np.ascontiguousarray(np.where(self > 0, self, self * slope), dtype=dt)
+    r = _graph_generator().uniform(lower, upper, np.shape(self)).astype(dt)
+    negative = self <= 0
+    noise[...] = np.where(negative, r, dt.type(1)).astype(noise.dtype)
+    return np.ascontiguousarray(np.where(negative, self * r, self), dtype=dt)
+
+
+def _rrelu_backward_rule(grad_output, self, noise, lower, upper, training, self_is_result):
+    return [(tuple(self.shape), np.result_type(grad_output.dtype, self.dtype))]
+
+
+@aten("rrelu_with_noise_backward(Tensor grad_output, Tensor self, Tensor noise, Scalar lower, "
+      "Scalar upper, bool training, bool self_is_result) -> Tensor", "RreluWithNoiseBackwardBackward0",
+      meta=_rrelu_backward_rule)
+def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
+    (_, dt), = _rrelu_backward_rule(grad_output, self, noise, lower, upper, training, self_is_result)
+    if training and upper - lower > 1e-6:
+        out = grad_output * noise
+    else:
+        out = np.where(self > 0, grad_output, grad_output * ((lower + upper) / 2))
+    return lay_out(np.asarray(out, dtype=dt), [self])
+
+
+# self: rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false)
+defvjp(rrelu_with_noise,
+       lambda g, ans, self, noise, lower=0.125, upper=1 / 3, training=False, generator=None:
+       rrelu_with_noise_backward(g, self, noise, lower=lower, upper=upper, training=training,
+                                 self_is_result=False),
+       None)
+# grad_output: rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false);
+# self: zeros_like(grad)
+defvjp(rrelu_with_noise_backward,
+       lambda gg, ans, go, self, noise, lower, upper, training, self_is_result:
+       rrelu_with_noise_backward(gg, self, noise, lower=lower, upper=upper, training=training,
+                                 self_is_result=False),
+       lambda gg, ans, go, self, noise, lower, upper, training, self_is_result: zeros(self.shape, gg),
+       None)
+
+for _op in (rand, randn, randperm, native_dropout, rrelu_with_noise):
     _op.draws_random = True       # the graph runs its forward under its seed (ops/rng.py)

@@ -170,6 +170,14 @@ def _scalar(v):
     raise ValueError(f"expected a number, got {v!r}")
 
 
+def _no_generator(v):
+    # a graph file cannot name a generator: random ops draw from the graph's own
+    # (Note [the graph's generator] in rng.py)
+    if v is None:
+        return v
+    raise ValueError(f"expected null (random ops draw from the graph's generator), got {v!r}")
+
+
 def _name(v):
     if isinstance(v, str):
         return v
@@ -178,4 +186,4 @@ def _name(v):
 
 _SCALAR_CHECKS = {"int": _int, "SymInt": _int, "bool": A.boolean, "float": _float, "Scalar": _scalar,
                   "str": A.string, "ScalarType": A.dtype, "MemoryFormat": _name, "Layout": _name,
-                  "Device": _name}
+                  "Device": _name, "Generator": _no_generator}

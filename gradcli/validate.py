@@ -210,7 +210,7 @@ def _scale64(result, expect, precisions):
 
 def _check_grads(graph, result, expect, opts=None):
     from .devices import to_host as _host
-    from .verdict import FACTOR, rounding_floor
+    from .verdict import FACTOR, rounding_floor, within_spread
 
     checks = []
     precisions = _path_precisions(graph, expect)
@@ -266,6 +266,16 @@ def _check_grads(graph, result, expect, opts=None):
                                  f"eps x the largest RMS gradient, {scale64[0]:.3g}); element-wise: "
                                  f"{failure}")
                 continue
+            if name in expect.rounding:     # Note [The float64 yardstick] in verdict.py
+                ok, d, bound = within_spread(actual, expected, expect.rounding[name])
+                if ok:
+                    check.message = (f"within PyTorch's own float64 rounding: norm-wise distance "
+                                     f"{d:.3g} within {bound:.3g} ({FACTOR:g} x PyTorch's spread "
+                                     f"{expect.rounding[name]:.3g} under one-ulp perturbations of "
+                                     f"its leaves); element-wise: {failure}")
+                    continue
+                failure += (f"; norm-wise distance {d:.3g} over {bound:.3g} ({FACTOR:g} x "
+                            f"PyTorch's own float64 spread)")
         if failure is None:
             check.message = f"matches (rtol={expect.rtol:g}, atol={expect.atol:g}){note}"
         else:

@@ -409,3 +409,67 @@ def test_the_float64_floor_accepts_no_more_than_the_rounding_of_the_graphs_scale
 def test_elementwise_on_request_has_no_float64_floor(tmp_path):
     doc = validate_json(_floor64(tmp_path, [1.0e7, 2.0e7, 3.0e7]), "--elementwise", code=1)
     assert checks_of(doc)["grads[b]"]["status"] == "fail"
+
+
+# Note [The float64 yardstick]: w's gradient is c = [1, 1e-3]; the expectation holds the
+# small element off by 1e-9 (1e-6 of itself: an element-wise failure, and far over the
+# floor of a graph whose gradients are about 1), 1e-9 norm-wise. PyTorch's own float64
+# spread, as an export measures it, decides.
+YARDSTICK = """
+version: 1
+name: yardstick
+tensors:
+  w: {{value: [2.0, 3.0], requires_grad: true}}
+  c: {{value: [1.0, 1.0e-3]}}
+ops:
+  - {{op: mul, inputs: [w, c], output: m}}
+  - {{op: sum, inputs: [m], output: loss}}
+backward:
+  roots: [loss]
+expect:
+  rtol: 1.0e-7
+  atol: 1.0e-10
+  grads:
+    w: {{value: [1.0, {w1}]}}
+{rounding}"""
+
+
+def _yardstick(tmp_path, spread=None, w1=1.000001e-3):
+    path = tmp_path / "yardstick.yaml"
+    rounding = "" if spread is None else f"  rounding: {{distance: {{w: {spread}}}}}\n"
+    path.write_text(YARDSTICK.format(w1=w1, rounding=rounding))
+    return path
+
+
+@pytest.mark.parametrize("spread, code", [(None, 1), (1.0e-10, 1), (1.0e-9, 0)])
+def test_a_float64_gradient_within_pytorchs_own_spread_passes(tmp_path, spread, code):
+    doc = validate_json(_yardstick(tmp_path, spread), code=code)
+    check = checks_of(doc)["grads[w]"]
+    if code == 0:
+        assert check["status"] == "pass"
+        assert "within PyTorch's own float64 rounding" in check["message"]
+        assert "1e-09" in check["message"] and "4e-09" in check["message"]   # spread, bound
+    else:
+        assert check["status"] == "fail"
+        if spread is not None:
+            assert "over 4e-10" in check["message"]
+
+
+def test_a_files_float64_spread_counts_for_at_most_the_cap(tmp_path):
+    # an error of 1e-7 norm-wise is no rounding, whatever spread the file claims
+    doc = validate_json(_yardstick(tmp_path, 1.0, w1=0.1001), code=1)
+    assert "over 4e-08" in checks_of(doc)["grads[w]"]["message"]
+    doc = validate_json(_yardstick(tmp_path, 1.0, w1=0.1001), "--elementwise", code=1)
+    assert checks_of(doc)["grads[w]"]["status"] == "fail"
+
+
+@pytest.mark.parametrize("rounding, message", [
+    ("{distance: {v: 1.0e-9}}", "which expect.grads does not name"),
+    ("{distance: {w: -1.0}}", "must be a non-negative number"),
+    ("{spread: 1}", "rounding must be a mapping with a distance mapping")])
+def test_bad_expect_rounding_is_one_line(tmp_path, rounding, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(YARDSTICK.format(w1=1.0e-3, rounding=f"  rounding: {rounding}\n"))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output

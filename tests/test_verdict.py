@@ -94,7 +94,18 @@ def test_float32_export_writes_the_float64_reference_and_torchs_distance(cnn32):
 
 def test_float64_export_without_islands_has_no_reference(tmp_path):
     path = _export(SmallCNN(), (4, 3, 8, 8), "float64", tmp_path)
-    assert "reference" not in read_document(path).data["expect"]
+    expect = read_document(path).data["expect"]
+    assert "reference" not in expect
+    # Note [The float64 yardstick]: PyTorch's own spread under one-ulp moves of the leaves,
+    # for every gradient; a well-conditioned weight's is a few eps
+    spread = expect["rounding"]["distance"]
+    assert set(spread) == set(expect["grads"])
+    assert all(d >= 0 for d in spread.values())
+    assert min(spread.values()) < 1e-13
+
+
+def test_float32_export_has_no_float64_spread(cnn32):
+    assert "rounding" not in read_document(cnn32).data["expect"]
 
 
 # -- the verdict -------------------------------------------------------------------------------

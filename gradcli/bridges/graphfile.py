@@ -121,6 +121,10 @@ class ExportedGraph:
                 lines.append("    grads:")
                 lines += [f"      {flow(k)}: {flow(v)}" for k, v in reference["grads"].items()]
                 lines.append(f"    distance: {flow(reference['distance'])}")
+            rounding = expect.get("rounding")
+            if rounding:
+                lines.append("  rounding:")
+                lines.append(f"    distance: {flow(rounding['distance'])}")
             if "forward" in expect:
                 forward = expect["forward"]
                 lines.append("  forward:")

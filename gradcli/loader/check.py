@@ -19,7 +19,7 @@ from .checker import finite_float, is_int, is_number, kind_of
 
 TOP_KEYS = {"version", "name", "seed", "tensors", "ops", "backward", "expect"}
 BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph", "allow_unused"}
-EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise",
+EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error", "reference", "rounding", "elementwise",
                "forward"}
 FORWARD_KEYS = {"values", "rtol", "atol"}
 
@@ -181,6 +181,7 @@ class DocumentCheck(TensorChecks, OpChecks):
         return ExpectSpec(grads=grads, numeric=spec.get("numeric", False),
                           rtol=spec.get("rtol", 1e-7), atol=spec.get("atol", 0.0), order=order,
                           error=error, reference=self.reference(spec, grads, path),
+                          rounding=self.rounding(spec, grads, path),
                           elementwise=spec.get("elementwise", False),
                           forward=(self.expect_forward(spec["forward"], defined)
                                    if "forward" in spec else None))
@@ -207,6 +208,27 @@ class DocumentCheck(TensorChecks, OpChecks):
             if not is_number(d) or d < 0:
                 self.fail(f"distance of {n!r} must be a non-negative number",
                           path + ("distance", n), "expect")
+        return out
+
+    def rounding(self, spec, grads, path) -> dict:
+        """expect.rounding.distance: {name: PyTorch's own float64 rounding spread} for tensors
+        that expect.grads names (Note [The float64 yardstick] in verdict.py)."""
+        spec = spec.get("rounding")
+        if spec is None:
+            return {}
+        path = path + ("rounding",)
+        if not isinstance(spec, dict) or not isinstance(spec.get("distance"), dict):
+            self.fail("rounding must be a mapping with a distance mapping", path, "expect")
+        self.check_keys(spec, {"distance"}, path, "expect", "expect.rounding")
+        out = {}
+        for n, d in spec["distance"].items():
+            if n not in grads:
+                self.fail(f"rounding distance for {n!r}, which expect.grads does not name",
+                          path + ("distance", n), "expect")
+            if not is_number(d) or isinstance(d, bool) or d < 0 or not finite_float(d):
+                self.fail(f"distance of {n!r} must be a non-negative number",
+                          path + ("distance", n), "expect")
+            out[n] = float(d)
         return out
 
     def expect_forward(self, spec, defined) -> ForwardSpec:

@@ -118,7 +118,7 @@ from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from ..graphfile import ExportedGraph
 from .detach_marks import LEAF as LEAF_MARK, MARK as DETACH_MARK, DetachMarks
-from .reference import attach_reference, reference_note
+from .reference import attach_reference, attach_rounding, reference_note
 from .versions import differs
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
@@ -213,6 +213,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
         floating=str(_float_dtype(inputs, params)).removeprefix("torch."))
     _check_replay(graph, expect_grads, order, conv.inplace_on_views)
     attach_reference(graph)                     # float64 gradients for the float32 verdict
+    attach_rounding(graph)                      # PyTorch's own float64 spread, for float64
     graph.header = _header(module, inputs, kw, params, train, loss, target_t is not None, seed)
     if conv.data_dependent:
         graph.document["x-data-dependent"] = list(dict.fromkeys(conv.data_dependent))

@@ -153,6 +153,11 @@ GRADGRAD = {
     "aten.adaptive_max_pool2d_backward.default": (
         [R(1, 2, 2, 2), R(1, 2, 4, 4, seed=1), np.array([[[[0, 3], [9, 15]]] * 2])], {}, [0]),
     "aten.adaptive_max_pool2d.default": ([distinct(1, 2, 5, 4)], {"output_size": [2, 3]}, None),
+    "aten.fractional_max_pool2d.default": ([distinct(1, 2, 6, 5), np.array([[[0.3, 0.7], [0.9, 0.1]]])],
+                                           {"kernel_size": [2, 2], "output_size": [3, 3]}, [0]),
+    "aten.fractional_max_pool2d_backward.default": (
+        [R(1, 2, 2, 2), R(1, 2, 4, 4, seed=1), np.array([[[[0, 3], [9, 15]]] * 2])],
+        {"kernel_size": [2, 2], "output_size": [2, 2]}, [0]),
     "aten.convolution.default": ([R(2, 2, 5, 4), R(3, 2, 3, 2, seed=1), R(3, seed=2)], _conv, None),
     "aten.max_pool2d_with_indices.default": ([distinct(1, 2, 5, 5)],
                                              {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]},

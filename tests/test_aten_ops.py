@@ -225,6 +225,16 @@ case(AMAXPOOL, [R(1, 2, 3, 3)], {"output_size": [5, 1]})              # more out
 case(AMAXPOOL, [np.swapaxes(R(2, 3, 5, 7), 2, 3)], {"output_size": [2, 3]})   # non-contiguous
 case("aten.adaptive_max_pool2d_backward.default",
      [R(1, 2, 2, 2), R(1, 2, 4, 4, seed=1), np.array([[[[0, 3], [9, 15]]] * 2])], {})
+FMAXPOOL = "aten.fractional_max_pool2d.default"
+_u = np.random.default_rng(5).random((2, 3, 2))                      # samples in [0, 1)
+case(FMAXPOOL, [R(2, 3, 9, 11), _u], {"kernel_size": [2, 3], "output_size": [5, 4]}, wrt=[0])
+case(FMAXPOOL, [R(3, 7, 7), _u[:1]], {"kernel_size": [3, 3], "output_size": [3, 3]}, wrt=[0])   # unbatched
+case(FMAXPOOL, [R(2, 3, 6, 6), _u], {"kernel_size": [2, 2], "output_size": [5, 1]}, wrt=[0])   # overlaps
+case(FMAXPOOL, [np.swapaxes(R(2, 3, 8, 6), 2, 3), _u], {"kernel_size": [2, 2], "output_size": [3, 4]},
+     wrt=[0])                                                          # non-contiguous
+case("aten.fractional_max_pool2d_backward.default",
+     [R(1, 2, 2, 2), R(1, 2, 4, 4, seed=1), np.array([[[[0, 3], [9, 15]]] * 2])],
+     {"kernel_size": [2, 2], "output_size": [2, 2]}, wrt=[0, 1])
 AVGPOOL = "aten.avg_pool2d.default"
 case(AVGPOOL, [R(2, 3, 6, 6)], {"kernel_size": [2, 2], "stride": [2, 2]})
 case(AVGPOOL, [R(1, 2, 5, 6)], {"kernel_size": [3, 3], "stride": [1, 2], "padding": [1, 1],
@@ -1051,6 +1061,10 @@ def refused(op, inputs, args, match, static=True, id=None, table=None):  # noqa:
     table.append(pytest.param(op, inputs, args, match, static, id=id or f"{op}-{n}"))
 
 
+refused(FMAXPOOL, [R(1, 2, 5, 5), _u[:1, :2]], {"kernel_size": [3, 3], "output_size": [4, 3]},
+        "too large relative to input height")
+refused(FMAXPOOL, [R(1, 2, 5, 5), _u], {"kernel_size": [2, 2], "output_size": [3, 3]},
+        r"random_samples of shape \[2, 3, 2\], expected \[1, 2, 2\]")
 refused("aten.embedding.default", [R(6, 3), I(1, -1)], {}, "index -1 out of range", static=False)
 refused("aten.embedding.default", [R(6, 3), I(0, 6)], {}, "index 6 out of range", static=False)
 refused("aten.embedding.default", [R(0, 3), I(0)], {}, "out of range")

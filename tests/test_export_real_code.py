@@ -308,3 +308,19 @@ def test_rrelu_exports_in_eval_and_is_refused_as_random_in_training(tmp_path):
     assert result.exit_code == 0, result.output
     with pytest.raises(Exception, match="rrelu_with_noise.*random op"):
         from_module(m, (x,), dtype="float64", train=True)
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_fractional_max_pooling_exports_with_its_samples_as_a_constant(tmp_path, train):
+    """``nn.FractionalMaxPool2d`` draws its window offsets with ``torch.rand`` outside the
+    op: the trace folds the draw into a constant, so the file replays the module's windows."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.FractionalMaxPool2d(2, output_size=(4, 3)),
+                            torch.nn.Flatten(), torch.nn.Linear(12 * 3, 2))
+    x = torch.randn(2, 2, 9, 8, dtype=torch.float64)
+    graph = from_module(m, (x,), dtype="float64", train=train)
+    assert "aten.fractional_max_pool2d.default" in [op["op"] for op in graph.document["ops"]]
+    assert "FractionalMaxPool2DBackward0" in graph.document["expect"]["order"]
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output

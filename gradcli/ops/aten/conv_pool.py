@@ -256,6 +256,31 @@ defvjp(adaptive_max_pool2d_backward, _max_pool_double_backward,
        lambda gg, ans, go, self, indices, **args: _zeros_for(self, gg), None)
 
 
+@aten("fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor random_samples) "
+      "-> (Tensor, Tensor)", "FractionalMaxPool2DBackward0", differentiable_outputs=(True, False))
+def fractional_max_pool2d_op(self, random_samples, kernel_size, output_size):
+    return K.fractional_max_pool2d(self, kernel_size, output_size, random_samples)
+
+
+@aten("fractional_max_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, "
+      "int[2] output_size, Tensor indices) -> Tensor", "FractionalMaxPool2DBackwardBackward0")
+def fractional_max_pool2d_backward(grad_output, self, indices, kernel_size, output_size):
+    return K.fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices)
+
+
+defbranch(fractional_max_pool2d_op, ChosenBy(1))    # a near tie picks either element
+# self: fractional_max_pool2d_backward(grad, self, kernel_size, output_size, result1);
+# random_samples: not differentiable
+defvjp(fractional_max_pool2d_op,
+       lambda gs, ans, self, random_samples, kernel_size, output_size: fractional_max_pool2d_backward(
+           gs[0], _shaped(self.shape, gs[0]), _value(ans[1]), kernel_size=kernel_size,
+           output_size=output_size),
+       None)
+# grad_output: max_pool_double_backward(grad, indices, 2); self: zeros_like(self)
+defvjp(fractional_max_pool2d_backward, _max_pool_double_backward,
+       lambda gg, ans, go, self, indices, **args: _zeros_for(self, gg), None)
+
+
 @aten("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, "
       "bool count_include_pad=True, int? divisor_override=None) -> Tensor", "AvgPool2DBackward0", saves=False)
 def avg_pool2d_op(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,

@@ -18,7 +18,7 @@ import numpy as np
 from ..aten_kernels._common import check_dtype
 from ..aten_kernels.attention import _check as _attention_check, groups as _attention_groups
 from ..aten_kernels.norm import _ln_axes, check_bn_params
-from ..aten_kernels.pool import adaptive_output_size, pool_params, check_avg_pool_dtype
+from ..aten_kernels.pool import adaptive_output_size, check_avg_pool_dtype, fractional_params, pool_params
 from . import conv_pool, nn, norm_attention  # noqa: F401 - the entries the rules attach to
 from . import shape as shape_mod
 from .promotion import result_type
@@ -307,8 +307,11 @@ def _adaptive_max_pool2d(self, output_size):
 
 @_rule("aten.adaptive_max_pool2d_backward.default")
 def _adaptive_max_pool2d_backward(grad_output, self, indices):
+    return _scatter_backward("adaptive_max_pool2d_backward", grad_output, self, indices)
+
+
+def _scatter_backward(name, grad_output, self, indices):
     # grad_output and indices are the pooled output's shape: self's leading dims
-    name = "adaptive_max_pool2d_backward"
     check_dtype(name, self, "f")
     if np.dtype(indices.dtype) != _LONG:
         raise ValueError(f"{name}: indices must be int64, got {indices.dtype}")
@@ -318,6 +321,18 @@ def _adaptive_max_pool2d_backward(grad_output, self, indices):
                          f"{list(indices.shape)} must have one shape, with the leading dims of self "
                          f"{list(self.shape)}")
     return [(self.shape, grad_output.dtype)]
+
+
+@_rule("aten.fractional_max_pool2d.default")
+def _fractional_max_pool2d(self, random_samples, kernel_size, output_size):
+    _, _, oh, ow = fractional_params(self, kernel_size, output_size, random_samples)
+    shape = self.shape[:-2] + (oh, ow)
+    return [(shape, self.dtype), (shape, _LONG)]
+
+
+@_rule("aten.fractional_max_pool2d_backward.default")
+def _fractional_max_pool2d_backward(grad_output, self, indices, kernel_size, output_size):
+    return _scatter_backward("fractional_max_pool2d_backward", grad_output, self, indices)
 
 
 @_rule("aten._adaptive_avg_pool2d_backward.default")

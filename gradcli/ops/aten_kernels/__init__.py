@@ -19,7 +19,8 @@ from .gelu import gelu, gelu_backward
 from .loss import nll_loss_backward, nll_loss_forward
 from .norm import native_batch_norm, native_layer_norm
 from .pool import (_adaptive_avg_pool2d, _adaptive_avg_pool2d_backward, adaptive_max_pool2d,
-                   adaptive_max_pool2d_backward, avg_pool2d,
+                   adaptive_max_pool2d_backward, avg_pool2d, fractional_max_pool2d,
+                   fractional_max_pool2d_backward,
                    avg_pool2d_backward, max_pool2d_with_indices,
                    max_pool2d_with_indices_backward)
 from .softmax import (_log_softmax, _log_softmax_backward_data, _safe_softmax, _softmax,
@@ -31,7 +32,8 @@ __all__ = [
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
     "avg_pool2d", "avg_pool2d_backward",
     "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
-    "adaptive_max_pool2d", "adaptive_max_pool2d_backward",
+    "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "fractional_max_pool2d",
+    "fractional_max_pool2d_backward",
     "native_batch_norm", "native_layer_norm",
     "embedding_dense_backward",
     "_softmax", "_log_softmax", "_safe_softmax",

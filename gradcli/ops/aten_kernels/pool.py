@@ -303,3 +303,84 @@ def adaptive_max_pool2d_backward(grad_output, self, indices):
     """``aten.adaptive_max_pool2d_backward(Tensor grad_output, Tensor self, Tensor indices)
     -> Tensor``: ``grad_output`` scatter-added into ``self``'s shape at ``indices``."""
     return max_pool2d_with_indices_backward(grad_output, self, None, None, None, None, None, indices)
+
+
+def _fractional_intervals(samples, size, out, pool, dtype):
+    """PyTorch's ``generate_intervals`` for every plane at once: the window starts along
+    one axis, from each plane's sample ``u`` in [0, 1), in the input's dtype
+    (``alpha = (size - pool) / (out - 1)``, start ``i`` is ``int((i + u) * alpha) -
+    int(u * alpha)``, the last one ``size - pool``)."""
+    starts = np.empty((samples.shape[0], out), dtype=np.int64)
+    if out > 1:
+        alpha = dtype.type(size - pool) / dtype.type(out - 1)
+        base = (samples * alpha).astype(dtype).astype(np.int64)
+        for i in range(out - 1):
+            starts[:, i] = ((dtype.type(i) + samples) * alpha).astype(dtype).astype(np.int64) - base
+    starts[:, out - 1] = size - pool
+    return starts
+
+
+def fractional_params(self, kernel_size, output_size, random_samples):
+    """fractional_max_pool2d's checks (the kernel's and the load-time shape rule's):
+    ``(kh, kw, oh, ow)``."""
+    check_dtype("fractional_max_pool2d", self, "f")
+    if self.ndim not in (3, 4) or 0 in self.shape[-3:]:
+        raise ValueError(f"fractional_max_pool2d: expected a non-empty 3D or 4D input, got shape "
+                         f"{list(self.shape)}")
+    kh, kw = expand_param(kernel_size, 2, "kernel_size")
+    oh, ow = expand_param(output_size, 2, "output_size")
+    h, w = self.shape[-2:]
+    if oh + kh - 1 > h:
+        raise ValueError(f"fractional_max_pool2d: kernel height {kh} is too large relative to input "
+                         f"height {h} for output height {oh}")
+    if ow + kw - 1 > w:
+        raise ValueError(f"fractional_max_pool2d: kernel width {kw} is too large relative to input "
+                         f"width {w} for output width {ow}")
+    lead = tuple(self.shape[:-2]) if self.ndim == 4 else (1,) + tuple(self.shape[:-2])
+    if tuple(random_samples.shape) != lead + (2,):
+        raise ValueError(f"fractional_max_pool2d: random_samples of shape {list(random_samples.shape)}, "
+                         f"expected {list(lead) + [2]}")
+    if np.dtype(random_samples.dtype) != np.dtype(self.dtype):
+        raise ValueError(f"fractional_max_pool2d: random_samples must have the input's dtype "
+                         f"{np.dtype(self.dtype)}, got {np.dtype(random_samples.dtype)}")
+    return kh, kw, oh, ow
+
+
+def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    """``aten.fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size,
+    Tensor random_samples) -> (Tensor, Tensor)``.
+
+    Each plane ``(n, c)`` pools windows of ``kernel_size`` whose starts come from its
+    samples ``random_samples[n, c] = (u_w, u_h)`` (``_fractional_intervals``); the value
+    and its position in the flattened ``H*W`` plane, ties keeping the first position in
+    row-major order and a NaN winning (the last NaN), as PyTorch's CPU kernel scans."""
+    kh, kw, oh, ow = fractional_params(self, kernel_size, output_size, random_samples)
+    xp = array_module(self)
+    dt = np.dtype(self.dtype)
+    h, w = self.shape[-2:]
+    x3 = self.reshape(-1, h, w)
+    planes = x3.shape[0]
+    samples = np.asarray(xp.asnumpy(random_samples) if hasattr(xp, "asnumpy") else random_samples,
+                         dtype=dt).reshape(planes, 2)
+    cols = _fractional_intervals(samples[:, 0], w, ow, kw, dt)
+    rows = _fractional_intervals(samples[:, 1], h, oh, kh, dt)
+    plane = xp.asarray(np.arange(planes)[:, None, None])
+    r0, c0 = rows[:, :, None], cols[:, None, :]                  # (planes, oh, 1), (planes, 1, ow)
+    best = xp.full((planes, oh, ow), -np.inf, dtype=self.dtype)
+    where = xp.asarray(r0 * w + c0)
+    for dr in range(kh):
+        for dc in range(kw):
+            r, c = r0 + dr, c0 + dc
+            v = x3[plane, xp.asarray(r), xp.asarray(c)]
+            take = (v > best) | xp.isnan(v)
+            best = xp.where(take, v, best)
+            where = xp.where(take, xp.asarray(r * w + c), where)
+    shape = tuple(self.shape[:-2]) + (oh, ow)
+    return best.reshape(shape), where.astype(xp.int64).reshape(shape)
+
+
+def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
+    """``aten.fractional_max_pool2d_backward(Tensor grad_output, Tensor self, int[2]
+    kernel_size, int[2] output_size, Tensor indices) -> Tensor``: ``grad_output``
+    scatter-added into ``self``'s shape at ``indices``."""
+    return max_pool2d_with_indices_backward(grad_output, self, None, None, None, None, None, indices)

@@ -423,3 +423,16 @@ def test_aten_softmaxes_of_empty_tensors_are_empty(op, args):
     kw = dict(a.split(": ") for a in args.split(", "))
     call = [int(kw["dim"])] + ([False] if "half_to_float" in kw else [])
     assert tuple(fn(torch.empty(0, 3, dtype=torch.float64), *call).shape) == (0, 3)
+
+
+def test_rrelu_in_training_writes_a_copy_of_its_shared_noise_leaf():
+    """rrelu_with_noise declares ``noise`` written (Note [Copy on write of leaves]): each run of
+    a loaded graph writes into its own copy, so runs agree and the leaf keeps its zeros."""
+    graph = loader.loads(doc([X, "n: {value: [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]}"],
+                             ["{op: aten.rrelu_with_noise.default, inputs: [x, n], output: y, "
+                              "args: {lower: 0.2, upper: 0.2, training: true}}", SUM]))
+    first, second = graph.run(), graph.run()
+    np.testing.assert_array_equal(first.grads["x"], [[1.0, 0.2, 1.0], [1.0, 1.0, 0.2]])
+    np.testing.assert_array_equal(second.grads["x"], first.grads["x"])
+    assert not graph.leaves["n"].array().any()
+    assert names(first)[0] == "SumBackward0" and "RreluWithNoiseBackward0" in names(first)

@@ -126,8 +126,6 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
 METADATA_ONLY = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
                  "randint_like", "new_empty", "new_zeros", "new_ones", "new_full",
                  "new_empty_strided", "empty_strided"}
-# Ops that update an input in place and keep doing so in the graph file (spec).
-KEEPS_MUTATION = {"native_batch_norm", "rrelu_with_noise"}
 DETACH = {"detach"}
 # Note [detach traced as alias]: from torch 2.14 (versions.py, "make_fx_detach_as_alias")
 # make_fx records `x.detach()` as aten.alias, and its nodes carry no requires_grad to tell
@@ -417,6 +415,16 @@ def _fail(node, message):
                       f"{message} {_source_line(node)}")
 
 
+def _keeps_mutation(node) -> bool:
+    """Whether traced op ``node`` updates an input besides its result and gradcli's kernel
+    makes that update too (batch norm's running statistics, rrelu's noise): then the file
+    keeps the op as traced (spec). Asked of gradcli's op (the inputs it declares it writes)."""
+    from ...ops import OPS  # noqa: PLC0415
+
+    op = OPS.get(S.op_name(node.target))
+    return bool(getattr(op, "mutated", ()))
+
+
 def _has_kernel(name) -> bool:
     """Whether gradcli runs ATen op ``name`` with a kernel of its own."""
     from ...ops import OPS  # noqa: PLC0415
@@ -558,7 +566,7 @@ class _Converter:
                         requires.add(node)
                 if _is_random(node):
                     _fail(node, "a random op on data the loss depends on has no fixed result")
-                if S.mutated_arguments(node.target._schema) and base not in KEEPS_MUTATION:
+                if S.mutated_arguments(node.target._schema) and not _keeps_mutation(node):
                     if self._keeps_inplace(node, dynamic):
                         self.kept_inplace.add(node)     # Note [In-place kept]
                     else:
@@ -695,7 +703,7 @@ class _Converter:
             # path it is written as a detach, stopping the gradient as in PyTorch
             overload = torch.ops.aten.detach.default if node in self.stops else torch.ops.aten.alias.default
             schema = overload._schema
-        elif mutated and base not in KEEPS_MUTATION and node not in self.kept_inplace:
+        elif mutated and not _keeps_mutation(node) and node not in self.kept_inplace:
             if mutated != [0]:
                 _fail(node, "it updates an argument other than its first in place")
             functional = S.out_of_place(overload)

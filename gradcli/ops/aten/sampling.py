@@ -134,7 +134,7 @@ def _rrelu_rule(self, noise, lower=0.125, upper=1 / 3, training=False, generator
 
 
 @aten(f"rrelu_with_noise(Tensor self, Tensor(b!) noise, {_RRELU}) -> Tensor", "RreluWithNoiseBackward0",
-      meta=_rrelu_rule)
+      meta=_rrelu_rule, mutates=("noise",))
 def rrelu_with_noise(self, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
     _rrelu_rule(self, noise, lower, upper, training)
     dt = np.dtype(self.dtype)

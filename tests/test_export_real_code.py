@@ -324,3 +324,34 @@ def test_fractional_max_pooling_exports_with_its_samples_as_a_constant(tmp_path,
     graph.write(str(tmp_path))
     result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
     assert result.exit_code == 0, result.output
+
+
+class RescalesOnce(torch.nn.Module):
+    """Divides its own weight in place, under no_grad, on its first eval call (as RWKV's
+    ``_rescale_layers``)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4, 3)
+        self.rescaled = False
+
+    def forward(self, x):
+        if not self.training and not self.rescaled:
+            with torch.no_grad():
+                self.fc.weight.div_(2.0)
+            self.rescaled = True
+        return torch.tanh(self.fc(x))
+
+
+def test_a_forward_that_writes_into_a_parameter_is_refused_naming_it(tmp_path):
+    m = RescalesOnce()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with pytest.raises(Exception, match=r"writes into its parameter fc\.weight in place.*run the "
+                                        r"module once before exporting"):
+        from_module(m, (x,), dtype="float64", train=False)
+    m.eval()(x.float())                     # the one-time setup, done: the export goes through
+    graph = from_module(m, (x,), dtype="float64", train=False)
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output

@@ -493,6 +493,8 @@ class _Converter:
         self.leaf_values = leaf_values
         # Buffers and the projection count as constants (spec); they stay leaf tensors.
         self.leaf_dynamic = [not k.startswith(("buffer:", "projection:")) for k in leaf_kinds]
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.params = {n for n, k in zip(placeholders, leaf_kinds) if k.startswith("param:")}
         self.seed = seed
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.const_at = {}          # (constant node, reading op) -> constant tensor's name
@@ -570,6 +572,7 @@ class _Converter:
                     if self._keeps_inplace(node, dynamic):
                         self.kept_inplace.add(node)     # Note [In-place kept]
                     else:
+                        self._check_no_parameter_write(node)
                         self._check_no_alias_reader(node)
                         target = node.args[0]
                         if isinstance(getattr(target, "target", None), torch._ops.OpOverload) \
@@ -887,6 +890,19 @@ class _Converter:
                 fresh.add(root)
             carries.update(self._alias_group(root, writes=True))
         return fresh
+
+    def _check_no_parameter_write(self, node):
+        """Refuse a forward that writes into a parameter in place (under ``no_grad``: RWKV
+        rescales its weights on its first eval call): the file's parameter is a leaf that
+        every run starts from, and the module's own backward then sees other weights."""
+        root = self._alias_root(node.args[0], writes=True)
+        if root in self.params:
+            _fail(node, f"the module writes into its parameter {self.leaf_names[self._placeholder_index(root)]} "
+                        "in place during the forward; if that is a one-time setup (RWKV rescales its "
+                        "layers on its first eval call), run the module once before exporting it")
+
+    def _placeholder_index(self, node):
+        return [n for n in self.nodes if n.op == "placeholder"].index(node)
 
     def _check_no_alias_reader(self, node):
         """Refuse an in-place update whose tensor is read again under another name."""

@@ -415,6 +415,12 @@ def _fail(node, message):
                       f"{message} {_source_line(node)}")
 
 
+def _metadata_only(target) -> bool:
+    """Whether a traced call makes a tensor from its inputs' metadata alone (METADATA_ONLY)."""
+    return isinstance(target, torch._ops.OpOverload) and \
+        target._schema.name.split("::", 1)[1] in METADATA_ONLY
+
+
 def _keeps_mutation(node) -> bool:
     """Whether traced op ``node`` updates an input besides its result and gradcli's kernel
     makes that update too (batch norm's running statistics, rrelu's noise): then the file
@@ -494,7 +500,8 @@ class _Converter:
         # Buffers and the projection count as constants (spec); they stay leaf tensors.
         self.leaf_dynamic = [not k.startswith(("buffer:", "projection:")) for k in leaf_kinds]
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.params = {n for n, k in zip(placeholders, leaf_kinds) if k.startswith("param:")}
+        self.params = {n: leaf for n, leaf, k in zip(placeholders, leaf_names, leaf_kinds)
+                       if k.startswith("param:")}   # placeholder -> its parameter's leaf name
         self.seed = seed
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.const_at = {}          # (constant node, reading op) -> constant tensor's name
@@ -870,9 +877,7 @@ class _Converter:
             if node.op != "call_function":
                 continue
             target = node.target
-            metadata_only = isinstance(target, torch._ops.OpOverload) and \
-                target._schema.name.split("::", 1)[1] in METADATA_ONLY
-            if not metadata_only and any(i in carries for i in node.all_input_nodes):
+            if not _metadata_only(target) and any(i in carries for i in node.all_input_nodes):
                 carries.add(node)
             if not isinstance(target, torch._ops.OpOverload) or \
                     S.mutated_arguments(target._schema) != [0] or not node.args or \
@@ -885,8 +890,7 @@ class _Converter:
             if root.op == "call_function" and isinstance(root.target, torch._ops.OpOverload) \
                     and root not in carries and _has_kernel(S.op_name(root.target)) \
                     and not S.mutated_arguments(root.target._schema) \
-                    and (root.target._schema.name.split("::", 1)[1] in METADATA_ONLY
-                         or not root.all_input_nodes):
+                    and (_metadata_only(root.target) or not root.all_input_nodes):
                 fresh.add(root)
             carries.update(self._alias_group(root, writes=True))
         return fresh
@@ -897,12 +901,9 @@ class _Converter:
         every run starts from, and the module's own backward then sees other weights."""
         root = self._alias_root(node.args[0], writes=True)
         if root in self.params:
-            _fail(node, f"the module writes into its parameter {self.leaf_names[self._placeholder_index(root)]} "
-                        "in place during the forward; if that is a one-time setup (RWKV rescales its "
-                        "layers on its first eval call), run the module once before exporting it")
-
-    def _placeholder_index(self, node):
-        return [n for n in self.nodes if n.op == "placeholder"].index(node)
+            _fail(node, f"the module writes into its parameter {self.params[root]} in place during "
+                        "the forward; if that is a one-time setup (RWKV rescales its layers on its "
+                        "first eval call), run the module once before exporting it")
 
     def _check_no_alias_reader(self, node):
         """Refuse an in-place update whose tensor is read again under another name."""

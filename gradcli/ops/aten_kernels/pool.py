@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 
+from ...devices import to_host
 from ._common import array_module, check_dtype, expand_param, scatter_add, window_slice, windows
 
 
@@ -360,8 +361,7 @@ def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
     h, w = self.shape[-2:]
     x3 = self.reshape(-1, h, w)
     planes = x3.shape[0]
-    samples = np.asarray(xp.asnumpy(random_samples) if hasattr(xp, "asnumpy") else random_samples,
-                         dtype=dt).reshape(planes, 2)
+    samples = np.asarray(to_host(random_samples), dtype=dt).reshape(planes, 2)   # a few numbers
     cols = _fractional_intervals(samples[:, 0], w, ow, kw, dt)
     rows = _fractional_intervals(samples[:, 1], h, oh, kh, dt)
     plane = xp.asarray(np.arange(planes)[:, None, None])

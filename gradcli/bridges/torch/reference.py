@@ -169,11 +169,9 @@ def reference_note(graph) -> str:
         return (f"\nno expect.reference: the float64 replay of this graph failed ({skipped}); "
                 "validate checks its gradients element-wise.")
     if graph.document.get("expect", {}).get("rounding"):
-        from ...verdict import FACTOR  # noqa: PLC0415 - NumPy only
-
         return ("\nexpect.rounding: PyTorch's own float64 spread per gradient (its replay with "
                 "every floating leaf moved by one ulp); validate accepts a gradient that fails "
-                f"element-wise only within {FACTOR:g}x that, norm-wise (docs/graph-format.md).")
+                "element-wise only within 4x that, norm-wise (docs/graph-format.md).")
     if not graph.document.get("expect", {}).get("reference"):
         return ""
     return ("\nexpect.reference: the float64 model's gradients (weights.npz, keys grad64:NAME) "

@@ -512,15 +512,19 @@ PYTHON_FUNCTION = """\
     """
 
 
-def test_a_python_autograd_function_is_refused_naming_it(tmp_path):
-    # Note [Python Functions]: its backward is Python code the trace never sees; the export
-    # says so (an ExportError, not a failed order check reported as an exporter bug)
-    _, mod = _module_file(tmp_path, PYTHON_FUNCTION)
-    with pytest.raises(ExportError) as info:
-        from_module(mod.build_model(), (torch.randn(2, 4),))
-    assert type(info.value) is ExportError
-    msg = str(info.value)
-    assert "torch.autograd.Function" in msg and "SquareBackward (2x)" in msg and "\n" not in msg
+def test_a_python_autograd_function_exports_from_the_command_line(tmp_path):
+    # Note [Python Functions as composites]: each application is a function.Square
+    # composite recording PyTorch's SquareBackward node; validate passes
+    path, _ = _module_file(tmp_path, PYTHON_FUNCTION)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(gradcli_main, ["export", f"{path}:build_model", "--input-shape", "2,4",
+                                              "--dtype", "float64", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = read_document(str(out / "graph.yaml")).data
+    assert [op["op"] for op in doc["ops"]].count("function.Square") == 2
+    assert doc["expect"]["order"].count("SquareBackward") == 2
+    res = CliRunner().invoke(gradcli_main, ["validate", str(out / "graph.yaml")])
+    assert res.exit_code == 0 and "PASS" in res.output, res.output
 
 
 def test_make_fx_records_detach_as_the_tested_release_does():

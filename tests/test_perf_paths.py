@@ -237,7 +237,10 @@ def test_gradcli_run_imports_only_what_it_needs(tmp_path):
     root = pathlib.Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, "-c", code, str(root / "graphs" / "mlp.yaml")],
                           capture_output=True, text=True, cwd=root, timeout=60,
-                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
+                          env={**{k: v for k, v in __import__("os").environ.items()
+                                  if k not in ("FORCE_COLOR", "TTY_COMPATIBLE",
+                                               "TTY_INTERACTIVE", "COLUMNS")},
+                               "PYTHONPATH": str(root)})     # a pipe, as rich sees it
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
     assert "gradients" in proc.stdout
 

@@ -20,9 +20,14 @@ from gradcli.ops.core import OpRegistry
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+# Variables that make rich draw as to a terminal, so that gradcli's plain tables hand
+# over to rich (cli/core.py, _plain_is_rich); a runner may set them (COLUMNS).
+TERMINAL_VARIABLES = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS")
+
+
 def _env(**extra):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
-    return env
+    env = {k: v for k, v in os.environ.items() if k not in TERMINAL_VARIABLES}
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
 
 
 def _python(code, *args, cwd=ROOT, env=None):

@@ -75,6 +75,10 @@ class SavedVariable:
                     raise RuntimeError(modified_message(self.data, vc[0], expected, output_of,
                                                         node.name if node else None))
                 check_saved_version(value, expected, node)
+        elif self.tensor is not None and dispatch.SAVED_CHECKS and \
+                (self.tensor._vc is not None or self.tensor._base is not None):
+            # saved before any in-place op ran (no version was taken): it was at version 0
+            check_saved_version(self.tensor, 0, node)
         if not as_tensor:
             return self.data
         if self.is_output:

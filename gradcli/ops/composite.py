@@ -30,6 +30,10 @@ leaves is the node's result. So the engine, ``order`` and traces see one node
 per composite, as PyTorch's engine sees one node per op; the body's nodes never
 reach the engine's ready queue nor its hooks. A composite's backward cannot
 record a graph (``create_graph``): it refuses, naming its node.
+
+A Python ``torch.autograd.Function`` is written as a composite too, named
+``function.CLASS``, with its backward's ops beside its forward's (Note [Python
+Functions as composites], at ``FunctionOp``).
 """
 from __future__ import annotations
 
@@ -40,9 +44,11 @@ from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
 
 ATEN_NAME = re.compile(r"^aten\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+FUNCTION_NAME = re.compile(r"^function\.[A-Za-z_][A-Za-z0-9_]*$")
 NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENTRY_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "composite"}
-COMPOSITE_KEYS = {"node", "constants", "body"}
+COMPOSITE_KEYS = {"node", "constants", "body", "backward"}
+BACKWARD_KEYS = {"grads", "body", "outputs"}
 ERR_CREATE_GRAPH = ("{node}: a composite op's backward cannot record a graph (create_graph): "
                     "its body's VJPs run inside the node")
 
@@ -78,9 +84,10 @@ def load(loader, i, entry, defined, base, prefix, defined_type, spec_type):
         loader.fail(f"id must be a non-empty string, got {op_id!r}", path + ("id",), where)
     name = entry.get("op")
     label = (where if op_id == where else f"{where} {op_id!r}") + f" ({name})"
-    if not isinstance(name, str) or not ATEN_NAME.match(name):
-        loader.fail(f"a composite stands for an ATen op named aten.NAME.OVERLOAD, not {name!r}",
-                    path + ("op",), label)
+    is_function = isinstance(name, str) and bool(FUNCTION_NAME.match(name))
+    if not isinstance(name, str) or not (ATEN_NAME.match(name) or is_function):
+        loader.fail(f"a composite stands for an ATen op named aten.NAME.OVERLOAD or a Python "
+                    f"autograd.Function named function.CLASS, not {name!r}", path + ("op",), label)
     loader.check_keys(entry, ENTRY_KEYS, path, label, "a composite op")
     comp = entry["composite"]
     if not isinstance(comp, dict):
@@ -139,12 +146,70 @@ def load(loader, i, entry, defined, base, prefix, defined_type, spec_type):
     if not isinstance(retain, bool):
         loader.fail(f"retain_grad must be true or false, got {retain!r}",
                     path + ("retain_grad",), label)
+    if is_function:
+        op = FunctionOp(name, node, specs, reads, outputs,
+                        _load_backward(loader, comp, inputs, reads, outputs, scope, defined,
+                                       defined_type, path, where, label))
+    elif "backward" in comp:
+        loader.fail("composite.backward is for function.CLASS composites only (an ATen op's "
+                    "backward is its body's VJPs)", path + ("composite", "backward"), label)
+    else:
+        op = CompositeOp(name, node, specs, reads, outputs)
     for out in outputs:
         defined[out] = defined_type(scope[out].shape, scope[out].dtype, False)
     line, find_line = loader.entry_line(base, i)
-    return spec_type(index=i, id=op_id, label=label, op=CompositeOp(name, node, specs, reads, outputs),
+    return spec_type(index=i, id=op_id, label=label, op=op,
                      inputs=reads, outputs=list(outputs), args={}, retain_grad=retain,
                      lineno=line, find_line=find_line)
+
+
+def _load_backward(loader, comp, inputs, reads, outputs, scope, defined, defined_type, path,
+                   where, label):
+    """The ``FunctionBackward`` of a function composite's ``composite.backward``
+    (Note [Python Functions as composites])."""
+    bpath = path + ("composite", "backward")
+    bwd = comp.get("backward")
+    if not isinstance(bwd, dict):
+        loader.fail("a function composite needs composite.backward: a mapping with grads, body "
+                    "and outputs (its Function's backward)", bpath, label)
+    loader.check_keys(bwd, BACKWARD_KEYS, bpath, label, "composite.backward")
+    if any(isinstance(v, list) for v in inputs):
+        loader.fail("a function composite's inputs are a flat list of tensor names",
+                    path + ("inputs",), label)
+    grads = bwd.get("grads")
+    if not isinstance(grads, list) or len(grads) != len(outputs):
+        loader.fail(f"composite.backward.grads must list one name (or null) per output: "
+                    f"{len(outputs)}", bpath + ("grads",), label)
+    bscope = {n: defined[n] for n in reads}
+    for k, (g, out) in enumerate(zip(grads, outputs)):
+        if g is None:
+            continue
+        loader.check_name(g, bpath + ("grads", k), label)
+        if g in bscope:
+            loader.fail(f"grads name {g!r} is already an input of the backward (names are "
+                        "defined once)", bpath + ("grads", k), label)
+        bscope[g] = defined_type(scope[out].shape, scope[out].dtype, False)
+    body = bwd.get("body", [])
+    if not isinstance(body, list):
+        loader.fail("composite.backward.body must be a list of ops", bpath + ("body",), label)
+    specs = [loader.op(k, e, bscope, bpath + ("body",), f"{where}.composite.backward")
+             for k, e in enumerate(body)]
+    outs = bwd.get("outputs")
+    tensor_inputs = [v for v in inputs if isinstance(v, str)]
+    if not isinstance(outs, list) or len(outs) != len(tensor_inputs):
+        loader.fail(f"composite.backward.outputs must name one gradient (or null) per tensor "
+                    f"input: {len(tensor_inputs)}", bpath + ("outputs",), label)
+    for k, (o, x) in enumerate(zip(outs, tensor_inputs)):
+        if o is None:
+            continue
+        if not isinstance(o, str) or o not in bscope:
+            loader.fail(f"gradient {o!r} is not defined by the backward (its body, grads or "
+                        "the composite's inputs)", bpath + ("outputs", k), label)
+        got, want = bscope[o].shape, defined[x].shape
+        if got is not None and want is not None and tuple(got) != tuple(want):
+            loader.fail(f"gradient {o!r} of input {x!r} has shape {list(got)}, not the input's "
+                        f"{list(want)}", bpath + ("outputs", k), label)
+    return FunctionBackwardSpec(grads, specs, [reads.index(x) for x in tensor_inputs], outs)
 
 
 class CompositeOp:
@@ -216,7 +281,7 @@ class CompositeBackward(Node):
 
         if self.outs is None:
             raise RuntimeError(ERR_BACKWARD_TWICE)
-        if any(type(g) is Tensor for g in grads):
+        if STATE.grad_enabled or any(type(g) is Tensor for g in grads):  # create_graph
             raise RuntimeError(ERR_CREATE_GRAPH.format(node=self.name))
         sinks = {}                   # an inner leaf's accumulator -> its index
         for k, leaf in enumerate(self.leaves):
@@ -261,3 +326,97 @@ class CompositeBackward(Node):
     def release_variables(self):
         self.outs = None
         self.leaves = None
+
+
+# Note [Python Functions as composites]: a ``torch.autograd.Function`` has a Python
+# ``backward`` that need not be the derivative of its ``forward`` (BLOOM's GeLU writes
+# its own; a straight-through estimator passes the gradient of ``round`` on unchanged).
+# Its composite (op ``function.CLASS``) carries both: ``body``, its forward's ops, and
+# ``backward``, its backward's ops as PyTorch traced them (reading the composite's inputs
+# and constants and ``grads``, one name per output; ``outputs`` names one gradient per
+# tensor input, or null). The forward runs the body without recording, as PyTorch runs
+# a Function's forward with grad mode off, and records one node, ``composite.node``
+# (``GeLUFunctionBackward``), which keeps the inputs as ``ctx.save_for_backward`` would
+# (SavedVariables: an in-place write into one after fails the backward, as in PyTorch). When the engine calls it, the node runs the backward's ops on them, an
+# output's gradient that did not arrive being zeros (PyTorch's ``materialize_grads``),
+# and sums the gradients of an input passed twice. Its backward cannot record a graph
+# (``create_graph``): it refuses, naming its node, as a composite does.
+class FunctionBackwardSpec:
+    """A function composite's ``composite.backward``, loaded."""
+
+    __slots__ = ("grads", "body", "positions", "outputs")
+
+    def __init__(self, grads, body, positions, outputs):
+        self.grads = grads            # one name (or None) per output
+        self.body = body              # the backward's op specs
+        self.positions = positions    # per tensor input: its index among the op's reads
+        self.outputs = outputs        # per tensor input: its gradient's name (or None)
+
+
+class FunctionOp(CompositeOp):
+    """The op of a ``function.CLASS`` composite (Note [Python Functions as composites])."""
+
+    def __init__(self, name, node_name, body, input_names, output_names, backward):
+        super().__init__(name, node_name, body, input_names, output_names)
+        self.backward = backward
+
+    def __repr__(self):
+        return f"<function composite {self.name} ({self.node_name})>"
+
+    def __call__(self, *inputs, **args):
+        arrays = [t.data for t in inputs]
+        outs = self.fn(*arrays)
+        needs = STATE.grad_enabled and any(isinstance(t, Tensor) and t.requires_grad
+                                           for t in inputs)
+        if not needs:
+            return [Tensor(o) for o in outs]
+        from ..autograd.saved import SavedVariable  # noqa: PLC0415
+
+        edges = [t.gradient_edge() if t.requires_grad else None for t in inputs]
+        node = FunctionBackward(self.node_name, edges, [InputMetadata.of(o) for o in outs],
+                                self, [SavedVariable(t) for t in inputs])
+        result = []
+        for k, (o, g) in enumerate(zip(outs, self.backward.grads)):
+            t = Tensor(o, requires_grad=g is not None)
+            if g is not None:
+                t.grad_fn, t.output_nr = node, k
+            result.append(t)
+        return result
+
+
+class FunctionBackward(Node):
+    """Runs a function composite's backward ops (Note [Python Functions as composites])."""
+
+    __slots__ = ("op", "saved")
+
+    def __init__(self, name, edges, metas, op, saved):
+        super().__init__(name, edges, metas)
+        self.op = op
+        self.saved = saved
+
+    def apply(self, grads):
+        if self.saved is None:
+            raise RuntimeError(ERR_BACKWARD_TWICE)
+        if STATE.grad_enabled or any(type(g) is Tensor for g in grads):  # create_graph
+            raise RuntimeError(ERR_CREATE_GRAPH.format(node=self.name))
+        from ..devices import xp_of_array  # noqa: PLC0415
+
+        bwd = self.op.backward
+        saved = [s.unpack(self) for s in self.saved]
+        scope = dict(zip(self.op.input_names, saved))
+        for name, g, meta in zip(bwd.grads, grads, self.input_metadata):
+            if name is not None:
+                scope[name] = g if g is not None else \
+                    xp_of_array(saved[0]).zeros(meta.shape, meta.dtype)
+        for spec in bwd.body:
+            out = spec.op.fn(*[scope[n] for n in spec.inputs], **spec.args)
+            scope.update(zip(spec.outputs, out if spec.op.multi_output else [out]))
+        result = [None] * len(self.saved)
+        for k, name in zip(bwd.positions, bwd.outputs):
+            if name is not None:
+                g = scope[name]
+                result[k] = g if result[k] is None else result[k] + g
+        return result
+
+    def release_variables(self):
+        self.saved = None

@@ -161,6 +161,8 @@ class _Replay:
             name = op.get("op", "") if isinstance(op, dict) else ""
             if name.startswith("aten."):
                 self.overload(name, op, i)
+            elif name.startswith("function.") and isinstance(op.get("composite"), dict):
+                pass                    # Note [Replayed Functions]
             elif torch_reference(name) is None:
                 self.fail(f"op {name!r} has no PyTorch equivalent to replay", i, op)
 
@@ -211,6 +213,8 @@ class _Replay:
         try:
             if name.startswith("aten."):
                 return self.call_aten(name, op, env, index)
+            if name.startswith("function.") and isinstance(op.get("composite"), dict):
+                return self.call_function(name, op, env, index)
             fn = torch_reference(name)
             if fn is None:
                 self.fail(f"op {name!r} has no PyTorch equivalent to replay", index, op)
@@ -249,6 +253,53 @@ class _Replay:
         if args:
             self.fail(f"{name} has no argument {sorted(args)[0]!r}", index, op)
         return overload(**kwargs)
+
+    # Note [Replayed Functions]: a ``function.CLASS`` composite (Note [Python Functions as
+    # composites], gradcli/ops/composite.py) stands for a Python autograd.Function, which
+    # PyTorch cannot call by name. The replay makes a Function class of that name, whose
+    # forward runs the body's ATen ops and whose backward runs the backward's: PyTorch's
+    # engine then records and runs one ``CLASSBackward`` node for it, as it did for the
+    # module's own Function, and the exporter's check compares the two.
+    def call_function(self, name, op, env, index):
+        torch = self.torch
+        comp = op["composite"]
+        bwd = comp.get("backward") or {}
+        inputs = [self.resolve(x, env, index, op) for x in op.get("inputs", [])]
+        constants = [self.resolve(x, env, index, op) for x in comp.get("constants", [])]
+        names = list(op.get("inputs", [])) + list(comp.get("constants", []))
+        outputs = op.get("outputs") or [op["output"]]
+        replay = self
+
+        def run_body(body, scope):
+            for k, entry in enumerate(body):
+                result = replay.call(entry, scope, index)
+                outs = entry.get("outputs") or [entry["output"]]
+                scope.update(zip(outs, result if "outputs" in entry else [result]))
+            return scope
+
+        def forward(ctx, *tensors):
+            ctx.save_for_backward(*tensors)
+            scope = run_body(comp["body"], dict(zip(names, tensors)))
+            result = tuple(scope[o] for o in outputs)
+            ctx.mark_non_differentiable(*[r for r, g in zip(result, bwd.get("grads", []))
+                                          if g is None])
+            return result
+
+        def backward(ctx, *grads):
+            saved = ctx.saved_tensors
+            scope = dict(zip(names, saved))
+            scope.update((g, v) for g, v in zip(bwd.get("grads", []), grads) if g is not None)
+            scope = run_body(bwd.get("body", []), scope)
+            per_input = [None] * len(saved)
+            for k, g in enumerate(bwd.get("outputs", [])):
+                if g is not None:
+                    per_input[k] = scope[g]
+            return tuple(per_input)
+
+        cls = type(name.split(".", 1)[1], (torch.autograd.Function,),
+                   {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+        out = cls.apply(*inputs, *constants)
+        return list(out) if "outputs" in op else out[0]
 
     def overload(self, name, op, index):
         parts = name.split(".")

@@ -118,6 +118,7 @@ from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
 from ..graphfile import ExportedGraph
 from .detach_marks import LEAF as LEAF_MARK, MARK as DETACH_MARK, DetachMarks
+from . import functions as F
 from .reference import attach_reference, attach_rounding, reference_note
 from .versions import differs
 
@@ -181,14 +182,17 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
             out = torch.func.functional_call(work, (params, buffers), inputs, kw)
             return loss_fn(out, extras)
 
+    python_functions = F.PythonFunctions()      # Note [Python Functions as composites]
     _seed(seed)
-    gm = _call_module(lambda: make_fx(traced, record_stack_traces=True,
-                                      _error_on_data_dependent_ops=False)(
-        params, {k: v.clone() for k, v in buffers0.items()}, inputs, kw, extras))
+    with python_functions:
+        gm = _call_module(lambda: make_fx(traced, record_stack_traces=True,
+                                          _error_on_data_dependent_ops=False)(
+            params, {k: v.clone() for k, v in buffers0.items()}, inputs, kw, extras))
 
     leaf_values = pytree.tree_leaves((params, buffers0, inputs, kw, extras))
     kinds = _leaf_kinds(params, buffers0, inputs, kw, extras)
     conv = _Converter(gm, names, leaf_values, kinds, seed)
+    conv.python_functions = python_functions
     if differs("make_fx_detach_as_alias", torch.__version__):
         conv.detach_ops = DETACH_FROM_2_14      # Note [detach traced as alias]
     conv.detach_marked = marks.working
@@ -198,6 +202,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     grads, order, functions = _call_module(lambda: _reference_backward(reference, inputs, kw,
                                                                        extras, loss_fn),
                                            "running the backward of")
+    functions = {k: n for k, n in functions.items() if k not in conv.function_nodes}
     if functions:
         raise ExportError(_python_functions_message(functions))
     grad_names = {f"param:{k}": v for k, v in grads.items()}
@@ -506,6 +511,8 @@ class _Converter:
         self.index = {n: i for i, n in enumerate(self.nodes)}
         self.const_at = {}          # (constant node, reading op) -> constant tensor's name
         self.consts_used = set()    # constant tensors that written ops read
+        self.python_functions = None    # Note [Python Functions as composites] (functions.py)
+        self.function_nodes = set()     # the node names of the Functions written
 
     def run(self):
         torch.manual_seed(self.seed)
@@ -592,7 +599,7 @@ class _Converter:
                 pending.append((node, env[node]))
         if root is None or root not in dynamic:
             raise ExportError("the loss does not depend on any parameter, input or target")
-        needed = self._needed(root, dynamic)
+        needed = self._needed([o for o in self.outputs if o in dynamic], dynamic)
         ops = []
         leaves_used = set()
         self.env, self.tensors, self.arrays = env, tensors, arrays
@@ -664,8 +671,8 @@ class _Converter:
         arrays[name] = np.ascontiguousarray(captured.cpu().numpy())
         return name
 
-    def _needed(self, root, dynamic):
-        needed, stack = set(), [root]
+    def _needed(self, roots, dynamic):
+        needed, stack = set(), list(roots)
         while True:
             self._walk_needed(needed, stack, dynamic)
             # Note [In-place kept]: an in-place op whose result nothing reads is still
@@ -705,6 +712,8 @@ class _Converter:
 
     def _op(self, node, value, names, const_names, dynamic, requires, leaves_used):
         overload = node.target
+        if overload.namespace == F.OP_NAMESPACE:
+            return self._function(node, value, names, const_names, requires, leaves_used)
         schema = overload._schema
         base = schema.name.split("::", 1)[1]
         mutated = S.mutated_arguments(schema)
@@ -814,7 +823,7 @@ class _Converter:
             self.missing.setdefault(entry["op"], (False, _source_line(node) + " (its "
                                                   "decomposition returns an input or a constant)"))
             return
-        body = _body_names(body, dict(zip(inner_out, outer)), set(outer) | set(leaf_names))
+        body = _body_names(body, dict(zip(inner_out, outer)), set(outer) | set(leaf_names))[0]
         constants = [n for n in sub_tensors if n.startswith(sub.const_prefix)]
         for n in constants:
             self.tensors[n] = sub_tensors[n]
@@ -822,6 +831,72 @@ class _Converter:
             self.consts_used.add(n)
         entry["composite"] = {"node": node_name, **({"constants": constants} if constants else {}),
                               "body": body}
+
+    def _function(self, node, value, names, const_names, requires, leaves_used):
+        """The ``function.CLASS`` composite of a traced Python Function application
+        (Note [Python Functions as composites]; functions.py traces its two bodies)."""
+        applied = self.python_functions.applied[F.key_of(node)]
+        cls = applied.cls.__name__
+        arg_nodes = list(node.args[0])
+        inputs = [self._input(v, names, const_names, leaves_used, node) for v in arg_nodes]
+        tensors = [self.env[v] for v in arg_nodes]
+        needs = [v in requires and t.is_floating_point() for v, t in zip(arg_nodes, tensors)]
+        outs = [f"{node.name}.{i}" for i in range(len(value))]
+        for user in node.users:
+            if user.target is operator.getitem:
+                outs[user.args[1]] = self._out(user)
+        names[node] = node.name
+        entry = {"op": f"function.{cls}", "inputs": inputs, "outputs": outs, "id": node.name}
+        node_name, differentiable = F.node_name_and_outputs(applied, tensors, needs)
+        if node_name is None:
+            _fail(node, f"the Function {cls} records no backward node")
+        prefix = f"const.{node.name}."
+        try:
+            body, consts, body_out = self._traced_body(
+                F.trace_forward(applied, tensors, self.seed), inputs, tensors, prefix)
+            gm, _ = F.trace_backward(applied, tensors, needs, differentiable, self.seed)
+            grads = [f"{o}.grad" if d else None for o, d in zip(outs, differentiable)]
+            backward, b_consts, b_out = self._traced_body(
+                gm, inputs + [g or f"{o}.grad" for g, o in zip(grads, outs)],
+                tensors + [torch.ones_like(v) for v in value], prefix + "backward.")
+        except ExportError as exc:
+            _fail(node, f"its Python Function {cls}: {exc}")
+        if len(body_out) != len(outs) or any(o in inputs for o in body_out):
+            _fail(node, f"the Function {cls} returns one of its inputs as it is")
+        body = _body_names(body, dict(zip(body_out, outs)), set(outs) | set(inputs))[0]
+        backward, rename = _body_names(backward, {}, set(inputs) | set(outs))
+        it, grad_of = iter(b_out), []
+        for need in needs:              # b_out: one result per input that needs a gradient
+            g = next(it) if need else None
+            grad_of.append(None if g is None else rename.get(g, g))
+        entry["composite"] = {
+            "node": node_name, **({"constants": consts + b_consts} if consts + b_consts else {}),
+            "body": body,
+            "backward": {"grads": grads, "body": backward, "outputs": grad_of}}
+        self.function_nodes.add(node_name)
+        return entry
+
+    def _traced_body(self, gm, leaf_names, tensors, prefix):
+        """(body ops, constants, the names of the trace's results; None for a result
+        that is None) of a Function's traced ``gm``, whose placeholders are
+        ``leaf_names`` holding ``tensors``."""
+        kinds = [f"input:{k}" for k in range(len(tensors))]
+        sub = _Converter(gm, leaf_names, tensors, kinds, self.seed, const_prefix=prefix)
+        sub.python_functions = self.python_functions
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        results = list(pytree.tree_flatten(out_node.args[0], is_leaf=lambda x: x is None)[0])
+        if all(r is None for r in results):     # a backward that returns no gradient
+            return [], [], results
+        body, sub_tensors, sub_arrays, _ = sub.run()
+        for name, (core, where) in sub.missing.items():
+            self.missing.setdefault(name, (core, where))
+        constants = [n for n in sub_tensors if n.startswith(prefix)]
+        for n in constants:
+            self.tensors[n] = sub_tensors[n]
+            self.arrays[n] = sub_arrays[n]
+            self.consts_used.add(n)
+        return body, constants, [None if r is None else sub._name_of(r, sub.names)
+                                 for r in results]
 
     def _input(self, val, names, const_names, leaves_used, node):
         if val is None or val is S.MISSING:
@@ -974,7 +1049,7 @@ def _body_names(body, rename, taken):
             for n in ([op[key]] if key == "output" else op.get(key, [])):
                 current[n] = rename.get(n, f"{n}.body" if n in taken else n)
         out.append(_renamed(op, current, inputs=False))
-    return out
+    return out, current
 
 
 def _renamed(op, rename, inputs=True, outputs=True):
@@ -1042,12 +1117,14 @@ def _seed(seed):
 # grad cannot be made a leaf (PyTorch refuses that), so only values computed from data
 # without gradients are marked.
 # Note [Python Functions]: a ``torch.autograd.Function`` (BLOOM's GeLUFunction, a
-# straight-through estimator, reentrant checkpointing) records one node whose backward
-# is the class's Python ``backward``. The trace sees only the ATen ops of its
-# ``forward``: replayed, they record their own nodes and compute the derivative of the
-# forward, which is not what the module's backward runs (the node differs always, the
-# gradient wherever ``backward`` is not that derivative). So the export refuses such a
-# module, naming the Functions, instead of failing its order check as an exporter bug.
+# straight-through estimator) records one node whose backward is the class's Python
+# ``backward``. The trace captures each application as one node (functions.py) and
+# writes it as a ``function.CLASS`` composite with both of its bodies (Note [Python
+# Functions as composites]). An application the trace did not capture (arguments by
+# keyword, or a class with an ``apply`` of its own) would be traced as its forward's
+# ops, which record other nodes and compute the forward's derivative, not what the
+# module's backward runs: the export compares the Function nodes of the module's
+# backward with those it wrote and refuses the module, naming the others.
 def _python_function_nodes(loss):
     """{node name: count} of the Python ``autograd.Function`` nodes under ``loss``."""
     from .compare import node_name
@@ -1067,11 +1144,9 @@ def _python_function_nodes(loss):
 
 def _python_functions_message(functions):
     names = ", ".join(f"{n} ({k}x)" if k > 1 else n for n, k in sorted(functions.items()))
-    return (f"the module's backward runs torch.autograd.Function nodes whose backward is Python "
-            f"code: {names}; the export traces ATen ops, and such a backward is none of them "
-            f"(the replayed forward ops would record other nodes). Replace the Function by "
-            f"its forward's torch operations (or by an op with PyTorch's own backward) to "
-            f"export this module")
+    return (f"the module's backward runs torch.autograd.Function nodes that the export did "
+            f"not capture as Functions: {names} (applied with keyword arguments, or by a class "
+            f"with an apply of its own); pass the Function's arguments by position")
 
 
 # -- step 4: the file replays as the module ---------------------------------------------------

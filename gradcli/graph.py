@@ -202,17 +202,20 @@ class ForwardSpec(Record):
 class ExpectSpec(Record):
     """``reference``: {name: LeafSpec} of float64 reference gradients (``expect.reference``,
     see ``gradcli.verdict``); ``rounding``: {name: PyTorch's own float64 rounding spread}
-    (``expect.rounding``, Note [The float64 yardstick]); ``elementwise``: judge every
-    gradient element-wise;
+    (``expect.rounding``, Note [The float64 yardstick]); ``perturbed``: {name: [LeafSpec]}
+    of PyTorch's gradients with its leaves moved by one ulp (``expect.reference.perturbed``,
+    Note [The float32 yardstick]); ``elementwise``: judge every gradient element-wise;
     ``forward``: values another runtime computed (``expect.forward``)."""
     _fields = ("grads", "numeric", "rtol", "atol", "order", "error", "reference", "elementwise",
-               "forward", "rounding")
+               "forward", "rounding", "perturbed")
 
     def __init__(self, grads: dict, numeric: bool = False, rtol: float = 1e-7,
                  atol: float = 0.0, order: list | None = None, error: str | None = None,
                  reference: dict | None = None, elementwise: bool = False,
-                 forward: ForwardSpec | None = None, rounding: dict | None = None):
+                 forward: ForwardSpec | None = None, rounding: dict | None = None,
+                 perturbed: dict | None = None):
         self.forward = forward
+        self.perturbed = perturbed or {}
         self.rounding = rounding or {}
         self.grads = grads
         self.numeric = numeric

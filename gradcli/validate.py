@@ -174,7 +174,20 @@ def _references(result, expect, precisions, elementwise):
     return refs
 
 
-def _judge_normwise(check, name, actual, expected, ref, p, scale):
+def _moved(expect, name, shape):
+    """PyTorch's gradients of ``name`` with its leaves moved by one ulp (Note [The float32
+    yardstick] in verdict.py), those of the gradient's shape; [] for none."""
+    from .devices import to_host as _host
+
+    out = []
+    for spec in expect.perturbed.get(name, ()):
+        a = np.asarray(_host(spec.array(shape)))
+        if a.shape == tuple(shape):
+            out.append(a)
+    return out
+
+
+def _judge_normwise(check, name, actual, expected, ref, p, scale, moved):
     """The float32 policy (gradcli.verdict) on one gradient; False when it cannot judge."""
     from .verdict import judge
 
@@ -183,7 +196,8 @@ def _judge_normwise(check, name, actual, expected, ref, p, scale):
         check.message = (f"the float64 reference of {name!r} has shape {list(ref.shape)}, the "
                          f"gradient {list(actual.shape)}")
         return True
-    verdict = judge(name, actual, expected, ref, p.dtype, _why(p), scale)
+    verdict = judge(name, actual, expected, ref, p.dtype, _why(p), scale,
+                    torch_perturbed=moved)
     if verdict is None:
         return False
     check.distance, check.torch_distance = verdict.distance, verdict.torch_distance
@@ -248,9 +262,10 @@ def _check_grads(graph, result, expect, opts=None):
         # gradient below float64 is held element-wise to the file's rtol/atol, as before.
         note = ""
         if name in refs:
-            if _judge_normwise(check, name, actual, expected, refs[name], p, scale):
+            moved = _moved(expect, name, actual.shape)
+            if _judge_normwise(check, name, actual, expected, refs[name], p, scale, moved):
                 if check.status == FAIL:
-                    retry.append((check, name, actual, expected, p))
+                    retry.append((check, name, actual, expected, p, moved))
                 continue
         elif low:
             note = ("; element-wise on request" if elementwise else
@@ -305,12 +320,12 @@ def _judge_on_branches(graph, retry, refs, scale):
     where = (f"{total} element(s) at {len(kinks.flips)} op(s), first {first.op}"
              + (f" at line {first.line}" if first.line else "")
              + f", {first.nearest:.3g} from its kink in float64")
-    for check, name, actual, expected, p in retry:
+    for check, name, actual, expected, p, moved in retry:
         fix = kinks.correction.get(name)
         if fix is None or fix.shape != refs[name].shape:
             continue
         verdict = judge(name, actual, expected, refs[name] + fix, p.dtype, _why(p), scale,
-                        torch_reference=refs[name])
+                        torch_reference=refs[name], torch_perturbed=moved)
         if verdict is None:
             continue
         check.distance = verdict.distance

@@ -74,6 +74,24 @@ PyTorch's is within ``FACTOR`` times that spread (at least eps64), the spread
 read as at most ``ROUNDING_CAP`` (1e-8: a file cannot claim more), and the
 message gives both numbers. A wrong formula moves a gradient by O(1); the
 resnet's bound is 1.6e-11.
+
+Note [The float32 yardstick]: PyTorch's distance to the float64 gradient is
+one draw of its rounding, and a deep model's draws spread widely. Measured on
+torchvision's efficientnet_b0 (train, float32, 2x3x64x64): the first
+squeeze-excitation's ``fc1`` gradient is 1.5e-5 from float64 in PyTorch's run
+as exported, and 6.2e-5, 4.4e-5 and 4.0e-5 in three replays of the same graph
+with every floating leaf moved by one float32 ulp (gradcli: 6.9e-5, a ratio of
+4.55 to the first draw and 1.1 to the largest); over its 213 gradients the
+median ratio is 1.07 either way. So ``gradcli export`` of a graph below
+float64 also replays it in PyTorch twice (``PERTURBED_DRAWS`` in
+bridges/torch/reference.py) at its own
+precision with every floating leaf multiplied by ``1 + eps * u`` (``eps`` of
+the graph's lowest floating dtype, ``u`` uniform in [-1, 1], seeded) and
+writes those gradients (``expect.reference.perturbed``); PyTorch's distance is
+the largest over its runs, each recomputed from the arrays. A one-ulp move of
+the leaves is what the rounding of the first op does anyway, so each replay
+is a run PyTorch could as well have given; a wrong formula moves a gradient
+by O(1) and still fails.
 Note [Kinks]: relu's derivative jumps at 0. A pre-activation whose float64
 value lies within float32's rounding of 0 lands on either side in a float32
 run, by chance: PyTorch's and gradcli's float32 runs round differently and may
@@ -130,7 +148,7 @@ def _distance(got, reference):
 
 
 def judge(name, actual, torch_grad, reference, dtype, why, scale=0.0,
-          torch_reference=None) -> Judgement:
+          torch_reference=None, torch_perturbed=()) -> Judgement:
     """Judge gradcli's ``actual`` gradient of ``name`` against the float64
     ``reference``, with PyTorch's ``torch_grad`` (same precision) as the yardstick.
 
@@ -140,6 +158,8 @@ def judge(name, actual, torch_grad, reference, dtype, why, scale=0.0,
     ``torch_reference``: PyTorch's own float64 gradient where ``reference`` is not it (the
     gradient on the branches gradcli's run took, Note [Kinks]); PyTorch is measured
     against it.
+    ``torch_perturbed``: PyTorch's gradients with its leaves moved by one ulp (Note [The
+    float32 yardstick]); PyTorch's distance is the largest of its runs'.
     Returns None when the reference or PyTorch's gradient is not finite (no norm to judge).
     """
     a = np.asarray(actual, dtype=np.float64)
@@ -155,6 +175,14 @@ def judge(name, actual, torch_grad, reference, dtype, why, scale=0.0,
     if not np.isfinite(r_pt).all():
         return None
     d_pt, e_pt = _distance(t, r_pt)
+    d_first = d_pt
+    for other in torch_perturbed:         # Note [The float32 yardstick]
+        o = np.asarray(other, dtype=np.float64)
+        if o.shape != r_pt.shape or not np.isfinite(o).all():
+            continue
+        d_o, e_o = _distance(o, r_pt)
+        if e_o > e_pt:
+            d_pt, e_pt = d_o, e_o
     rms = float(np.sqrt(np.mean((a - r) ** 2))) if a.size else 0.0
     bound = FACTOR * max(d_pt, eps)
     finite = bool(np.isfinite(a).all())
@@ -163,8 +191,10 @@ def judge(name, actual, torch_grad, reference, dtype, why, scale=0.0,
     within = finite and e_gc <= FACTOR * max(e_pt, eps * norm)
     floored = finite and not within and rms <= floor
     mine = "" if torch_reference is None else " (on its own branches)"
-    numbers = (f"distance to float64: gradcli {d_gc:.3g}{mine}, torch {d_pt:.3g} (norm-wise "
-               f"relative error)")
+    spread = (f" (its largest over runs with its leaves moved by one ulp; {d_first:.3g} as "
+              f"exported)" if d_pt > d_first else "")
+    numbers = (f"distance to float64: gradcli {d_gc:.3g}{mine}, torch {d_pt:.3g}{spread} "
+               f"(norm-wise relative error)")
     if within:
         message = f"{numbers}, within {FACTOR:g} x torch's; {why}"
     elif floored:

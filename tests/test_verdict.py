@@ -92,6 +92,28 @@ def test_float32_export_writes_the_float64_reference_and_torchs_distance(cnn32):
     assert 0 < np.median(list(ref["distance"].values())) < 1e-4
 
 
+def test_float32_export_writes_torchs_runs_with_its_leaves_moved_by_one_ulp(cnn32):
+    """Note [The float32 yardstick]: two more PyTorch runs of the written graph at float32,
+    every floating leaf moved by one ulp; each is a float32 gradient near, not equal to, the
+    exported one."""
+    doc = read_document(cnn32).data
+    moved = doc["expect"]["reference"]["perturbed"]
+    assert set(moved) == set(doc["expect"]["reference"]["grads"])
+    weights = np.load(str(cnn32).replace("graph.yaml", "weights.npz"))
+    for name, entries in moved.items():
+        assert entries == [{"file": "weights.npz", "key": f"gradulp{k}:{name}"} for k in (1, 2)]
+        g, r = weights[f"grad:{name}"], weights[f"grad64:{name}"]
+        for entry in entries:
+            a = weights[entry["key"]]
+            assert a.dtype == np.float32 and a.shape == g.shape
+            # as far from float64 as PyTorch's rounding goes (conv1.bias's exact value is 0)
+            assert np.linalg.norm(a - r) <= 10 * max(np.linalg.norm(g - r),
+                                                     1e-4 * np.linalg.norm(r))
+    first = weights["gradulp1:conv2.weight"]
+    assert not np.array_equal(first, weights["grad:conv2.weight"])
+    assert not np.array_equal(first, weights["gradulp2:conv2.weight"])
+
+
 def test_float64_export_without_islands_has_no_reference(tmp_path):
     path = _export(SmallCNN(), (4, 3, 8, 8), "float64", tmp_path)
     expect = read_document(path).data["expect"]
@@ -155,8 +177,13 @@ def _perturbed(path, name, size, spread=None):
     (with ``spread``: all of it on the element of the smallest reference magnitude)."""
     graph = load(str(path))
     weights = np.load(str(path).replace("graph.yaml", "weights.npz"))
-    ref, theirs = weights[f"grad64:{name}"], weights[f"grad:{name}"]
-    d_pt = np.linalg.norm(theirs - ref) / np.linalg.norm(ref)
+    ref = weights[f"grad64:{name}"]
+    # PyTorch's distance: the largest of its runs, the exported one and those with its leaves
+    # moved by one ulp (Note [The float32 yardstick])
+    runs = [weights[k] for k in weights.files if k == f"grad:{name}"
+            or k.startswith("gradulp") and k.endswith(f":{name}")]
+    assert len(runs) == 3
+    d_pt = max(np.linalg.norm(theirs - ref) / np.linalg.norm(ref) for theirs in runs)
     direction = np.random.default_rng(0).standard_normal(ref.shape)
     if spread is not None:
         direction = np.zeros(ref.shape)
@@ -334,8 +361,46 @@ def test_without_a_reference_a_low_precision_gradient_stays_element_wise_and_say
     assert "no float64 reference" in checks["w"].message and "float32" in checks["w"].message
 
 
+# w's gradient is exactly [2, 4, 6] in gradcli; a reference 1e-4 off it and a PyTorch run on it
+OFF = "grads: {w: {value: [2.0, 4.0, 6.0001]}}"
+
+
+def test_torchs_runs_with_moved_leaves_widen_its_distance():
+    """Note [The float32 yardstick]: PyTorch's exported run happens to equal the reference
+    (distance 0: the bound is 4 x eps32), so gradcli's 1.3e-5 fails; one of PyTorch's runs
+    with moved leaves is as far as gradcli, and the bound becomes 4 x that."""
+    alone = ISLAND_YAML.replace("{w: {value: [2.0, 4.0, 6.0]}", "{w: {value: [2.0, 4.0, 6.0001]}")
+    check = _grad_checks(validate_graph(loads(alone.replace("REFERENCE", f"reference: {{{OFF}}}"),
+                                              name="island"), "island", Options()))["w"]
+    assert check.status == "fail" and check.torch_distance == 0.0
+    moved = ("reference: {" + OFF + ", perturbed: {w: [{value: [2.0, 4.0, 6.0001]}, "
+             "{value: [2.0, 4.0, 6.0]}]}}")
+    check = _grad_checks(validate_graph(loads(alone.replace("REFERENCE", moved), name="island"),
+                                        "island", Options()))["w"]
+    assert check.status == "pass", check.message
+    assert check.torch_distance == pytest.approx(1e-4 / np.sqrt(56.0012), rel=1e-3)
+    assert check.distance == pytest.approx(check.torch_distance, rel=1e-6)
+    assert "its largest over runs with its leaves moved by one ulp; 0 as exported" in check.message
+
+
+def test_a_closer_moved_run_does_not_narrow_torchs_distance():
+    moved = ("reference: {" + OFF + ", perturbed: {w: [{value: [2.0, 4.0, 6.0001]}]}}")
+    text = ISLAND_YAML.replace("REFERENCE", moved)
+    check = _grad_checks(validate_graph(loads(text, name="island"), "island", Options()))["w"]
+    assert check.status == "pass" and check.torch_distance == check.distance
+    assert "moved by one ulp" not in check.message
+
+
 @pytest.mark.parametrize("reference, words", [
     ("reference: [1, 2]", "reference must be a mapping"),
+    ("reference: {grads: {w: {value: [2.0, 4.0, 6.0]}}, perturbed: [1]}",
+     "perturbed must be a mapping from tensor name to a list of gradients"),
+    ("reference: {grads: {w: {value: [2.0, 4.0, 6.0]}}, perturbed: {v: [{value: [1.0]}]}}",
+     "perturbed gradients for 'v', which reference.grads does not name"),
+    ("reference: {grads: {w: {value: [2.0, 4.0, 6.0]}}, perturbed: {w: {value: [1.0]}}}",
+     "perturbed gradients of 'w' must be a list of 1 to 8 gradients"),
+    ("reference: {grads: {w: {value: [2.0, 4.0, 6.0]}}, perturbed: {w: [{value: 'x'}]}}",
+     "expect.reference.perturbed.w.0: value must be a number"),
     ("reference: {grads: {u: {value: [1.0]}}}", "'u', which expect.grads does not name"),
     ("reference: {distance: {w: -1}}", "distance of 'w' must be a non-negative number"),
     ("reference: {grad: {}}", "unknown key 'grad' in expect.reference"),

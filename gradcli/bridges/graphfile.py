@@ -121,6 +121,10 @@ class ExportedGraph:
                 lines.append("    grads:")
                 lines += [f"      {flow(k)}: {flow(v)}" for k, v in reference["grads"].items()]
                 lines.append(f"    distance: {flow(reference['distance'])}")
+                if reference.get("perturbed"):
+                    lines.append("    perturbed:")
+                    lines += [f"      {flow(k)}: {flow(v)}"
+                              for k, v in reference["perturbed"].items()]
             rounding = expect.get("rounding")
             if rounding:
                 lines.append("  rounding:")

@@ -22,6 +22,7 @@ BACKWARD_KEYS = {"roots", "grad_roots", "inputs", "retain_graph", "create_graph"
 EXPECT_KEYS = {"grads", "numeric", "rtol", "atol", "order", "error", "reference", "rounding", "elementwise",
                "forward"}
 FORWARD_KEYS = {"values", "rtol", "atol"}
+MAX_PERTURBED = 8           # PyTorch's runs with moved leaves, per tensor (export writes 2)
 
 
 class CheckedGraph:
@@ -178,9 +179,11 @@ class DocumentCheck(TensorChecks, OpChecks):
         for key in ("numeric", "elementwise"):
             if not isinstance(spec.get(key, False), bool):
                 self.fail(f"{key} must be true or false", path + (key,), where)
+        reference = self.reference(spec, grads, path)
         return ExpectSpec(grads=grads, numeric=spec.get("numeric", False),
                           rtol=spec.get("rtol", 1e-7), atol=spec.get("atol", 0.0), order=order,
-                          error=error, reference=self.reference(spec, grads, path),
+                          error=error, reference=reference,
+                          perturbed=self.perturbed(spec, reference, path),
                           rounding=self.rounding(spec, grads, path),
                           elementwise=spec.get("elementwise", False),
                           forward=(self.expect_forward(spec["forward"], defined)
@@ -197,7 +200,8 @@ class DocumentCheck(TensorChecks, OpChecks):
                 or not isinstance(ref.get("distance", {}), dict):
             self.fail("reference must be a mapping with grads and distance mappings", path,
                       "expect")
-        self.check_keys(ref, {"grads", "distance"}, path, "expect", "expect.reference")
+        self.check_keys(ref, {"grads", "distance", "perturbed"}, path, "expect",
+                        "expect.reference")
         out = {}
         for n, g in (ref.get("grads") or {}).items():
             if n not in grads:
@@ -208,6 +212,28 @@ class DocumentCheck(TensorChecks, OpChecks):
             if not is_number(d) or d < 0:
                 self.fail(f"distance of {n!r} must be a non-negative number",
                           path + ("distance", n), "expect")
+        return out
+
+    def perturbed(self, spec, reference, path) -> dict:
+        """expect.reference.perturbed: {name: [PyTorch's gradient with its leaves moved by one
+        ulp, ...]} for tensors with a reference (Note [The float32 yardstick] in verdict.py)."""
+        moved = (spec.get("reference") or {}).get("perturbed")
+        if moved is None:
+            return {}
+        path = path + ("reference", "perturbed")
+        if not isinstance(moved, dict):
+            self.fail(f"perturbed must be a mapping from tensor name to a list of gradients, "
+                      f"not {kind_of(moved)}", path, "expect")
+        out = {}
+        for n, entries in moved.items():
+            if n not in reference:
+                self.fail(f"perturbed gradients for {n!r}, which reference.grads does not name",
+                          path + (n,), "expect")
+            if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_PERTURBED:
+                self.fail(f"perturbed gradients of {n!r} must be a list of 1 to "
+                          f"{MAX_PERTURBED} gradients", path + (n,), "expect")
+            out[n] = [self.leaf(n, g, path + (n, i), for_grad_root=True)
+                      for i, g in enumerate(entries)]
         return out
 
     def rounding(self, spec, grads, path) -> dict:

@@ -9,7 +9,11 @@ replay]), and writes into ``expect.reference``:
   (key ``grad64:NAME``), beside PyTorch's own in ``grad:NAME``;
 - ``distance``: PyTorch's norm-wise relative error to them per tensor,
   ``||g_torch - g_64|| / ||g_64||`` (for the reader: ``validate`` recomputes it
-  from the two arrays, so an edited number cannot loosen the verdict).
+  from the two arrays, so an edited number cannot loosen the verdict);
+- ``perturbed``: PyTorch's gradients at the graph's own precision in
+  ``PERTURBED_DRAWS`` replays with every floating leaf moved by one ulp (keys
+  ``gradulpK:NAME``), the spread of its own rounding (Note [The float32
+  yardstick] in gradcli/verdict.py).
 
 A graph that computes in float64 throughout gets no reference: widening would
 change nothing. ``gradcli.verdict`` (validate) uses the reference for the
@@ -35,6 +39,9 @@ from .errors import WEIGHTS_FILE
 from ..graphfile import GRAD_PREFIX
 
 REF_PREFIX = "grad64:"     # weights.npz keys of the float64 reference gradients
+ULP_PREFIX = "gradulp"     # gradulpK:NAME, PyTorch's gradients with the leaves moved by one ulp
+PERTURBED_DRAWS = 2        # Note [The float32 yardstick] in gradcli/verdict.py
+_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23}
 LOW_FLOATS = {"float16", "bfloat16", "float32"}
 
 
@@ -124,7 +131,54 @@ def attach_reference(graph):
         ref_entries[name] = {"file": WEIGHTS_FILE, "key": REF_PREFIX + name}
         distance[name] = float(f"{normwise_distance(torch_grad, ref):.3g}")
     expect["reference"] = {"grads": ref_entries, "distance": distance}
+    perturbed = _perturbed_draws(graph, list(ref_entries))
+    if perturbed:
+        expect["reference"]["perturbed"] = perturbed
     return refs
+
+
+def _lowest_eps(document):
+    """The machine epsilon of the lowest floating dtype the document names."""
+    names = {spec.get("dtype") for _, spec in _low_tensors(document)}
+    names |= {args.get("dtype") for args in _low_args(document)}
+    return max(_EPS.get(n, 0.0) for n in names) if names else 0.0
+
+
+def _perturbed_draws(graph, names, seed=1):
+    """Note [The float32 yardstick] in gradcli/verdict.py: PyTorch's replays of the written
+    graph at its own precision with every floating leaf array multiplied by ``1 + eps * u``
+    (``eps`` of the graph's lowest floating dtype, ``u`` uniform in [-1, 1] from ``seed``);
+    their gradients go into ``graph.arrays`` as ``gradulpK:NAME``. Returns
+    ``{name: [{file, key}, ...]}`` ({} where a replay fails: PyTorch's one run stands).
+    """
+    from . import compare as compare_torch
+
+    eps = _lowest_eps(graph.document)
+    if not names or not eps:
+        return {}
+    rng = np.random.default_rng(seed)
+    out, written = {name: [] for name in names}, {}
+    skip = (GRAD_PREFIX, REF_PREFIX, ULP_PREFIX)
+    for draw in range(1, PERTURBED_DRAWS + 1):
+        moved = {}
+        for key, value in graph.arrays.items():
+            a = np.asarray(value)
+            if a.dtype.kind == "f" and not key.startswith(skip):
+                a = (a * (1.0 + eps * rng.uniform(-1.0, 1.0, a.shape))).astype(a.dtype)
+            moved[(WEIGHTS_FILE, key)] = a
+        try:
+            result = compare_torch.replay(graph.document, arrays=moved)
+        except Exception:  # noqa: BLE001 - as Note [No reference is no export failure]
+            return {}
+        for name in names:
+            got = result.grads.get(name)
+            if got is None:
+                return {}
+            key = f"{ULP_PREFIX}{draw}:{name}"
+            written[key] = np.ascontiguousarray(got)
+            out[name].append({"file": WEIGHTS_FILE, "key": key})
+    graph.arrays.update(written)
+    return out
 
 
 def attach_rounding(graph, seed=0):
@@ -174,6 +228,8 @@ def reference_note(graph) -> str:
                 "element-wise only within 4x that, norm-wise (docs/graph-format.md).")
     if not graph.document.get("expect", {}).get("reference"):
         return ""
+    moved = ("; PyTorch's runs with its leaves moved by one ulp (keys gradulpK:NAME)"
+             if graph.document["expect"]["reference"].get("perturbed") else "")
     return ("\nexpect.reference: the float64 model's gradients (weights.npz, keys grad64:NAME) "
-            "and PyTorch's norm-wise distance to them; validate judges gradients computed "
-            "below float64 by them (docs/graph-format.md).")
+            f"and PyTorch's norm-wise distance to them{moved}; validate judges gradients "
+            "computed below float64 by them (docs/graph-format.md).")

@@ -161,3 +161,56 @@ def test_inplace_ops_are_kept_and_replay_node_for_node(name, tmp_path):
     graph.write(str(tmp_path))
     result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
     assert result.exit_code == 0, result.output
+
+
+class SelectedThenWritten(torch.nn.Module):
+    """In-place ops on outputs their nodes did not save (Note [What a node saved] in
+    ops/uses.py): Mixtral's router divides topk's values in place (TopkBackward0 saves
+    the indices alone), sort's and max.dim's values are scaled in place, and relu_ runs
+    on max pooling's output (MaxPool2DWithIndicesBackward0 saves the input and indices).
+    PyTorch's backward runs; gradcli's must too."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.fc = torch.nn.Linear(4, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        w, idx = torch.topk(torch.softmax(h, -1), 2, dim=-1)
+        w /= w.sum(-1, keepdim=True)
+        s, _ = torch.sort(h, dim=-1)
+        s.mul_(2.0)
+        m, _ = torch.max(h, dim=-1)
+        m.add_(1.0)
+        p = torch.nn.functional.max_pool2d(h.view(3, 2, 2, 2), 2)
+        p.relu_()
+        return torch.cat([w * idx.to(w.dtype), s, m[:, None], p.flatten(1)], 1)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_inplace_on_an_output_the_node_did_not_save(dtype, tmp_path):
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    graph = from_module(SelectedThenWritten(), (x,), dtype=dtype, train=False, loss=LOSS)
+    ops = {op["op"] for op in graph.document["ops"]}
+    assert {"aten.div_.Tensor", "aten.mul_.Tensor", "aten.add_.Tensor",
+            "aten.relu_.default"} <= ops, ops
+    order = graph.document["expect"]["order"]
+    assert {"TopkBackward0", "SortBackward0", "MaxBackward0",
+            "MaxPool2DWithIndicesBackward0"} <= set(order)
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output
+
+
+def test_inplace_on_an_output_the_node_saved_still_fails():
+    """The other side of Note [What a node saved]: exp saves its result, and PyTorch's
+    backward fails once that result is changed in place; so does gradcli's."""
+    import gradcli.ops as O
+    from gradcli.autograd import Tensor
+
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = O.exp(x)
+    y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="output 0 of Exp, is at version 1"):
+        O.sum(y).backward()

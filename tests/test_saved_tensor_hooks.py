@@ -215,3 +215,24 @@ def test_hooks_are_per_thread():
     assert not th.is_alive()
     assert packed_here == []                     # the other thread's saves were not packed
     np.testing.assert_array_equal(results["other"], [4.0])
+
+
+def test_topk_packs_its_indices_alone():
+    """TopkBackward0 saves ``indices`` (derivatives.yaml: value_selecting_reduction_backward
+    reads the indices and self's sizes), so PyTorch 2.13 packs one tensor, the int64
+    indices, and relu_ may then change the values in place (Note [What a node saved])."""
+    from gradcli.ops.aten import ATEN_OPS
+
+    a = leaf([[3.0, -1.0, 2.0, 5.0]])
+    packed = []
+
+    def pack(x):
+        packed.append((str(x.data.dtype), tuple(x.data.shape)))
+        return x
+
+    with saved_tensors_hooks(pack, lambda x: x):
+        values, indices = ATEN_OPS["aten.topk.default"](a * 1.0, k=2)
+    assert packed == [("int64", (1, 2))]
+    values.relu_()
+    (values * 2.0).sum().backward()
+    np.testing.assert_array_equal(a.grad, [[2.0, 0.0, 0.0, 2.0]])

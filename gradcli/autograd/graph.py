@@ -157,9 +157,10 @@ class PackedSaved:
         self.entries = [(Packed(x, hooks) if k in used else SavedMeta(d)) if type(x) is Tensor
                         else d for k, (d, x) in enumerate(zip(datas, inputs))]
         self.multi = type(out) is list
-        self.out = [(Packed(t, hooks, is_output=True) if uses_out else SavedMeta(o))
+        self.out = [(Packed(t, hooks, is_output=True)
+                     if uses_out is True or (uses_out and i in uses_out) else SavedMeta(o))
                     if type(t) is Tensor else o
-                    for o, t in zip(out if self.multi else [out], outputs)]
+                    for i, (o, t) in enumerate(zip(out if self.multi else [out], outputs))]
 
     def __len__(self):
         return 2 * self.n + 1

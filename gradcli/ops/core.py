@@ -528,8 +528,10 @@ class OpBackward(Node):
         kept = getattr(self.op, "saved_outputs", None)     # Note [What a node saved]
         if kept is not None and output_nr not in kept:
             return
-        if (self.op.saves and type(self.saved) is tuple   # (not packed by hooks)
-                and self._saved_uses()[0]):
+        if not (self.op.saves and type(self.saved) is tuple):   # (packed by hooks)
+            return
+        reads = self._saved_uses()[0]           # True, False or the outputs read
+        if reads is True or (reads and output_nr in reads):
             versions = getattr(self, "versions", None)
             if versions is None or versions[1] is None:
                 versions = self.versions = (None if versions is None else versions[0], {})

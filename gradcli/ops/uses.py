@@ -11,7 +11,11 @@ is metadata (PyTorch keeps sizes, not tensors, for those). A VJP whose code cann
 read (a builtin, ``*args``) reads everything. The answer is cached per op and per set of
 valid edges. An op with several outputs may name the ones its node saves
 (``saved_outputs``: the batch and layer norms save their mean and inverse std, never
-their normalized output, which ``relu_`` may then change in place, as in PyTorch).
+their normalized output, which ``relu_`` may then change in place, as in PyTorch). A VJP
+that reads its outputs only as ``ans[i]`` with a constant ``i`` reads those outputs alone:
+topk's reads its indices, so Mixtral's router may divide topk's values in place
+(``routing_weights /= routing_weights.sum(...)``), as in PyTorch, whose TopkBackward0
+saves ``indices``.
 """
 from __future__ import annotations
 
@@ -21,18 +25,42 @@ _METADATA = frozenset({"shape", "dtype", "ndim", "size"})
 _CACHE: dict = {}
 
 
+def _is_metadata(instr):
+    return instr is not None and instr.opname in ("LOAD_ATTR", "LOAD_METHOD") \
+        and instr.argval in _METADATA
+
+
+def _constant_subscript(instrs, k):
+    """The int ``i`` where ``instrs[k]`` loads a name that ``instrs[k+1:k+3]`` index as
+    ``name[i]``, with the instruction after them; (None, None) otherwise."""
+    if k + 2 >= len(instrs):
+        return None, None
+    const, sub = instrs[k + 1], instrs[k + 2]
+    if const.opname not in ("LOAD_CONST", "LOAD_SMALL_INT") or type(const.argval) is not int:
+        return None, None
+    if sub.opname == "BINARY_SUBSCR" or (sub.opname == "BINARY_OP" and "[" in sub.argrepr):
+        return const.argval, instrs[k + 3] if k + 3 < len(instrs) else None
+    return None, None
+
+
 def _value_names(fn):
-    """The argument names ``fn`` reads as values, or None when it cannot tell."""
+    """``(names, params, indexed)``: the argument names ``fn`` reads as values, its
+    parameters, and ``{name: {i, ...}}`` for a name it reads only as ``name[i]`` with
+    constant ``i`` (an op's outputs: Note [What a node saved]); None when it cannot tell."""
     code = getattr(fn, "__code__", None)
     if code is None or code.co_flags & 0x04:       # no code, or *args
         return None
-    names = set()
+    names, indexed = set(), {}
     instrs = list(dis.get_instructions(code))
     for k, ins in enumerate(instrs):
         if ins.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"):
             nxt = instrs[k + 1] if k + 1 < len(instrs) else None
-            if (nxt is not None and nxt.opname in ("LOAD_ATTR", "LOAD_METHOD")
-                    and nxt.argval in _METADATA):
+            if _is_metadata(nxt):
+                continue
+            i, after = _constant_subscript(instrs, k)
+            if i is not None:
+                if not _is_metadata(after):     # ans[0].shape: sizes, not the tensor
+                    indexed.setdefault(ins.argval, set()).add(i)
                 continue
             names.add(ins.argval)
     # a nested function (a comprehension, a closure) reads its free variables
@@ -40,11 +68,15 @@ def _value_names(fn):
         if hasattr(const, "co_code"):
             names.update(const.co_freevars)
             names.update(const.co_varnames[:const.co_argcount])
-    return names, code.co_varnames[:code.co_argcount]
+    for name in names:                  # read whole somewhere: every part of it
+        indexed.pop(name, None)
+    return names | set(indexed), code.co_varnames[:code.co_argcount], indexed
 
 
 def saved_uses(op, valid):
-    """``(uses_output, input indices read)`` for ``op`` with valid edges ``valid``."""
+    """``(uses_output, input indices read)`` for ``op`` with valid edges ``valid``;
+    ``uses_output`` is True (every output), False, or the frozenset of the outputs read
+    (a VJP that reads ``ans[1]`` alone: topk's, sort's and max.dim's indices)."""
     key = (op, valid)
     hit = _CACHE.get(key)
     if hit is not None:
@@ -86,25 +118,29 @@ def saved_uses_by_schema(op, n):
 
 
 def _scan(op, fns, n, key, uses_out, used, aten=False):
+    outs = set()                # the outputs read as ans[i] alone
     for fn in fns:
         found = _value_names(fn)
         if found is None:
             uses_out, used = True, set(range(n))
             break
-        names, params = found
-        if op.vjp_all is not None and not aten:   # fn(g, ans, inputs, needed, args)
-            if len(params) > 1 and params[1] in names:
+        names, params, indexed = found
+        if len(params) > 1 and params[1] in names:
+            if params[1] in indexed:
+                outs |= indexed[params[1]]
+            else:
                 uses_out = True
+        if op.vjp_all is not None and not aten:   # fn(g, ans, inputs, needed, args)
             if len(params) > 2 and params[2] in names:
                 used = set(range(n))
             continue
-        if len(params) > 1 and params[1] in names:
-            uses_out = True
         for k, p in enumerate(params[2:2 + n]):
             if p in names:
                 used.add(k)
         if len(params) < 2 + n:             # fewer named params than inputs: be safe
             used = set(range(n))
+    if uses_out is not True and outs:
+        uses_out = frozenset(outs)
     result = (uses_out, frozenset(used))
     if len(_CACHE) < 4096:
         _CACHE[key] = result

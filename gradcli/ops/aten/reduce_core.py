@@ -182,7 +182,7 @@ argmin = not_differentiable(aten("argmin(Tensor self, int? dim=None, bool keepdi
 
 
 # -- max.dim, min.dim, sort, topk: values and indices -----------------------------------------------------
-def _select_backward(g, self, dim, indices, keepdim):
+def _select_backward(g, shape, dim, indices, keepdim):
     """``value_selecting_reduction_backward(grad, dim, indices, sizes, keepdim)``: the values' gradient
     put back where the values were picked (``indices`` along ``dim``, distinct within a slice),
     zero elsewhere.
@@ -190,8 +190,10 @@ def _select_backward(g, self, dim, indices, keepdim):
     Note [selection by one-hot]: PyTorch scatters into zeros (its create_graph node is
     ScatterBackward0). On raw arrays gradcli scatters too; on a recording gradient it sums the
     gradient against a constant one-hot of the indices (MulBackward0, SumBackward1,
-    PermuteBackward0), which gives the same values and records itself."""
-    shape = tuple(self.shape)
+    PermuteBackward0), which gives the same values and records itself.
+
+    ``shape``: the input's sizes, all PyTorch's node keeps of it (Note [What a node saved])."""
+    shape = tuple(shape)
     if not shape:
         return g
     idx = np.asarray(_value(indices))
@@ -247,7 +249,7 @@ min_dim = aten("min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor val
 
 def _dim_select_vjp(g, ans, self, dim, keepdim=False):
     # self: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)
-    return _select_backward(g[0], self, _dim(dim, len(self.shape)), ans[1], keepdim)
+    return _select_backward(g[0], self.shape, _dim(dim, len(self.shape)), ans[1], keepdim)
 
 
 defvjp(max_dim, _dim_select_vjp)
@@ -283,7 +285,7 @@ def sort(self, dim=-1, descending=False):
 
 # self: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)
 defvjp(sort, lambda g, ans, self, dim=-1, descending=False: _select_backward(
-    g[0], self, _dim(dim, len(self.shape)) if len(self.shape) else 0, ans[1], True))
+    g[0], self.shape, _dim(dim, len(self.shape)) if len(self.shape) else 0, ans[1], True))
 
 
 def _topk_meta(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - PyTorch's name
@@ -311,7 +313,7 @@ def topk(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002
 
 # self: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)
 defvjp(topk, lambda g, ans, self, k, dim=-1, largest=True, sorted=True: _select_backward(  # noqa: A006
-    g[0], self, _dim(dim, len(self.shape)) if len(self.shape) else 0, ans[1], True))
+    g[0], self.shape, _dim(dim, len(self.shape)) if len(self.shape) else 0, ans[1], True))
 
 
 # -- prod ------------------------------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ class LineOnDemand:
 class OpSpec(Record, LineOnDemand):
     # one per op of the file: no __dict__ each
     __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
-                 "lineno", "find_line", "_stamp", "call")
+                 "lineno", "find_line", "_stamp", "call", "no_grad")
     _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
                "lineno", "find_line")
     _repr_fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
@@ -137,6 +137,9 @@ class OpSpec(Record, LineOnDemand):
         # run(inputs, proved): the op with ``args`` bound at load, or None (Note
         # [ATen calls bound at load]; Note [Checks proved at load] in loader/bound_op.py)
         self.call = None
+        # run with grad mode off, as under torch.no_grad() (Note [Ops run with grad mode off]
+        # in loader/bound_op.py): the entry's ``no_grad: true``
+        self.no_grad = False
 
     def _values(self):
         # equality as the dataclass had it: the locator of lines is not compared

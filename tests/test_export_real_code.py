@@ -355,3 +355,25 @@ def test_a_forward_that_writes_into_a_parameter_is_refused_naming_it(tmp_path):
     graph.write(str(tmp_path))
     result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
     assert result.exit_code == 0, result.output
+
+
+def test_a_scalar_parameter_keeps_its_shape(tmp_path):
+    """A 0-d parameter (CLIP's ``logit_scale``, a learnable temperature) is written with
+    shape [] and takes a 0-d gradient, as in PyTorch (a C-contiguous copy of a 0-d array
+    used to come back with shape [1], and the export's own check refused the graph)."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc = torch.nn.Linear(4, 3)
+            self.logit_scale = torch.nn.Parameter(torch.tensor(2.6592))
+
+        def forward(self, x):
+            return self.fc(x) * self.logit_scale.exp()
+
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
+    doc = _validate(from_module(Scaled(), (x,), dtype="float64"), tmp_path)
+    assert doc["tensors"]["logit_scale"]["shape"] == []
+    weights = np.load(tmp_path / "weights.npz")
+    assert weights["logit_scale"].shape == () and weights["grad:logit_scale"].shape == ()

@@ -19,6 +19,17 @@ WEIGHTS_FILES = {"npz": WEIGHTS_FILE, "safetensors": "weights.safetensors"}   # 
 TOLERANCES = {"float64": (1e-7, 1e-10), "float32": (1e-4, 1e-6), "float16": (1e-2, 1e-3)}
 
 
+def c_array(a, dtype=None):
+    """``a`` as a C-contiguous array of its own shape: ``np.ascontiguousarray`` turns a
+    0-d array into shape [1], and a scalar parameter (CLIP's ``logit_scale``) written so
+    would take a gradient of another shape than PyTorch's.
+
+    Example: ``c_array(np.float64(2.0)).shape == ()``.
+    """
+    a = np.asarray(a, dtype=dtype)
+    return np.array(a, order="C") if a.ndim == 0 else np.ascontiguousarray(a)
+
+
 class ExportedGraph:
     """``document``: the graph file as plain data; ``arrays``: weights.npz by key."""
 
@@ -62,7 +73,7 @@ class ExportedGraph:
             raise ExportError(f"two tensors would be named {clash!r} in the graph file")
         expect_grads = {}
         for tname, g in grads.items():
-            arrays[GRAD_PREFIX + tname] = np.ascontiguousarray(g)
+            arrays[GRAD_PREFIX + tname] = c_array(g)
             expect_grads[tname] = {"file": WEIGHTS_FILE, "key": GRAD_PREFIX + tname}
         rtol, atol = TOLERANCES.get(floating, TOLERANCES["float32"])
         expect = {}
@@ -74,7 +85,7 @@ class ExportedGraph:
             f_rtol, f_atol = forward_tolerance or (rtol, atol)
             values = {}
             for tname, value in forward.items():
-                arrays[FORWARD_PREFIX + tname] = np.ascontiguousarray(value)
+                arrays[FORWARD_PREFIX + tname] = c_array(value)
                 values[tname] = {"file": WEIGHTS_FILE, "key": FORWARD_PREFIX + tname}
             expect["forward"] = {"values": values, "rtol": f_rtol, "atol": f_atol}
         document = {
@@ -178,7 +189,7 @@ def _save_safetensors(arrays, target):
     except ImportError:
         raise ExportError("writing weights.safetensors needs the safetensors package: pip "
                           "install 'gradcli[torch]' (or write weights.npz: --weights npz)") from None
-    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, target)
+    save_file({k: c_array(v) for k, v in arrays.items()}, target)
 
 
 def _with_weights_file(document, old, new):

@@ -171,3 +171,29 @@ def bind(spec, checked, max_bytes, file):
         bound.bound = bind_args(spec.args)
         bound.args = spec.args
         spec.call = bound.run
+    if spec.no_grad:
+        spec.call = NoGradCall(spec.call, bound, spec.args)
+
+
+class NoGradCall:
+    """Note [Ops run with grad mode off]: an entry with ``no_grad: true`` runs as under
+    ``torch.no_grad()``. PyTorch's own composite ops do so inside (cosine_similarity
+    clamps its norms in place under a NoGradGuard) and modules do in Python
+    (``with torch.no_grad():`` on activations): the outputs of an op run so do not require
+    grad and it records no node; an in-place op run so changes its input's values and
+    version, not its history (the input keeps its ``grad_fn``). ``gradcli export`` writes
+    the flag on the ops the module ran with grad mode off; only the entries that carry it
+    pay for the wrapper."""
+
+    __slots__ = ("call", "op", "args")
+
+    def __init__(self, call, op, args):
+        self.call, self.op, self.args = call, op, args
+
+    def __call__(self, inputs, proved):
+        from ..autograd import set_grad_enabled  # noqa: PLC0415
+
+        with set_grad_enabled(False):
+            if self.call is not None:
+                return self.call(inputs, proved)
+            return self.op(*inputs, **self.args)

@@ -19,7 +19,7 @@ from .budget import nbytes, result_sizes
 from .checker import NAME_RE, Checker, close_matches, is_number, kind_of, short
 
 OP_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "device", "body",
-           "function"}
+           "function", "no_grad"}
 # Note [Checkpoint nesting]: the forward of nested checkpoints, and the re-run of
 # the body inside each checkpoint's backward, recurse one Python call chain per
 # level (~5 frames); 170 levels still run under Python's default recursion
@@ -127,7 +127,12 @@ class OpChecks(Checker):
             return spec
         if isinstance(entry, dict) and "composite" in entry:     # the ops layer reads it
             from ..ops import composite  # noqa: PLC0415
-            return composite.load(self, i, entry, defined, base, prefix, Defined, OpSpec)
+            spec = composite.load(self, i, entry, defined, base, prefix, Defined, OpSpec)
+            if self.no_grad(entry, base + (i,), spec.label, spec.retain_grad):
+                from .bound_op import NoGradCall  # noqa: PLC0415
+                spec.no_grad = True     # (a composite is not bound: its call is set here)
+                spec.call = NoGradCall(None, spec.op, spec.args)
+            return spec
         OPS = _ops()
         path = base + (i,)
         where = f"{prefix}[{i}]"
@@ -242,6 +247,7 @@ class OpChecks(Checker):
         retain = entry.get("retain_grad", False)
         if not isinstance(retain, bool):
             self.fail(f"retain_grad must be true or false, got {retain!r}", path + ("retain_grad",), label)
+        no_grad = self.no_grad(entry, path, label, retain)
         in_metas = [defined[n] for n in inputs]
         metas = self.infer(op, in_metas, list(inputs), checked, outputs, path, label)
         for out, meta in zip(outputs, metas):
@@ -261,7 +267,19 @@ class OpChecks(Checker):
                 self._plain_results[(op, *in_metas)] = (
                     metas[0], (0, 0) if op.view else result_sizes([(m.shape, m.dtype) for m in metas]),
                     inferred)
-        return self.op_spec(i, base, op_id, label, op, inputs, outputs, checked, retain, inferred)
+        spec = self.op_spec(i, base, op_id, label, op, inputs, outputs, checked, retain, inferred)
+        spec.no_grad = no_grad
+        return spec
+
+    def no_grad(self, entry, path, label, retain):
+        """The entry's ``no_grad`` flag (Note [Ops run with grad mode off] in bound_op.py)."""
+        no_grad = entry.get("no_grad", False)
+        if not isinstance(no_grad, bool):
+            self.fail(f"no_grad must be true or false, got {no_grad!r}", path + ("no_grad",), label)
+        if no_grad and retain:
+            self.fail("retain_grad on an op run with no_grad: its outputs do not require grad",
+                      path + ("retain_grad",), label)
+        return no_grad
 
     def schema_inputs(self, op, params, inputs, path, label):
         """An ATen entry's ``inputs``: one item per schema tensor argument (``params``), a

@@ -46,7 +46,8 @@ from ..autograd.tensor import Tensor
 ATEN_NAME = re.compile(r"^aten\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 FUNCTION_NAME = re.compile(r"^function\.[A-Za-z_][A-Za-z0-9_]*$")
 NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ENTRY_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "composite"}
+ENTRY_KEYS = {"op", "inputs", "output", "outputs", "args", "id", "retain_grad", "composite",
+              "no_grad"}
 COMPOSITE_KEYS = {"node", "constants", "body", "backward"}
 BACKWARD_KEYS = {"grads", "body", "outputs"}
 ERR_CREATE_GRAPH = ("{node}: a composite op's backward cannot record a graph (create_graph): "

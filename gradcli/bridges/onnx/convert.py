@@ -26,7 +26,7 @@ import re
 import numpy as np
 
 from ..errors import WEIGHTS_FILE  # noqa: F401 - the file the arrays go to
-from ..graphfile import FILE_DTYPES, ExportedGraph
+from ..graphfile import FILE_DTYPES, ExportedGraph, c_array
 from .errors import PROJECTION, SUM, OnnxError
 from .reader import TensorReader, dtype_of, nbytes, read_model
 from .values import FLOATS, Value
@@ -108,7 +108,7 @@ class Converter:
         name = self.unique(onnx_name)
         value = Value(array, name=name, dynamic=True, onnx_name=onnx_name)
         self.tensors[name] = {"requires_grad": bool(requires_grad), "read": False}
-        self.arrays[name] = np.ascontiguousarray(array)
+        self.arrays[name] = c_array(array)
         return value
 
     def tensor_name(self, value):
@@ -120,7 +120,7 @@ class Converter:
                     np.float32))
             value.name = self.unique(value.onnx_name or f"const.{self.node_id}")
             self.tensors[value.name] = {"requires_grad": False, "read": True}
-            self.arrays[value.name] = np.ascontiguousarray(array)
+            self.arrays[value.name] = c_array(array)
         elif value.name in self.tensors:
             self.tensors[value.name]["read"] = True
         return value.name

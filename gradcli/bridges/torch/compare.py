@@ -193,7 +193,11 @@ class _Replay:
                       if (spec or {}).get("requires_grad")]
         with torch.enable_grad():
             for i, op in enumerate(self.data.get("ops") or []):
-                result = self.call(op, env, i)
+                if op.get("no_grad") is True:   # Note [Ops run with grad mode off]
+                    with torch.no_grad():
+                        result = self.call(op, env, i)
+                else:
+                    result = self.call(op, env, i)
                 if "outputs" in op:
                     if not isinstance(result, (tuple, list)) or len(result) != len(op["outputs"]):
                         self.fail(f"{op['op']} returned {type(result).__name__}, not "

@@ -10,6 +10,12 @@ it sees the Python-level ``detach`` calls and marks the node each one traced as
 marks the nodes whose tensor the module makes require grad (``node.meta[LEAF]``, Note
 [Leaves made in the forward] in exporter.py).
 
+``NoGradMarks`` marks the nodes traced while grad mode was off (``node.meta[NO_GRAD]``,
+Note [Ops run with grad mode off] in gradcli/loader/bound_op.py): a module's ``with
+torch.no_grad():`` block, and the ops PyTorch's own composite ops run under a
+NoGradGuard (cosine_similarity clamps its norms in place so). ``make_fx`` records
+them like any other op; PyTorch's autograd did not.
+
 Example::
 
     with DetachMarks() as marks:
@@ -18,11 +24,15 @@ Example::
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 MARK = "gradcli_detach"
 LEAF = "gradcli_made_leaf"      # Note [Leaves made in the forward] (exporter.py)
+NO_GRAD = "gradcli_no_grad"     # traced with grad mode off
 
 
 def _proxy_api():
@@ -58,10 +68,7 @@ class DetachMarks(TorchFunctionMode):
         return out
 
     def _proxy(self, tensor):
-        get_proxy_mode, get_proxy_slot = self.api
-        mode = get_proxy_mode()
-        slot = None if mode is None else get_proxy_slot(tensor, mode.tracer, None)
-        return getattr(slot, "proxy", None)
+        return _proxy(self.api, tensor)
 
 
 def _sets_requires_grad(func, args, kwargs):
@@ -74,3 +81,33 @@ def _sets_requires_grad(func, args, kwargs):
         flag = args[1] if len(args) > 1 else (kwargs or {}).get("requires_grad", True)
         return bool(flag)
     return False
+
+
+class NoGradMarks(TorchDispatchMode):
+    """Marks the traced node of every op dispatched while grad mode is off. Entered inside
+    the traced function (above ``make_fx``'s own mode), it sees each ATen call before the
+    tracer and finds the node the tracer made for its result."""
+
+    def __init__(self):
+        super().__init__()
+        self.api = _proxy_api()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        enabled = torch.is_grad_enabled()
+        out = func(*args, **(kwargs or {}))
+        if not enabled and self.api is not None:
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                proxy = _proxy(self.api, t) if isinstance(t, torch.Tensor) else None
+                if proxy is not None:
+                    node = proxy.node
+                    node.meta[NO_GRAD] = True
+                    if node.target is operator.getitem:     # one output of several
+                        node.args[0].meta[NO_GRAD] = True
+        return out
+
+
+def _proxy(api, tensor):
+    get_proxy_mode, get_proxy_slot = api
+    mode = get_proxy_mode()
+    slot = None if mode is None else get_proxy_slot(tensor, mode.tracer, None)
+    return getattr(slot, "proxy", None)

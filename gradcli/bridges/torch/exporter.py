@@ -116,8 +116,9 @@ from torch.utils import _pytree as pytree
 
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
 from . import schema as S
-from ..graphfile import ExportedGraph
-from .detach_marks import LEAF as LEAF_MARK, MARK as DETACH_MARK, DetachMarks
+from ..graphfile import ExportedGraph, c_array
+from .detach_marks import LEAF as LEAF_MARK, MARK as DETACH_MARK, NO_GRAD as NO_GRAD_MARK
+from .detach_marks import DetachMarks, NoGradMarks
 from . import functions as F
 from .reference import attach_reference, attach_rounding, reference_note
 from .versions import differs
@@ -178,7 +179,7 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     marks = DetachMarks()                       # Note [detach traced as alias]
 
     def traced(params, buffers, inputs, kw, extras):
-        with marks:
+        with marks, NoGradMarks():              # Note [Ops run with grad mode off]
             out = torch.func.functional_call(work, (params, buffers), inputs, kw)
             return loss_fn(out, extras)
 
@@ -513,6 +514,7 @@ class _Converter:
         self.consts_used = set()    # constant tensors that written ops read
         self.python_functions = None    # Note [Python Functions as composites] (functions.py)
         self.function_nodes = set()     # the node names of the Functions written
+        self.no_grad = set()        # ops traced with grad mode off (Note [Ops run with grad mode off])
 
     def run(self):
         torch.manual_seed(self.seed)
@@ -578,6 +580,13 @@ class _Converter:
                     if base in self.detach_ops and (base == "detach" or not self.detach_marked
                                                     or node.meta.get(DETACH_MARK, False)):
                         self.stops.add(node)        # written as itself (Note [detach in graphs])
+                    elif node.meta.get(NO_GRAD_MARK):
+                        # Note [Ops run with grad mode off]: no gradient flows through it;
+                        # an in-place op leaves its target's history (and need) as it was
+                        self.no_grad.add(node)
+                        target = node.args[0] if node.args else None
+                        if S.mutated_arguments(node.target._schema) and target in requires:
+                            requires.add(node)
                     else:
                         requires.add(node)
                 if _is_random(node):
@@ -606,7 +615,11 @@ class _Converter:
         for node, value in pending:
             if node not in needed:
                 continue
-            ops.append(self._op(node, value, names, const_names, dynamic, requires, leaves_used))
+            entry = self._op(node, value, names, const_names, dynamic, requires, leaves_used)
+            if node in self.no_grad:
+                ops.extend(self._no_grad_entries(node, entry, names))
+            else:
+                ops.append(entry)
         if self.missing and self.const_prefix == "const.":
             raise ExportError(_missing_message(self.missing))
         self.names = names
@@ -615,7 +628,7 @@ class _Converter:
                 leaf = names[node]
                 value = self.leaf_values[self.leaf_names.index(leaf)]
                 tensors[leaf] = {"requires_grad": bool(value.requires_grad)}
-                arrays[leaf] = np.ascontiguousarray(value.detach().cpu().numpy())
+                arrays[leaf] = c_array(value.detach().cpu().numpy())
         captured = {name for seen in const_names.values() for name, _ in seen}
         for name in captured - self.consts_used:
             del tensors[name], arrays[name]         # read only by ops the loss does not need
@@ -668,7 +681,7 @@ class _Converter:
         captured = value.detach().clone()
         seen.append((name, captured))
         tensors[name] = {"requires_grad": True} if node in self.made_leaves else {}
-        arrays[name] = np.ascontiguousarray(captured.cpu().numpy())
+        arrays[name] = c_array(captured.cpu().numpy())
         return name
 
     def _needed(self, roots, dynamic):
@@ -912,6 +925,25 @@ class _Converter:
         if isinstance(val, (bool, int, float)):
             return val
         _fail(node, f"cannot write a {type(val).__name__} as a tensor input")
+
+    def _no_grad_entries(self, node, entry, names):
+        """Note [Ops run with grad mode off] (gradcli/loader/bound_op.py): ``entry`` with
+        ``no_grad: true``. An in-place op that is written out of place (gradcli has no
+        in-place kernel for it: cosine_similarity's ``clamp_min_``) must still write into its
+        target, which keeps its history: it becomes its out-of-place op into a new tensor
+        and a ``copy_`` of that into the target, both with grad mode off."""
+        entry["no_grad"] = True
+        if not S.mutated_arguments(node.target._schema) or node in self.kept_inplace:
+            return [entry]
+        out = entry["output"]
+        value = f"{out}.value"
+        copy = {"op": "aten.copy_.default", "inputs": [entry["inputs"][0], value],
+                "output": out, "no_grad": True}
+        entry["output"] = value
+        for op in (entry.get("composite") or {}).get("body", ()):   # the body defines it
+            if op.get("output") == out:
+                op["output"] = value
+        return [entry, copy]
 
     def _keeps_inplace(self, node, dynamic):
         """Whether ``node`` (an in-place op) is written as traced (Note [In-place kept])."""

@@ -36,7 +36,7 @@ import copy
 import numpy as np
 
 from .errors import WEIGHTS_FILE
-from ..graphfile import GRAD_PREFIX
+from ..graphfile import GRAD_PREFIX, c_array
 
 REF_PREFIX = "grad64:"     # weights.npz keys of the float64 reference gradients
 ULP_PREFIX = "gradulp"     # gradulpK:NAME, PyTorch's gradients with the leaves moved by one ulp
@@ -127,7 +127,7 @@ def attach_reference(graph):
             continue
         torch_grad = graph.arrays[GRAD_PREFIX + name]
         refs[name] = ref
-        graph.arrays[REF_PREFIX + name] = np.ascontiguousarray(ref, dtype=np.float64)
+        graph.arrays[REF_PREFIX + name] = c_array(ref, np.float64)
         ref_entries[name] = {"file": WEIGHTS_FILE, "key": REF_PREFIX + name}
         distance[name] = float(f"{normwise_distance(torch_grad, ref):.3g}")
     expect["reference"] = {"grads": ref_entries, "distance": distance}
@@ -175,7 +175,7 @@ def _perturbed_draws(graph, names, seed=1):
             if got is None:
                 return {}
             key = f"{ULP_PREFIX}{draw}:{name}"
-            written[key] = np.ascontiguousarray(got)
+            written[key] = c_array(got)
             out[name].append({"file": WEIGHTS_FILE, "key": key})
     graph.arrays.update(written)
     return out

@@ -377,3 +377,23 @@ def test_a_scalar_parameter_keeps_its_shape(tmp_path):
     assert doc["tensors"]["logit_scale"]["shape"] == []
     weights = np.load(tmp_path / "weights.npz")
     assert weights["logit_scale"].shape == () and weights["grad:logit_scale"].shape == ()
+
+
+def test_a_module_returning_values_and_indices_exports(tmp_path):
+    """``torch.max(x, 1)`` returns values and int64 indices: the projection loss covers
+    the floating output alone (the export stopped with a bare StopIteration: the trace
+    had a placeholder for the indices' missing projection)."""
+
+    class MaxOut(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc = torch.nn.Linear(4, 6)
+
+        def forward(self, x):
+            return torch.max(self.fc(x), 1)
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    doc = _validate(from_module(MaxOut(), (x,), dtype="float64"), tmp_path)
+    assert [n for n in doc["tensors"] if n.startswith("loss.projection")] == ["loss.projection.0"]
+    assert "MaxBackward0" in doc["expect"]["order"]

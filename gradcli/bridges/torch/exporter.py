@@ -31,7 +31,9 @@ Names in the file: leaves keep the module's parameter and buffer names
 where a leaf has the node's name, Note [Op names apart from leaves]).
 
 Note [Projection loss]: without a loss the exported scalar is
-``sum_i sum(out_i * R_i)`` over the module's floating outputs, where ``R_i`` is
+``sum_i sum(out_i * R_i)`` over the module's floating outputs ``out_0, out_1, ...``
+(an integer output, such as the indices ``torch.max(x, 1)`` returns, is not
+projected), where ``R_i`` is
 a standard-normal array of ``out_i``'s shape and dtype drawn from
 ``numpy.random.default_rng(seed + i)``. A random projection (rather than
 ``sum(out)``) gives every output element a different upstream gradient, so a
@@ -323,22 +325,19 @@ def _loss(work, inputs, kw, loss, target, seed):
         probe = _call_module(lambda: copy.deepcopy(work)(
             *(x.clone() for x in inputs), **{k: v.clone() for k, v in kw.items()}), "running")
     outs = [o for o in pytree.tree_leaves(probe) if isinstance(o, torch.Tensor)]
-    rs = []
-    for i, o in enumerate(outs):
-        if o.is_floating_point():
-            r = np.random.default_rng(seed + i).standard_normal(tuple(o.shape))
-            rs.append(torch.as_tensor(r).to(o.dtype))
-        else:
-            rs.append(None)
-    if not any(r is not None for r in rs):
+    # one R per floating output (none for indices): the traced function's placeholders are
+    # the pytree leaves of its arguments, and torch's pytree counts a None as one
+    floating = [o for o in outs if o.is_floating_point()]
+    rs = [torch.as_tensor(np.random.default_rng(seed + i).standard_normal(tuple(o.shape))
+                          ).to(o.dtype) for i, o in enumerate(floating)]
+    if not rs:
         raise ExportError("the module returns no floating-point tensor to project into a loss")
 
     def projection(out, extras):
         total = None
-        leaves = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
+        leaves = [o for o in pytree.tree_leaves(out)
+                  if isinstance(o, torch.Tensor) and o.is_floating_point()]
         for o, r in zip(leaves, extras["projection"]):
-            if r is None:
-                continue
             term = (o * r).sum()
             total = term if total is None else total + term
         return total
@@ -350,7 +349,7 @@ def _leaf_kinds(params, buffers, inputs, kw, extras):
     kinds = ([f"param:{k}" for k in params] + [f"buffer:{k}" for k in buffers] +
              [f"input:{i}" for i in range(len(inputs))] + [f"input:{k}" for k in kw])
     if "projection" in extras:
-        kinds += [f"projection:{i}" for i, r in enumerate(extras["projection"]) if r is not None]
+        kinds += [f"projection:{i}" for i in range(len(extras["projection"]))]
     if "target" in extras:
         kinds.append("target")
     return kinds
@@ -373,8 +372,7 @@ def _leaf_names(params, buffers, inputs, kw, extras):
     names += [unique("input" if len(inputs) == 1 else f"input{i}") for i in range(len(inputs))]
     names += [unique(k) for k in kw]
     if "projection" in extras:
-        names += [unique(f"loss.projection.{i}") for i, r in enumerate(extras["projection"])
-                  if r is not None]
+        names += [unique(f"loss.projection.{i}") for i in range(len(extras["projection"]))]
     if "target" in extras:
         names.append(unique("target"))
     return names

@@ -337,6 +337,10 @@ row("aten.prod.dim_int", [np.array([[0.5, 0.0, 2.0], [1.5, -1.0, 0.0], [0.0, 0.0
     id="prod.dim-zeros")
 row("aten.prod.dim_int", [R(0, 3)], {"dim": 1}, id="prod.dim-empty")
 forward("aten.prod.dim_int", [_i23 + 4], {"dim": 0}, id="prod.dim-int")
+# a 0-dim tensor takes dims 0 and -1 and has no axis to reduce (torch.logsumexp(t0, 0))
+row("aten.sum.dim_IntList", [R()], {"dim": [0]}, id="sum.dim-0d")
+row("aten.sum.dim_IntList", [R()], {"dim": [-1], "keepdim": True}, id="sum.dim-0d-keepdim")
+row("aten.mean.dim", [R()], {"dim": [0]}, id="mean.dim-0d")
 GRADGRAD["aten.prod.default"] = ([R(2, 3, low=0.5, high=1.5)], {}, None)
 GRADGRAD["aten.prod.dim_int"] = ([R(2, 3, low=0.5, high=1.5)], {"dim": 1}, None)
 

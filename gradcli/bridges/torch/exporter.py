@@ -117,6 +117,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from .errors import CROSS_ENTROPY, ExportError, ExportMismatch
+from . import prims
 from . import schema as S
 from ..graphfile import ExportedGraph, c_array
 from .detach_marks import LEAF as LEAF_MARK, MARK as DETACH_MARK, NO_GRAD as NO_GRAD_MARK
@@ -812,7 +813,13 @@ class _Converter:
                                                   " (PyTorch records no backward node for it)"))
             return
         torch.manual_seed(self.seed)
-        inner = make_fx(call, decomposition_table=_decompositions())(*tensors)
+        table = {**_decompositions(), **prims.decompositions()}    # Note [Prims as ATen]
+        try:
+            inner = make_fx(call, decomposition_table=table)(*tensors)
+        except prims.PrimLoop as loop:
+            self.missing.setdefault(S.op_name(loop.prim), (False, f"in the decomposition of "
+                                    f"{entry['op']} {_source_line(node)}"))
+            return
         kinds = [f"input:{k}" for k in range(len(tensors))]
         sub = _Converter(inner, leaf_names, tensors, kinds, self.seed,
                          const_prefix=f"const.{node.name}.")

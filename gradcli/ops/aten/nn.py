@@ -16,10 +16,12 @@ from .tensor_iterator import lay_out
 
 # -- reductions -----------------------------------------------------------------------
 def _axes(dim, ndim):
-    """``int[1]? dim``: None or [] reduces every dim."""
+    """``int[1]? dim``: None or [] reduces every dim. A 0-dim tensor takes dims 0 and -1
+    (``maybe_wrap_dim``) and has no axis to reduce: ``torch.sum(t0, 0)`` is ``t0``."""
     if dim is None or len(dim) == 0:
         return tuple(range(ndim))
-    return tuple(sorted(_dims_once(dim, ndim)))
+    axes = tuple(sorted(_dims_once(dim, ndim)))
+    return axes if ndim else ()
 
 
 @aten("sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",

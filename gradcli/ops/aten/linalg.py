@@ -101,14 +101,14 @@ def _solve_meta(A, B, left=True, check_errors=False):
     b = tuple(B.shape) + (1,) if vector else tuple(B.shape)
     if len(b) < 2:
         raise ValueError("linalg.solve: The input tensor B must have at least 2 dimensions.")
+    if not left and vector:
+        raise ValueError("linalg.solve: Vector broadcasting of the left hand side is not supported for "
+                         "left=False. In this case linalg.solve is equivalent to B / A.squeeze(-1)")
     n = s[-1]
     if (b[-2] if left else b[-1]) != n:
         eq = "AX = B" if left else "XA = B"
         raise ValueError(f"linalg.solve: Incompatible shapes of A and B for the equation {eq} "
                          f"({s[-2]}x{s[-1]} and {b[-2]}x{b[-1]})")
-    if not left and vector:
-        raise ValueError("linalg.solve: Vector broadcasting of the left hand side is not supported for "
-                         "left=False. In this case linalg.solve is equivalent to B / A.squeeze(-1)")
     out = _broadcast_batch(s[:-2], b[:-2]) + b[-2:]
     out = out[:-1] if vector else out
     return [(out, np.dtype(A.dtype)), (s, np.dtype(A.dtype)), (s[:-1], _INT), (s[:-2], _INT)]
@@ -292,6 +292,11 @@ def _undefined(g):
     return type(g) is not Tensor and (_value(g).size == 0 or not array_module(_value(g)).any(_value(g)))
 
 
+def _zeros_like(a):
+    """An empty input's gradient (PyTorch's formulas return none; its engine gives zeros)."""
+    return array_module(a).zeros(a.shape, a.dtype)
+
+
 def _eye(n, like):
     v = _value(like)
     return array_module(v).eye(n, dtype=v.dtype)
@@ -351,7 +356,7 @@ def _det_vjp(g, ans, A):
     gd, det = g[0], ans[0]
     a = _value(A)
     if a.size == 0:
-        return None
+        return _zeros_like(a)
     if not _recording(gd, A):
         # without create_graph PyTorch solves with the forward's LU, a zero pivot moved to eps
         lu, piv = ans[1], ans[2]
@@ -392,7 +397,9 @@ def _slogdet_vjp(g, ans, A):
     # A: slogdet_backward(grad_sign, grad_logabsdet, A, sign, LU, pivots); real: grad_sign unused
     gl = g[1]
     a = _value(A)
-    if a.size == 0 or _undefined(gl):
+    if a.size == 0:
+        return _zeros_like(a)
+    if _undefined(gl):
         return None
     if not _recording(gl, A):
         xp = array_module(a)
@@ -435,7 +442,7 @@ def _cholesky_vjp(g, ans, self, upper=False, check_errors=False):
     # self: cholesky_backward(grad, upper, L)
     gL, Lo = g[0], ans[0]
     if _value(Lo).size == 0:
-        return None
+        return _zeros_like(_value(self))
     if upper:
         Lo, gL = _mH(Lo), _mH(gL)
     gA = _tril(_mm(_mH(Lo), gL))
@@ -454,6 +461,8 @@ def _qr_vjp(g, ans, A, mode="reduced"):
                            "linalg.qr(A, mode='reduced') if you are going to differentiate through linalg.qr.")
     gQ, gR = g
     Q, R = ans
+    if _value(A).size == 0:
+        return _zeros_like(_value(A))
     m, n = _value(Q).shape[-2], _value(R).shape[-1]
     if mode == "complete" and m > n:
         raise RuntimeError("The QR decomposition is not differentiable when mode='complete' and nrows > ncols.")
@@ -493,6 +502,8 @@ def _svd_vjp(g, ans, A, full_matrices=False, compute_uv=True, driver=None):
     # A: svd_backward(gU narrowed to k columns when full_matrices, gS, gVh narrowed to k rows, U, S, Vh)
     gU, gS, gVh = g
     U, S, Vh = ans
+    if _value(A).size == 0:
+        return _zeros_like(_value(A))
     if not compute_uv:
         raise RuntimeError("_linalg_svd: the backward needs U and Vh, and compute_uv=False computed neither "
                            "(torch.linalg.svdvals passes compute_uv=True when its input requires grad)")
@@ -545,6 +556,8 @@ def _eigh_vjp(g, ans, A, UPLO="L", compute_v=True):  # noqa: N803
     # A: linalg_eig_backward(grads[0], grads[1], eigenvalues, eigenvectors, /*is_hermitian=*/true)
     gL, gV = g
     Lv, V = ans
+    if _value(A).size == 0:
+        return _zeros_like(_value(A))
     if not compute_v:
         raise RuntimeError("_linalg_eigh: the backward needs the eigenvectors, and compute_v=False computed none "
                            "(torch.linalg.eigvalsh passes compute_v=True when its input requires grad)")

@@ -1,0 +1,154 @@
+"""ATen ops beyond the core opset that user modules record: ``_trilinear`` (``nn.Bilinear``),
+one table row per case, run by the checks of ``tests/test_aten_ops.py`` (finite differences,
+PyTorch's values, gradients and node names in float64, values and dtypes in float32, the
+load-time shape rule) and ``tests/test_aten_gradgrad.py`` (second derivatives, create_graph
+node names), plus the ones below: gradients in float32 against PyTorch's.
+
+Rows cover broadcasting, empty inputs, non-contiguous inputs (``nc``) and 0-d inputs where
+PyTorch takes them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradcli.autograd import Tensor, grad
+from gradcli.ops import OPS
+from gradcli.ops.aten import ATEN_OPS
+from test_aten_ops import PARAMS, R, _as_float32, _ours, _theirs, _wrt, case, needs_torch, refused, torch
+from test_aten_ops import test_float32_forward_dtype_matches_torch as _float32_check
+from test_aten_ops import test_float64_forward_gradients_and_node_name_match_torch as _float64_check
+from test_aten_ops import test_gradients_match_finite_differences as _fd_check
+from test_aten_ops import test_inputs_torch_refuses_are_refused as _refused_check
+from test_aten_ops import test_load_time_infer_matches_the_forward as _infer_check
+from test_aten_ops import test_load_time_infer_never_computes_on_full_size_inputs as _infer_alloc_check
+
+ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows
+CASES = []          # differentiable rows: every check of tests/test_aten_ops.py
+FORWARD_ONLY = []   # rows with no gradient (integer inputs): values, dtypes, no grad_fn
+REFUSED = []        # inputs PyTorch refuses
+GRADGRAD = {}       # op -> (inputs, args, wrt): its second derivative (tests/test_aten_gradgrad.py)
+# op -> why its create_graph gradient's node is not PyTorch's (tests/test_aten_gradgrad.py)
+NODE_NAME_DIFFERENCES = {}
+
+
+def row(op, inputs, args=None, wrt=None, fd=True, id=None):  # noqa: A002
+    case(op, inputs, args, wrt, fd, id, table=CASES)
+
+
+def forward(op, inputs, args=None, id=None):  # noqa: A002
+    case(op, inputs, args, [], False, id, table=FORWARD_ONLY)
+
+
+def refuse(op, inputs, args, match, static=True, id=None):  # noqa: A002
+    refused(op, inputs, args, match, static, id, table=REFUSED)
+
+
+def nc(x):
+    """``x`` as a non-contiguous view with the same values (a transposed copy, transposed back)."""
+    y = np.ascontiguousarray(np.swapaxes(x, 0, -1)).swapaxes(0, -1) if x.ndim >= 2 else x.repeat(2)[::2]
+    assert not y.flags.c_contiguous and np.array_equal(x, y)
+    return y
+
+
+# -- _trilinear ------------------------------------------------------------------------------------------
+TRI = "aten._trilinear.default"
+_BIL = {"expand1": [1, 3], "expand2": [0], "expand3": [1, 2], "sumdim": [2, 3]}     # what nn.Bilinear records
+row(TRI, [R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)], _BIL, id=TRI + "-bilinear")
+row(TRI, [R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)], dict(_BIL, unroll_dim=0), id=TRI + "-unroll0")
+row(TRI, [R(2, 3), R(1, 3, 5, seed=1), R(2, 5, seed=2)], _BIL, id=TRI + "-one-out")
+row(TRI, [R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)], dict(_BIL, expand1=[-3, -1], sumdim=[3, 2]),
+    id=TRI + "-negative-dims")
+row(TRI, [R(3, 4), R(3, 4, seed=1), R(3, 4, seed=2)], {"expand1": [], "expand2": [], "expand3": [], "sumdim": [1]},
+    id=TRI + "-no-expand")
+row(TRI, [R(3, 4), R(3, 4, seed=1), R(3, 4, seed=2)], {"expand1": [], "expand2": [], "expand3": [], "sumdim": []},
+    id=TRI + "-no-sum")
+for _sd in ([0], [1], []):
+    row(TRI, [R(1, 4), R(3, 4, seed=1), R(3, 4, seed=2)], {"expand1": [], "expand2": [], "expand3": [], "sumdim": _sd},
+        id=f"{TRI}-broadcast-{_sd}")
+row(TRI, [R(0, 3), R(4, 3, 5, seed=1), R(0, 5, seed=2)], _BIL, id=TRI + "-empty-batch")
+row(TRI, [R(2, 0), R(4, 0, 5, seed=1), R(2, 5, seed=2)], _BIL, id=TRI + "-empty-sum")
+row(TRI, [nc(R(3, 2)).T, nc(R(4, 3, 5, seed=1)), nc(R(5, 2, seed=2)).T], _BIL, id=TRI + "-nc")
+GRADGRAD[TRI] = ([R(2, 3), R(2, 3, 2, seed=1), R(2, 2, seed=2)], _BIL, None)
+refuse(TRI, [R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)], dict(_BIL, unroll_dim=4), "unroll_dim must be in")
+refuse(TRI, [R(2, 3), R(4, 3, 5, seed=1), R(3, 5, seed=2)], _BIL, "size")
+refuse(TRI, [R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)], dict(_BIL, expand1=[1]), "dim")
+refuse(TRI, [R(3, 1), R(3, 4, seed=1), R(3, 4, seed=2)], {"expand1": [], "expand2": [], "expand3": [], "sumdim": [0]},
+       "size", id=TRI + "-broadcast-at-unroll-dim")
+refuse(TRI, [R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)], dict(_BIL, sumdim=[2, 2]), "multiple times")
+
+
+# -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
+@pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
+def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
+    _fd_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float64_forward_gradients_and_node_name_match_torch(op_name, inputs, args, wrt, fd):
+    _float64_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float32_forward_dtype_matches_torch(op_name, inputs, args, wrt, fd):
+    _float32_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float32_gradients_match_torch(op_name, inputs, args, wrt, fd):
+    inputs32 = _as_float32(inputs)
+    wrt = _wrt(inputs32, wrt)
+    flat, outs = _ours(op_name, inputs32, args, wrt)
+    tflat, touts = _theirs(op_name, inputs32, args, wrt)
+    used = [k for k, t in enumerate(touts) if t.grad_fn is not None]
+    vs = [np.random.default_rng(k).standard_normal(touts[k].shape).astype(np.float32) for k in used]
+    ours = grad([outs[k] for k in used], [flat[i] for i in wrt], grad_outputs=vs)
+    theirs = torch.autograd.grad([touts[k] for k in used], [tflat[i] for i in wrt], [torch.tensor(v) for v in vs])
+    for a, b in zip(ours, theirs):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b.numpy(), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
+def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
+    _infer_check(op_name, inputs, args, wrt, fd)
+
+
+@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
+def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
+    _infer_alloc_check(op_name, inputs, args, wrt, fd, monkeypatch)
+
+
+@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
+def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
+    _refused_check(op_name, inputs, args, match, static)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, FORWARD_ONLY)
+def test_rows_without_a_gradient_match_torch_and_record_no_node(op_name, inputs, args, wrt, fd):
+    for cast in (lambda x: x, lambda x: x.astype(np.float32) if x.dtype == np.float64 else x):
+        arrays = [cast(x) if isinstance(x, np.ndarray) else x for x in inputs]
+        ours = OPS[op_name](*[Tensor(x.copy()) if isinstance(x, np.ndarray) else x for x in arrays], **args)
+        _, theirs = _theirs(op_name, arrays, args, [])
+        ours = list(ours) if OPS[op_name].multi_output else [ours]
+        for o, t in zip(ours, theirs):
+            assert o.dtype == np.dtype(str(t.dtype).removeprefix("torch.")) and o.shape == tuple(t.shape)
+            np.testing.assert_array_equal(o.data, t.numpy())
+            assert o.grad_fn is None
+
+
+def test_every_op_of_this_table_has_a_row_and_a_second_derivative_line():
+    ops = {p.values[0] for p in CASES + FORWARD_ONLY}
+    assert ops <= set(ATEN_OPS)
+    assert sorted({p.values[0] for p in CASES} - set(GRADGRAD)) == []
+
+
+def test_bilinear_is_trilinear_plus_the_bias():
+    # torch.bilinear(x1, x2, w, b) records _trilinear(x1, w, x2, [1, 3], [0], [1, 2], [2, 3]), then adds b
+    x1, w, x2 = R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)
+    out = OPS[TRI](x1, w, x2, **_BIL)
+    np.testing.assert_allclose(out, np.einsum("ni,oij,nj->no", x1, w, x2), rtol=1e-13)

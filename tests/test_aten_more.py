@@ -1,5 +1,5 @@
 """ATen ops beyond the core opset that user modules record: ``_trilinear`` (``nn.Bilinear``),
-``masked_select``,
+``masked_select``, ``median``/``nanmedian``,
 one table row per case, run by the checks of ``tests/test_aten_ops.py`` (finite differences,
 PyTorch's values, gradients and node names in float64, values and dtypes in float32, the
 load-time shape rule) and ``tests/test_aten_gradgrad.py`` (second derivatives, create_graph
@@ -94,6 +94,41 @@ forward(MS, [np.arange(12).reshape(3, 4), _m34], id=MS + "-int")
 GRADGRAD[MS] = ([R(3, 4), _m34[0]], {}, None)
 refuse(MS, [R(3, 4), np.ones((3, 4), np.uint8)], {}, "expected BoolTensor")
 refuse(MS, [R(3, 4), np.ones(3, bool)], {}, "does not broadcast")
+
+
+# -- median, nanmedian: PyTorch's index among ties, NaN as PyTorch ---------------------------------------
+_ties = np.array([[3.0, 1.0, 3.0, 1.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 2.0, 1.0, 5.0, 0.0]])
+_nan = np.array([[1.0, np.nan, 2.0, np.nan, 3.0], [4.0, 2.0, 0.5, 1.0, 3.0], [np.nan, 1.0, 1.0, 2.0, 1.0]])
+for _name in ("median", "nanmedian"):
+    _op = f"aten.{_name}.dim"
+    row(_op, [R(3, 5)], {"dim": 1})
+    row(_op, [R(4, 3)], {"dim": 0, "keepdim": True}, id=f"{_op}-keepdim")
+    row(_op, [R(2, 3, 4)], {"dim": -2}, id=f"{_op}-3d")
+    row(_op, [_ties], {"dim": 1}, fd=False, id=f"{_op}-ties")
+    row(_op, [_ties.T.copy()], {"dim": 0}, fd=False, id=f"{_op}-ties-dim0")
+    row(_op, [_nan], {"dim": 1}, fd=False, id=f"{_op}-nan")
+    row(_op, [R(0, 3)], {"dim": 1}, id=f"{_op}-empty")
+    row(_op, [R()], {"dim": 0}, id=f"{_op}-0d")
+    row(_op, [R()], {"dim": -1, "keepdim": True}, id=f"{_op}-0d-keepdim")
+    row(_op, [nc(R(4, 5))], {"dim": 1}, id=f"{_op}-nc")
+    forward(_op, [np.array([[5, 3, 4, 3], [1, 1, 2, 2]])], {"dim": 1}, id=f"{_op}-int")
+    GRADGRAD[_op] = ([R(3, 4)], {"dim": 1}, None)
+    refuse(_op, [R(2, 0)], {"dim": 1}, "non-zero size", id=f"{_op}-empty-dim")
+    refuse(_op, [np.ones((2, 2), bool)], {"dim": 1}, "not implemented for bool", id=f"{_op}-bool")
+    refuse(_op, [R(2, 2)], {"dim": 2}, "out of range", id=f"{_op}-dim")
+    _op = f"aten.{_name}.default"
+    row(_op, [R(3, 5)])
+    row(_op, [R(4)], id=f"{_op}-even")
+    row(_op, [_ties], fd=False, id=f"{_op}-ties")
+    row(_op, [_nan], fd=False, id=f"{_op}-nan")
+    row(_op, [np.full((2, 2), np.nan)], fd=False, id=f"{_op}-all-nan")
+    row(_op, [R(0, 3)], id=f"{_op}-empty")
+    row(_op, [R()], id=f"{_op}-0d")
+    row(_op, [nc(R(3, 4))], id=f"{_op}-nc")
+    forward(_op, [np.array([[5, 3, 4, 3], [1, 1, 2, 2]])], id=f"{_op}-int")
+    GRADGRAD[_op] = ([R(3, 4)], {}, None)
+    NODE_NAME_DIFFERENCES[_op] = "MulBackward0 (PyTorch: MaskedFillBackward1, a masked_fill with a tensor value)"
+    refuse(_op, [np.ones((2, 2), bool)], {}, "not implemented for bool", id=f"{_op}-bool")
 
 
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------

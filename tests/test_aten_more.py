@@ -1,5 +1,5 @@
 """ATen ops beyond the core opset that user modules record: ``_trilinear`` (``nn.Bilinear``),
-``masked_select``, ``median``/``nanmedian``,
+``masked_select``, ``median``/``nanmedian``, ``cumprod``,
 one table row per case, run by the checks of ``tests/test_aten_ops.py`` (finite differences,
 PyTorch's values, gradients and node names in float64, values and dtypes in float32, the
 load-time shape rule) and ``tests/test_aten_gradgrad.py`` (second derivatives, create_graph
@@ -131,6 +131,25 @@ for _name in ("median", "nanmedian"):
     refuse(_op, [np.ones((2, 2), bool)], {}, "not implemented for bool", id=f"{_op}-bool")
 
 
+# -- cumprod: the gradient at zeros (one, two, a slice of them) ----------------------------------------------
+CP = "aten.cumprod.default"
+_z = np.array([[1.5, 0.0, 2.0, -1.0, 0.0, 3.0], [0.0, 2.0, 0.5, 1.5, -2.0, 1.0], [0.5, 1.2, -0.8, 2.0, 1.1, 0.0]])
+row(CP, [R(3, 4)], {"dim": 1})
+row(CP, [R(3, 4)], {"dim": 0}, id=CP + "-dim0")
+row(CP, [R(2, 3, 4)], {"dim": -2}, id=CP + "-3d")
+row(CP, [_z], {"dim": 1}, id=CP + "-zeros")
+row(CP, [_z.T.copy()], {"dim": 0}, id=CP + "-zeros-dim0")
+row(CP, [R(3, 4)], {"dim": 1, "dtype": "float64"}, id=CP + "-dtype")
+row(CP, [R(3, 1)], {"dim": 1}, id=CP + "-one")
+row(CP, [R(0, 3)], {"dim": 1}, id=CP + "-empty")
+row(CP, [R()], {"dim": 0}, id=CP + "-0d")
+row(CP, [nc(R(4, 5))], {"dim": 1}, id=CP + "-nc")
+forward(CP, [np.array([[1, 2, 3], [-1, 0, 4]])], {"dim": 1}, id=CP + "-int")
+forward(CP, [np.array([True, True, False])], {"dim": 0}, id=CP + "-bool")
+GRADGRAD[CP] = ([R(3, 4)], {"dim": 1}, None)
+refuse(CP, [R(2, 2)], {"dim": 2}, "out of range")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
@@ -226,3 +245,15 @@ def test_bilinear_is_trilinear_plus_the_bias():
     x1, w, x2 = R(2, 3), R(4, 3, 5, seed=1), R(2, 5, seed=2)
     out = OPS[TRI](x1, w, x2, **_BIL)
     np.testing.assert_allclose(out, np.einsum("ni,oij,nj->no", x1, w, x2), rtol=1e-13)
+
+
+@pytest.mark.parametrize("x", [_z, _z[:, ::-1].copy(), np.zeros((2, 4)), np.array([[0.0, 2.0, 0.0, 0.0]])],
+                         ids=["zeros", "reversed", "all-zero", "zeros-after-zero"])
+def test_cumprod_second_derivative_at_zeros_matches_finite_differences_and_torch(x):
+    # the create_graph gradient at zeros is PyTorch's O(n^2) one, made of ops (cumprod, prod, cat)
+    args = {"dim": 1}
+    import test_aten_gradgrad as GG
+
+    GG.test_second_derivative_matches_finite_differences(CP, [x], args, None)
+    if torch is not None:
+        GG.test_second_derivative_matches_torch_double_backward(CP, [x], args, None)

@@ -1,4 +1,5 @@
-"""ATen medians and scans beyond the core opset: ``median``/``nanmedian`` (all and ``.dim``).
+"""ATen medians and scans beyond the core opset: ``median``/``nanmedian`` (all and ``.dim``),
+``cumprod``.
 
 Formulas follow PyTorch 2.13's ``tools/autograd/derivatives.yaml``; the comment above each VJP
 names the formula there. Each entry carries its shape rule (``meta``).
@@ -26,10 +27,12 @@ from .. import library as L
 from ..aten_kernels._common import check_dtype
 from ..library import _value
 from .index import scatter_src
+from .layout import flip
 from .pointwise import as_dtype, zeros
-from .reduce_core import _check_nonempty_dims, _contiguous, _kept
+from .promotion import cast
+from .reduce_core import _check_nonempty_dims, _contiguous, _kept, _prod_dtype, cumsum, prod_dim
 from .registry import aten, defvjp
-from .shape import _dim
+from .shape import _dim, cat, contiguous, slice_
 
 _LONG = np.dtype(np.int64)
 
@@ -153,3 +156,82 @@ def _evenly_distribute_backward(g, self, result):
 # self: evenly_distribute_backward(grad, self, result)
 defvjp(median, lambda g, ans, self: _evenly_distribute_backward(g, self, ans))
 defvjp(nanmedian, lambda g, ans, self: _evenly_distribute_backward(g, self, ans))
+
+
+# -- cumprod ------------------------------------------------------------------------------------------------------
+def _acc(dt):
+    """PyTorch's CPU scans accumulate in ``acc_type``: float32 in float64."""
+    return np.dtype(np.float64) if dt == np.float32 else dt
+
+
+@aten("cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", "CumprodBackward0",
+      meta=lambda self, dim, dtype=None: [(tuple(self.shape), _prod_dtype(self, dtype))] if _dim(
+          dim, self.ndim) is not None else None)
+def cumprod(self, dim, dtype=None):
+    dt = _prod_dtype(self, dtype)
+    d = _dim(dim, self.ndim)
+    if not self.ndim:
+        return as_dtype(np.array(self, dt), dt)
+    # each product rounded from the accumulator, row-major whatever the input's layout
+    return contiguous(as_dtype(np.cumprod(np.asarray(cast(self, dt), _acc(dt)), axis=d), dt))
+
+
+def _reversed_cumsum(w, d):
+    # reversed_cumsum(w, dim): w.flip(dim).cumsum(dim).flip(dim)
+    return flip(cumsum(flip(w, dims=[d]), dim=d), dims=[d])
+
+
+def _cumprod_at_zeros(g, x, out, d):
+    """The O(n) gradient of a cumprod whose input has zeros (``cumprod_backward`` without grad
+    mode), on arrays: before the first zero of a slice the reversed cumsum over the input, at the
+    first zero the products up to the second one, after it zero."""
+    cs = np.cumsum(x == 0, axis=d)
+    w = out * g
+    with np.errstate(divide="ignore", invalid="ignore"):
+        before = np.flip(np.cumsum(np.flip(np.where(cs == 0, w, 0), d), axis=d), d) / x
+    grad = np.where(cs == 0, before, 0).astype(g.dtype)
+    one = cs == 1
+    first = np.argmax(one, axis=d, keepdims=True)
+    at_first = (np.arange(x.shape[d]).reshape([-1 if a == d else 1 for a in range(x.ndim)]) == first) & one
+    between = one & ~at_first
+    before_zero = np.where(first == 0, 1, np.take_along_axis(out, np.maximum(first - 1, 0), axis=d))
+    value = np.sum(np.cumprod(np.where(between, x, 1), axis=d) * np.where(one, g, 0), axis=d,
+                   keepdims=True) * before_zero
+    return np.where(at_first, value, grad).astype(g.dtype)
+
+
+def _cumprod_omitted_products(g, self, d, n):
+    """The O(n^2) gradient of a cumprod whose input has zeros, with ops (``cumprod_backward`` in grad
+    mode): at k, the sum over j >= k of grad[j] times the product of input[:j + 1] without input[k]."""
+    grads = []
+    for k in range(n):
+        rest = g if k == 0 else slice_(g, dim=d, start=k)
+        after = cumprod(slice_(self, dim=d, start=k + 1), dim=d) if k < n - 1 else None
+        ones = np.ones([1 if a == d else s for a, s in enumerate(self.shape)], _value(g).dtype)
+        omitted = ones if after is None else cat([ones, after], dim=d)
+        if k:
+            omitted = L.mul(prod_dim(slice_(self, dim=d, start=0, end=k), dim=d, keepdim=True), omitted)
+        grads.append(L.sum_(L.mul(omitted, rest), axis=d, keepdims=True))
+    return cat(grads, dim=d)
+
+
+def _cumprod_vjp(g, ans, self, dim, dtype=None):
+    # self: cumprod_backward(grad.to(self.scalar_type()), self, dim, result)
+    if g.dtype != self.dtype:
+        g = L.cast(g, dtype=np.dtype(self.dtype).name)
+    shape = tuple(self.shape)
+    if int(np.prod(shape)) <= 1:
+        return g
+    d = _dim(dim, len(shape))
+    if shape[d] == 1:
+        return g
+    out = ans if ans.dtype == self.dtype else L.cast(ans, dtype=np.dtype(self.dtype).name)
+    x = _value(self)
+    if not np.any(x == 0):
+        return L.div(_reversed_cumsum(L.mul(out, g), d), self)
+    if g is _value(g) and self is x:
+        return _cumprod_at_zeros(g, x, _value(out), d)
+    return _cumprod_omitted_products(g, self, d, shape[d])
+
+
+defvjp(cumprod, _cumprod_vjp)

@@ -1,5 +1,5 @@
 """ATen ops beyond the core opset that user modules record: ``_trilinear`` (``nn.Bilinear``),
-``masked_select``, ``median``/``nanmedian``, ``cumprod``,
+``masked_select``, ``median``/``nanmedian``, ``cumprod``, ``hypot``, ``erfinv``,
 one table row per case, run by the checks of ``tests/test_aten_ops.py`` (finite differences,
 PyTorch's values, gradients and node names in float64, values and dtypes in float32, the
 load-time shape rule) and ``tests/test_aten_gradgrad.py`` (second derivatives, create_graph
@@ -150,6 +150,28 @@ GRADGRAD[CP] = ([R(3, 4)], {"dim": 1}, None)
 refuse(CP, [R(2, 2)], {"dim": 2}, "out of range")
 
 
+# -- hypot, erfinv ---------------------------------------------------------------------------------------
+HY, EI = "aten.hypot.default", "aten.erfinv.default"
+row(HY, [R(3, 4), R(3, 4, seed=1)])
+row(HY, [R(3, 1), R(1, 4, seed=1)], id=HY + "-broadcast")
+row(HY, [R(0, 4), R(4, seed=1)], id=HY + "-empty")
+row(HY, [R(3, 4), R(seed=1)], id=HY + "-0d")
+row(HY, [np.array([0.0, 3.0, 0.0]), np.array([0.0, 0.0, -2.0])], fd=False, id=HY + "-zeros")
+row(HY, [nc(R(3, 4)), nc(R(3, 4, seed=1))], id=HY + "-nc")
+GRADGRAD[HY] = ([R(2, 3), R(3, seed=1)], {}, None)
+refuse(HY, [np.arange(3), np.arange(3)], {}, "not implemented for int64")
+row(EI, [R(3, 4, low=-0.9, high=0.9)])
+row(EI, [np.array([-0.999999, -0.99, 0.6, 0.999, 0.9999999999])], fd=False, id=EI + "-near-one")  # (steps past 1)
+row(EI, [np.array([-0.99, 0.6, 0.95])], id=EI + "-towards-one")
+row(EI, [R(0, 3)], id=EI + "-empty")
+row(EI, [R(low=-0.9, high=0.9)], id=EI + "-0d")
+row(EI, [nc(R(3, 4, low=-0.9, high=0.9))], id=EI + "-nc")
+row(EI, [np.array([-1.0, 1.0, 1.5, -2.0, np.nan, 0.0, -0.0])], fd=False, id=EI + "-edges")
+forward(EI, [np.array([[-1, 0, 1], [0, 1, 2]])], id=EI + "-int")
+forward(EI, [np.array([True, False])], id=EI + "-bool")
+GRADGRAD[EI] = ([R(2, 3, low=-0.9, high=0.9)], {}, None)
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
@@ -257,3 +279,28 @@ def test_cumprod_second_derivative_at_zeros_matches_finite_differences_and_torch
     GG.test_second_derivative_matches_finite_differences(CP, [x], args, None)
     if torch is not None:
         GG.test_second_derivative_matches_torch_double_backward(CP, [x], args, None)
+
+
+def _ulps(a, b):
+    """The distance in ulps between two float arrays of one dtype (finite, or equal)."""
+    it = np.int64 if a.dtype == np.float64 else np.int32
+    a, b = (np.where(x == 0, 0, x).view(it).astype(np.int64) for x in (a, b))
+    a, b = (np.where(x < 0, np.iinfo(it).min - x, x) for x in (a, b))       # monotone across 0
+    return np.abs(a - b)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_erfinv_is_within_an_ulp_of_torchs_over_the_whole_interval(dtype):
+    # Note [an accurate erfinv]: uniform draws, 1 - 2^-k and 2^-k towards both ends, the largest
+    # float below 1, the branch points; +-1, beyond and NaN exactly as PyTorch
+    bits = 53 if dtype == np.float64 else 24
+    k = np.arange(1, bits + 1, dtype=np.float64)
+    x = np.concatenate([np.random.default_rng(0).uniform(-1, 1, 20000), 1 - 2.0 ** -k, -(1 - 2.0 ** -k),
+                        2.0 ** -k, -(2.0 ** -k), [0.5, -0.5, 0.7, -0.7, 0.0]]).astype(dtype)
+    x = np.concatenate([x, np.nextafter(x[-5:-1], dtype(0)), [np.nextafter(dtype(1), dtype(0))]]).astype(dtype)
+    ours, theirs = OPS[EI](x), torch.special.erfinv(torch.tensor(x)).numpy()
+    assert ours.dtype == dtype
+    assert _ulps(ours, theirs).max() <= 1
+    edges = np.array([1.0, -1.0, 1.5, -1.5, np.nan], dtype)
+    np.testing.assert_array_equal(OPS[EI](edges), torch.special.erfinv(torch.tensor(edges)).numpy())

@@ -1,5 +1,6 @@
 """ATen ops beyond the core opset that user modules record: ``_trilinear`` (``nn.Bilinear``),
-``masked_select``, ``median``/``nanmedian``, ``cumprod``, ``hypot``, ``erfinv``,
+``masked_select``, ``median``/``nanmedian``, ``cumprod``, ``hypot``, ``erfinv``, ``cummax``/``cummin``,
+``logcumsumexp``,
 one table row per case, run by the checks of ``tests/test_aten_ops.py`` (finite differences,
 PyTorch's values, gradients and node names in float64, values and dtypes in float32, the
 load-time shape rule) and ``tests/test_aten_gradgrad.py`` (second derivatives, create_graph
@@ -170,6 +171,42 @@ row(EI, [np.array([-1.0, 1.0, 1.5, -2.0, np.nan, 0.0, -0.0])], fd=False, id=EI +
 forward(EI, [np.array([[-1, 0, 1], [0, 1, 2]])], id=EI + "-int")
 forward(EI, [np.array([True, False])], id=EI + "-bool")
 GRADGRAD[EI] = ([R(2, 3, low=-0.9, high=0.9)], {}, None)
+
+
+# -- cummax, cummin: ties to the later index, each later NaN takes over ---------------------------------------
+_cties = np.array([[1.0, 3.0, 3.0, 2.0, 3.0, 0.5], [2.0, 2.0, 1.0, 2.0, 4.0, 4.0]])
+_cnan = np.array([[1.0, 3.0, np.nan, 5.0, np.nan, 1.0], [2.0, 1.0, 0.5, 0.5, 3.0, np.nan]])
+for _name in ("cummax", "cummin"):
+    _op = f"aten.{_name}.default"
+    row(_op, [R(3, 5)], {"dim": 1})
+    row(_op, [R(4, 3)], {"dim": 0}, id=f"{_op}-dim0")
+    row(_op, [R(2, 3, 4)], {"dim": -1}, id=f"{_op}-3d")
+    row(_op, [_cties], {"dim": 1}, fd=False, id=f"{_op}-ties")
+    row(_op, [-_cties], {"dim": 1}, fd=False, id=f"{_op}-ties-negated")
+    row(_op, [_cnan], {"dim": 1}, fd=False, id=f"{_op}-nan")
+    # (torch's gradient of an empty input is that input itself, which requires grad: values only)
+    forward(_op, [R(0, 3)], {"dim": 1}, id=f"{_op}-empty")
+    row(_op, [R()], {"dim": 0}, id=f"{_op}-0d")
+    row(_op, [nc(R(4, 5))], {"dim": 1}, id=f"{_op}-nc")
+    forward(_op, [np.array([[5, 3, 4, 3], [1, 1, 2, 2]])], {"dim": 1}, id=f"{_op}-int")
+    forward(_op, [np.array([[True, False, True], [False, False, True]])], {"dim": 1}, id=f"{_op}-bool")
+    GRADGRAD[_op] = ([R(3, 4)], {"dim": 1}, None)
+    refuse(_op, [R(2, 2)], {"dim": 2}, "out of range", id=f"{_op}-dim")
+
+# -- logcumsumexp ---------------------------------------------------------------------------------------------
+LCSE = "aten.logcumsumexp.default"
+row(LCSE, [R(3, 5)], {"dim": 1})
+row(LCSE, [R(4, 3)], {"dim": 0}, id=LCSE + "-dim0")
+row(LCSE, [R(2, 3, 4) * 30], {"dim": -1}, id=LCSE + "-wide")
+row(LCSE, [np.array([[-np.inf, 1.0, -np.inf, 2.0], [np.inf, 1.0, np.inf, -np.inf]])], {"dim": 1}, fd=False,
+    id=LCSE + "-inf")
+row(LCSE, [np.array([[-np.inf, -np.inf, np.nan, 2.0]])], {"dim": 1}, fd=False, id=LCSE + "-nan")
+row(LCSE, [R(0, 3)], {"dim": 1}, id=LCSE + "-empty")
+row(LCSE, [R()], {"dim": 0}, id=LCSE + "-0d")
+row(LCSE, [nc(R(4, 5))], {"dim": 1}, id=LCSE + "-nc")
+GRADGRAD[LCSE] = ([R(3, 4)], {"dim": 1}, None)
+refuse(LCSE, [np.arange(3)], {"dim": 0}, "not implemented for int64")
+refuse(LCSE, [R(2, 2)], {"dim": 2}, "out of range", id=LCSE + "-dim")
 
 
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------

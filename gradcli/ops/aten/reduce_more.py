@@ -1,5 +1,5 @@
 """ATen medians and scans beyond the core opset: ``median``/``nanmedian`` (all and ``.dim``),
-``cumprod``.
+``cumprod``, ``cummax``/``cummin`` and ``logcumsumexp``.
 
 Formulas follow PyTorch 2.13's ``tools/autograd/derivatives.yaml``; the comment above each VJP
 names the formula there. Each entry carries its shape rule (``meta``).
@@ -26,9 +26,9 @@ import numpy as np
 from .. import library as L
 from ..aten_kernels._common import check_dtype
 from ..library import _value
-from .index import scatter_src
+from .index import scatter_add, scatter_src
 from .layout import flip
-from .pointwise import as_dtype, zeros
+from .pointwise import abs_, as_dtype, exp, log, where, zeros
 from .promotion import cast
 from .reduce_core import _check_nonempty_dims, _contiguous, _kept, _prod_dtype, cumsum, prod_dim
 from .registry import aten, defvjp
@@ -235,3 +235,95 @@ def _cumprod_vjp(g, ans, self, dim, dtype=None):
 
 
 defvjp(cumprod, _cumprod_vjp)
+
+
+# -- cummax, cummin -------------------------------------------------------------------------------------------------
+def _cum_extreme_meta(self, dim):
+    _dim(dim, self.ndim)
+    return [(tuple(self.shape), np.dtype(self.dtype)), (tuple(self.shape), _LONG)]
+
+
+def _cum_extreme(name, better):
+    def forward(self, dim):
+        d = _dim(dim, self.ndim)
+        if not self.ndim:
+            return [np.array(self, copy=True), np.zeros((), _LONG)]
+        x = np.moveaxis(np.asarray(self), d, 0)
+        values, indices = np.empty_like(x, order="C"), np.empty(x.shape, _LONG)
+        floating = x.dtype.kind == "f"
+        for i in range(x.shape[0]):
+            # PyTorch's cummax_cummin_helper: a NaN, or (the running one not NaN and) x >= it (<= for
+            # cummin), takes over: ties go to the later index, and each later NaN takes over
+            cur = x[i]
+            if i == 0:
+                best, at = cur.copy(), np.zeros(cur.shape, _LONG)
+            else:
+                take = better(cur, best)
+                if floating:
+                    take = np.isnan(cur) | (~np.isnan(best) & take)
+                best, at = np.where(take, cur, best), np.where(take, i, at)
+            values[i], indices[i] = best, at
+        return [np.ascontiguousarray(np.moveaxis(values, 0, d)), np.ascontiguousarray(np.moveaxis(indices, 0, d))]
+    forward.__name__ = name
+    return forward
+
+
+cummax = aten("cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)", "CummaxBackward0",
+              differentiable_outputs=[True, False], meta=_cum_extreme_meta)(_cum_extreme("cummax", np.greater_equal))
+cummin = aten("cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)", "CumminBackward0",
+              differentiable_outputs=[True, False], meta=_cum_extreme_meta)(_cum_extreme("cummin", np.less_equal))
+
+
+def _cummaxmin_backward(g, self, indices, dim):
+    """``cummaxmin_backward(grad, input, indices, dim)``: zeros of the input's sizes, the gradient
+    added at the indices (a value that stays the running extreme gets every step's gradient)."""
+    shape = tuple(self.shape)
+    if int(np.prod(shape)) == 0:
+        return zeros(shape, g)
+    return scatter_add(zeros(shape, g), np.asarray(_value(indices)), g, dim=_dim(dim, len(shape)))
+
+
+# self: cummaxmin_backward(grad, self, indices, dim) (PyTorch's node saves self and the indices)
+defvjp(cummax, lambda g, ans, self, dim: _cummaxmin_backward(g[0], self, ans[1], dim))
+defvjp(cummin, lambda g, ans, self, dim: _cummaxmin_backward(g[0], self, ans[1], dim))
+
+
+# -- logcumsumexp ------------------------------------------------------------------------------------------------------
+def _logcumsumexp_meta(self, dim):
+    check_dtype("logcumsumexp", self)
+    _dim(dim, self.ndim)
+    return [(tuple(self.shape), np.dtype(self.dtype))]
+
+
+@aten("logcumsumexp(Tensor self, int dim) -> Tensor", "LogcumsumexpBackward0", meta=_logcumsumexp_meta)
+def logcumsumexp(self, dim):
+    _logcumsumexp_meta(self, dim)
+    d = _dim(dim, self.ndim)
+    if not self.ndim:
+        return np.array(self, copy=True)
+    # PyTorch's CPU scan: log1p(exp(min - max)) + max, accumulated in acc_type (float32 in float64);
+    # both infinities of a sign give that infinity, NaN propagates
+    with np.errstate(all="ignore"):
+        out = np.logaddexp.accumulate(np.asarray(self, _acc(np.dtype(self.dtype))), axis=d)
+    return contiguous(as_dtype(out, self.dtype))
+
+
+def _logcumsumexp_vjp(g, ans, self, dim):
+    # self: logcumsumexp_backward(grad, self, result, dim): the gradient's positive and negative
+    # parts through a reversed logcumsumexp in log space, each exp'd, their difference
+    if not len(g.shape) or int(np.prod(g.shape)) == 0:
+        return g
+    d = _dim(dim, len(self.shape))
+    gv = _value(g)
+    lowest = np.asarray(np.finfo(gv.dtype).min, gv.dtype)
+    with np.errstate(divide="ignore"):
+        log_abs = log(abs_(g))
+
+    def part(sign):
+        lg = where(gv * sign > 0, log_abs, lowest)
+        rev = flip(logcumsumexp(flip(L.sub(lg, ans), dims=[d]), dim=d), dims=[d])
+        return exp(L.add(rev, self))
+    return L.sub(part(1), part(-1))
+
+
+defvjp(logcumsumexp, _logcumsumexp_vjp)

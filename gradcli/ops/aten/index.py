@@ -1,5 +1,6 @@
 """ATen indexing entries: ``index.Tensor``, ``index_put``, ``index_select``, ``gather``,
-``scatter.src``, ``scatter.value``, ``scatter_add``, ``scatter_reduce.two`` and ``masked_scatter``.
+``scatter.src``, ``scatter.value``, ``scatter_add``, ``scatter_reduce.two``, ``masked_scatter`` and
+``masked_select``.
 
 The forwards are ``gradcli.ops.aten_kernels.index`` (every index value checked
 before use: Note [indices are checked before use]). The VJPs are these ops again
@@ -291,6 +292,43 @@ def _masked_scatter_source_vjp(g, ans, self, mask, source):
 defvjp(masked_scatter,
        lambda g, ans, self, mask, source: L.unbroadcast(masked_fill(g, _value(mask), value=0), tuple(self.shape)),
        None, _masked_scatter_source_vjp)
+
+
+# -- masked_select ----------------------------------------------------------------------------------
+def _check_masked_select(self, mask):
+    if np.dtype(mask.dtype) != np.dtype(bool):
+        raise TypeError(f"masked_select: expected BoolTensor for mask, got {np.dtype(mask.dtype)}")
+    try:
+        return tuple(np.broadcast_shapes(tuple(self.shape), tuple(mask.shape)))
+    except ValueError:
+        raise ValueError(f"masked_select: the shape of the mask {list(mask.shape)} does not broadcast with self "
+                         f"{list(self.shape)}") from None
+
+
+def _masked_select_meta(self, mask):
+    # Note [a shape the values decide] (ctc.py): the length is the mask's count of trues
+    _check_masked_select(self, mask)
+    return None
+
+
+@aten("masked_select(Tensor self, Tensor mask) -> Tensor", "MaskedSelectBackward0", meta=_masked_select_meta)
+def masked_select(self, mask):
+    """``self`` and ``mask`` broadcast together; the elements where ``mask`` is true, in row-major order."""
+    shape = _check_masked_select(self, mask)
+    xp = array_module(self, mask)
+    return xp.ascontiguousarray(xp.broadcast_to(self, shape)[xp.broadcast_to(mask, shape)])
+
+
+def _masked_select_backward(g, self, mask):
+    """Zeros of ``self`` and ``mask`` broadcast, masked_scatter'd with ``g`` (the engine sums it to
+    self's shape, as PyTorch's validate_outputs)."""
+    shape = tuple(np.broadcast_shapes(tuple(self.shape), tuple(mask.shape)))
+    return masked_scatter(zeros(shape, g), _value(mask), g)
+
+
+# self: masked_select_backward(grad, self, mask); mask: non_differentiable. PyTorch's node saves self
+# (Note [What a node saved]): the VJP hands it on whole, so that an in-place change of self fails as there
+defvjp(masked_select, lambda g, ans, self, mask: _masked_select_backward(g, self, mask), None)
 
 
 # -- scatter_reduce ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Core ATen elementwise math: trigonometry, logarithms, rounding, ``elu``/``leaky_relu``,
-and the binary ops (``atan2``, ``maximum``, ``pow``, ``fmod``, ``div`` with a rounding
+and the binary ops (``atan2``, ``hypot``, ``maximum``, ``pow``, ``fmod``, ``div`` with a rounding
 mode, ``clamp``).
 
 Formulas follow PyTorch 2.13's ``tools/autograd/derivatives.yaml``; the comment above each
@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .. import library as L
-from ..aten_kernels._common import check_dtype, host_erf
+from ..aten_kernels._common import check_dtype, host_erf, host_erfinv
 from ..library import _value
 from ...autograd.tensor import Tensor
 from .pointwise import as_dtype, div_scalar, masked_fill, pow_tensor_scalar, rsqrt, scalar, zeros
@@ -64,6 +64,7 @@ sin = _float_unary("sin", "SinBackward0", np.sin)
 sinh = _float_unary("sinh", "SinhBackward0", np.sinh)
 tan = _float_unary("tan", "TanBackward0", np.tan)
 erf = _float_unary("erf", "ErfBackward0", _erf)
+erfinv = _float_unary("erfinv", "ErfinvBackward0", host_erfinv)      # Note [an accurate erfinv]
 expm1 = _float_unary("expm1", "Expm1Backward0", np.expm1)
 log10 = _float_unary("log10", "Log10Backward0", np.log10)
 log1p = _float_unary("log1p", "Log1PBackward0", np.log1p)
@@ -96,6 +97,9 @@ defvjp(tan, lambda g, ans, self: L.mul(g, L.add(pow_tensor_scalar(ans, exponent=
 # self: 2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad
 defvjp(erf, lambda g, ans, self: L.mul(L.mul(L.exp(L.neg(pow_tensor_scalar(self, exponent=2))),
                                              _c(2.0 / math.sqrt(math.pi), self)), g))
+# self: (M_PI_4 * M_2_SQRTPI) * exp(self.erfinv().pow(2)) * grad
+defvjp(erfinv, lambda g, ans, self: L.mul(L.mul(_c(0.785398163397448309616 * 1.12837916709551257390, self),
+                                                L.exp(pow_tensor_scalar(erfinv(self), exponent=2))), g))
 # self: grad * (result.conj() + 1)
 defvjp(expm1, lambda g, ans, self: L.mul(g, L.add(ans, _c(1, ans))))
 # self: grad / (self.conj() * 2.3025850929940456)
@@ -219,6 +223,19 @@ def _unbroadcast(g, like):
 def _binary_float(self, other):
     dt = to_float(result_type(self, other))
     return dt, cast(self, dt), cast(other, dt)
+
+
+@aten("hypot(Tensor self, Tensor other) -> Tensor", "HypotBackward0", meta=ELEMENTWISE)
+def hypot(self, other):
+    dt = result_type(self, other)
+    check_dtype("hypot", np.empty(0, dt))
+    with np.errstate(all="ignore"):
+        return as_dtype(np.hypot(cast(self, dt), cast(other, dt)), dt)
+
+
+# self: grad * self / result; other: grad * other / result
+defvjp(hypot, lambda g, ans, self, other: _unbroadcast(L.div(L.mul(g, self), ans), self),
+       lambda g, ans, self, other: _unbroadcast(L.div(L.mul(g, other), ans), other))
 
 
 @aten("atan2(Tensor self, Tensor other) -> Tensor", "Atan2Backward0", meta=ELEMENTWISE)

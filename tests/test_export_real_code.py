@@ -397,3 +397,32 @@ def test_a_module_returning_values_and_indices_exports(tmp_path):
     doc = _validate(from_module(MaxOut(), (x,), dtype="float64"), tmp_path)
     assert [n for n in doc["tensors"] if n.startswith("loss.projection")] == ["loss.projection.0"]
     assert "MaxBackward0" in doc["expect"]["order"]
+
+
+class _Call(torch.nn.Module):
+    """``fn(w)`` of one parameter ``w``."""
+
+    def __init__(self, fn, w):
+        super().__init__()
+        self.fn = fn
+        self.w = torch.nn.Parameter(w)
+
+    def forward(self):
+        return self.fn(self.w)
+
+
+W = torch.tensor([[-1.5, 0.5, 2.0], [0.0, -0.25, 1.0]], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name, fn", [
+    # PyTorch's own gradient holds NaN (a negative base to a fractional power): the replay
+    # holds it in the same places, and the export's check takes NaN for NaN
+    ("nan-gradient", lambda w: torch.pow(w, 0.5) * 0 + torch.pow(-w.abs() - 1, w)),
+    # a decomposition whose ops return Tensor[] (outputs, not output) in its body
+    ("tensor-list-body", lambda w: torch.cat(torch.split_with_sizes_copy(w, [1, 2], dim=1), 1)),
+    # PyTorch hands a ZeroTensor as sgn's gradient
+    ("zero-tensor-gradient", lambda w: torch.sgn(w)),
+])
+def test_ops_pytorch_answers_unusually_export(name, fn, tmp_path):
+    doc = _validate(from_module(_Call(fn, W.clone()), (), dtype="float64"), tmp_path)
+    assert doc["expect"]["order"][-1] == "AccumulateGrad"

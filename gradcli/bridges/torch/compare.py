@@ -340,13 +340,13 @@ class _Replay:
                 allow_unused=bool(spec.get("allow_unused", False)))))
             for n, g in zip(wrt, box[0]):
                 if g is not None:
-                    grads[n] = g.detach().numpy()
+                    grads[n] = g.detach().numpy(force=True)
         else:
             order = node_order(roots, lambda: torch.autograd.backward(
                 roots, grad_roots, retain_graph=retain, create_graph=create))
             for n in grad_names:
                 if env[n].grad is not None:
-                    grads[n] = env[n].grad.detach().numpy()
+                    grads[n] = env[n].grad.detach().numpy(force=True)
         return TorchResult(grads, order)
 
 

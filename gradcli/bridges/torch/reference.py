@@ -129,7 +129,9 @@ def attach_reference(graph):
         refs[name] = ref
         graph.arrays[REF_PREFIX + name] = c_array(ref, np.float64)
         ref_entries[name] = {"file": WEIGHTS_FILE, "key": REF_PREFIX + name}
-        distance[name] = float(f"{normwise_distance(torch_grad, ref):.3g}")
+        d = normwise_distance(torch_grad, ref)
+        if np.isfinite(d):
+            distance[name] = float(f"{d:.3g}")
     expect["reference"] = {"grads": ref_entries, "distance": distance}
     perturbed = _perturbed_draws(graph, list(ref_entries))
     if perturbed:
@@ -210,7 +212,9 @@ def attach_rounding(graph, seed=0):
     for name in expect["grads"]:
         got = result.grads.get(name)
         if got is not None:
-            distance[name] = float(f"{normwise_distance(got, graph.arrays[GRAD_PREFIX + name]):.3g}")
+            d = normwise_distance(got, graph.arrays[GRAD_PREFIX + name])
+            if np.isfinite(d):          # (a NaN gradient has no spread: element-wise only)
+                distance[name] = float(f"{d:.3g}")
     if distance:
         expect["rounding"] = {"distance": distance}
     return distance

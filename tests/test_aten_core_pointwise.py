@@ -341,6 +341,8 @@ forward("aten.prod.dim_int", [_i23 + 4], {"dim": 0}, id="prod.dim-int")
 row("aten.sum.dim_IntList", [R()], {"dim": [0]}, id="sum.dim-0d")
 row("aten.sum.dim_IntList", [R()], {"dim": [-1], "keepdim": True}, id="sum.dim-0d-keepdim")
 row("aten.mean.dim", [R()], {"dim": [0]}, id="mean.dim-0d")
+GRADGRAD["aten.sum.dim_IntList"] = ([R()], {"dim": [0]}, None)
+GRADGRAD["aten.mean.dim"] = ([R()], {"dim": [-1], "keepdim": True}, None)
 GRADGRAD["aten.prod.default"] = ([R(2, 3, low=0.5, high=1.5)], {}, None)
 GRADGRAD["aten.prod.dim_int"] = ([R(2, 3, low=0.5, high=1.5)], {"dim": 1}, None)
 

@@ -62,8 +62,11 @@ def _sample(op, torch, dtype):
     return None
 
 
-def _module(op, flat, spec, torch):
-    """A Module running ``op`` on the sample: floating tensors are parameters."""
+def _module(op, flat, spec, torch, process=None):
+    """A Module running ``op`` on the sample: floating tensors are parameters. ``process``:
+    the sample's ``output_process_fn_grad``, what PyTorch's own gradient tests apply to the
+    result first (an SVD's vectors made sign-independent: a loss on their signs is no
+    function of the input)."""
     from torch.utils import _pytree as pytree
 
     class OpModule(torch.nn.Module):
@@ -83,7 +86,8 @@ def _module(op, flat, spec, torch):
         def forward(self):
             values = [getattr(self, v) if kind != "value" else v for kind, v in self.slots]
             inp, args, kwargs = pytree.tree_unflatten(values, spec)
-            return op.op(inp, *args, **kwargs)
+            out = op.op(inp, *args, **kwargs)
+            return out if process is None else process(out)
 
     return OpModule()
 
@@ -126,8 +130,8 @@ def run_one(op, dtype, timeout):
         found = _sample(op, torch, tdtype)
         if found is None:
             return dict(record, status="no-sample", detail="no real floating sample")
-        flat, spec, _ = found
-        module = _module(op, flat, spec, torch)
+        flat, spec, process = found
+        module = _module(op, flat, spec, torch, process)
         why = _torch_backward_works(module, torch)
         if why is not None:
             return dict(record, status="torch-error", detail=why)

@@ -426,3 +426,32 @@ W = torch.tensor([[-1.5, 0.5, 2.0], [0.0, -0.25, 1.0]], dtype=torch.float64)
 def test_ops_pytorch_answers_unusually_export(name, fn, tmp_path):
     doc = _validate(from_module(_Call(fn, W.clone()), (), dtype="float64"), tmp_path)
     assert doc["expect"]["order"][-1] == "AccumulateGrad"
+
+
+def test_bfloat16_is_refused_in_one_line():
+    """NumPy holds no bfloat16: a bfloat16 parameter, or an op computing in bfloat16, is
+    refused naming what and suggesting --dtype (the conversion used to raise a TypeError)."""
+    from gradcli.bridges.torch import ExportError
+
+    lin = torch.nn.Linear(3, 2).to(torch.bfloat16)
+    with pytest.raises(ExportError, match=r"^weight is bfloat16, which graph files do not hold"):
+        from_module(lin, (torch.randn(2, 3),))
+    cast = _Call(lambda w: w.to(torch.bfloat16).float() * 2, W.clone())
+    with pytest.raises(ExportError, match=r"it computes in bfloat16, which graph files do not "
+                                          r"hold \(float16, float32, float64\): export with"):
+        from_module(cast, (), dtype="float64")
+
+
+def test_a_scalar_type_argument_replays_in_pytorch():
+    """``_softmax_backward_data``'s ``input_dtype`` is a ScalarType that TorchScript types
+    report as int: PyTorch's replay reads its real type (it passed the dtype's name)."""
+    from gradcli.bridges.torch import compare
+
+    doc = {"version": 1, "tensors": {"g": {"value": [[1.0, 2.0]], "requires_grad": True},
+                                     "y": {"value": [[0.25, 0.75]]}},
+           "ops": [{"op": "aten._softmax_backward_data.default", "inputs": ["g", "y"],
+                    "output": "z", "args": {"dim": 1, "input_dtype": "float64"}},
+                   {"op": "aten.sum.default", "inputs": ["z"], "output": "loss"}],
+           "backward": {"roots": ["loss"]}}
+    result = compare.replay(doc)
+    np.testing.assert_allclose(result.grads["g"], [[0.0, 0.0]], atol=1e-15)

@@ -251,7 +251,7 @@ class _Replay:
                 if inputs:
                     kwargs[a.name] = self.resolve(inputs.pop(0), env, index, op)
             elif a.name in args:
-                kwargs[a.name] = S.read_value(a.name, args.pop(a.name))
+                kwargs[a.name] = S.read_value(a.name, args.pop(a.name), a)
         if inputs:
             self.fail(f"{name} takes fewer tensor inputs than given", index, op)
         if args:

@@ -170,6 +170,11 @@ def from_module(module, example_inputs, *, loss=None, target=None, dtype=None, t
     work.train(bool(train))
     inputs = _inputs(example_inputs, dtype)
     kw = _keyword_inputs(keyword_inputs, dtype)
+    for what, t in [*work.named_parameters(), *work.named_buffers(),
+                    *((f"input {i}", x) for i, x in enumerate(inputs)), *kw.items()]:
+        if t.dtype in _UNWRITABLE:
+            raise ExportError(f"{what} is {_UNWRITABLE[t.dtype]}, which graph files do not hold "
+                              "(float16, float32, float64): export with --dtype float32 or float64")
     target_t = None if target is None else torch.as_tensor(np.asarray(target) if not isinstance(
         target, torch.Tensor) else target)
     loss_fn, extras = _loss(work, inputs, kw, loss, target_t, seed)
@@ -420,6 +425,20 @@ def _fail(node, message):
                       f"{message} {_source_line(node)}")
 
 
+# dtypes a computation may have in a graph file (bool and the integers besides, as data)
+_UNWRITABLE = {torch.bfloat16: "bfloat16"}
+
+
+def _check_file_dtype(node, value):
+    """Refuse, in one line, an op that computes in a floating dtype graph files do not hold
+    (NumPy has no bfloat16: the export would fail converting it)."""
+    for t in pytree.tree_leaves(value):
+        name = _UNWRITABLE.get(getattr(t, "dtype", None))
+        if name is not None:
+            _fail(node, f"it computes in {name}, which graph files do not hold (float16, "
+                        "float32, float64): export with --dtype float32 or float64")
+
+
 def _metadata_only(target) -> bool:
     """Whether a traced call makes a tensor from its inputs' metadata alone (METADATA_ONLY)."""
     return isinstance(target, torch._ops.OpOverload) and \
@@ -575,6 +594,7 @@ class _Converter:
                     continue                        # Note [Data-dependent paths]: folded
                 dynamic.add(node)
                 self._check_complex(node, env, dynamic)
+                _check_file_dtype(node, env[node])
                 if any(i in requires for i in inputs):
                     if base in self.detach_ops and (base == "detach" or not self.detach_marked
                                                     or node.meta.get(DETACH_MARK, False)):

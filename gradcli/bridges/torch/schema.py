@@ -74,9 +74,19 @@ def write_value(value):
     raise TypeError(f"an argument of type {type(value).__name__} ({value!r})")
 
 
-def read_value(name, value):
-    """The Python value to pass to an ATen op for the written argument ``name``."""
+# Argument.real_type names the enum TorchScript's ``type`` reports as int
+# (``_softmax_backward_data``'s ``input_dtype`` is a ScalarType by type, not by name)
+REAL_TYPES = {"ScalarType": "dtype", "ScalarType?": "dtype", "MemoryFormat": "memory_format",
+              "MemoryFormat?": "memory_format", "Layout": "layout", "Layout?": "layout",
+              "Device": "device", "Device?": "device"}
+
+
+def read_value(name, value, arg=None):
+    """The Python value to pass to an ATen op for the written argument ``name`` (``arg``:
+    its schema Argument, whose ``real_type`` says what an enum argument holds)."""
     kind = ENUM_ARGS.get(name)
+    if kind is None and arg is not None:
+        kind = REAL_TYPES.get(str(getattr(arg, "real_type", "")))
     if kind is None or value is None:
         return value
     if kind == "device":

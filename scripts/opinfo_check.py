@@ -191,15 +191,10 @@ def write_docs(results, path):
             lines.append(f"| {r['op']} | {r['dtype']} | {r['status']} | {detail} |")
         lines.append("")
     lines.append("<!-- end of opinfo table -->")
-    table = "\n".join(lines)
-    text = open(path).read() if os.path.exists(path) else ""
-    start, end = "<!-- opinfo table:", "<!-- end of opinfo table -->"
-    if start in text and end in text:
-        text = text[:text.index(start)] + table + text[text.index(end) + len(end):]
-    else:
-        text = text + ("\n" if text else "") + table + "\n"
-    with open(path, "w") as fh:
-        fh.write(text)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from zoo_check import replace_block
+
+    replace_block(path, "<!-- opinfo table:", "<!-- end of opinfo table -->", "\n".join(lines))
 
 
 def main(argv=None):

@@ -438,9 +438,13 @@ def write_docs(results, path, zoo_models=None):
         if rest:
             lines += [f"Not run yet ({len(rest)}): " + ", ".join(rest) + ".", ""]
     lines.append("<!-- end of zoo table -->")
-    table = "\n".join(lines)
+    replace_block(path, "<!-- zoo table:", "<!-- end of zoo table -->", "\n".join(lines))
+
+
+def replace_block(path, start, end, table):
+    """Write ``table`` (which begins with ``start`` and ends with ``end``) over the block
+    between those markers in ``path``, or at its end where it has none."""
     text = open(path).read() if os.path.exists(path) else ""
-    start, end = "<!-- zoo table:", "<!-- end of zoo table -->"
     if start in text and end in text:
         text = text[:text.index(start)] + table + text[text.index(end) + len(end):]
     else:

@@ -114,7 +114,7 @@ class LineOnDemand:
 class OpSpec(Record, LineOnDemand):
     # one per op of the file: no __dict__ each
     __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
-                 "lineno", "find_line", "_stamp", "call")
+                 "lineno", "find_line", "_stamp", "call", "call_proved")
     _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
                "lineno", "find_line")
     _repr_fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
@@ -137,6 +137,9 @@ class OpSpec(Record, LineOnDemand):
         # run(inputs, proved): the op with ``args`` bound at load, or None (Note
         # [ATen calls bound at load]; Note [Checks proved at load] in loader/bound_op.py)
         self.call = None
+        # what ``call`` runs on proved inputs, called by the Graph itself (its failures
+        # sorted by the op's ``failed``), or None: ``call`` then runs on every input
+        self.call_proved = None
 
     def _values(self):
         # equality as the dataclass had it: the locator of lines is not compared
@@ -371,7 +374,15 @@ class Graph:
                 # The loader's checked ops turn every failure into a GraphError.
                 call = spec.call
                 if call is not None:     # (map: no comprehension frame per op)
-                    out = call(list(map(values.__getitem__, spec.inputs)), proved)
+                    inputs = list(map(values.__getitem__, spec.inputs))
+                    fast = spec.call_proved if proved else None
+                    if fast is None:
+                        out = call(inputs, proved)
+                    else:                # BoundOp.run's proved case inline
+                        try:
+                            out = fast(*inputs)
+                        except Exception as exc:  # noqa: BLE001 - sorted by ``failed``
+                            spec.op.failed(exc, inputs)
                 else:
                     out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
                 if type(out) is Tensor and not spec.retain_grad and len(spec.outputs) == 1:

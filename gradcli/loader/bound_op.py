@@ -171,3 +171,5 @@ def bind(spec, checked, max_bytes, file):
         bound.bound = bind_args(spec.args)
         bound.args = spec.args
         spec.call = bound.run
+        if checked is not None:      # (what ``run`` calls on proved inputs)
+            spec.call_proved = bound.bound

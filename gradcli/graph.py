@@ -359,6 +359,7 @@ class Graph:
 
     def _run_ops(self):
         from .autograd import Tensor, set_grad_enabled
+        from .autograd.node import AccumulateGrad
 
         values = {}
         proved = True        # the leaves are those the file declares (Note [Checks proved at load])
@@ -367,8 +368,9 @@ class Graph:
             if proved and (leaf.shape is None or t.data.shape != tuple(leaf.shape)
                            or t.data.dtype != leaf.dtype):
                 proved = False
-            if t.requires_grad:
-                t.grad_accumulator.stamp_metadata(leaf.stamp())
+            if t.requires_grad:      # (a fresh leaf: its accumulator made and stamped here)
+                acc = t._grad_accumulator = AccumulateGrad(t)
+                acc._metadata = leaf.stamp()
         with set_grad_enabled(True):
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.

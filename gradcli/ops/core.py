@@ -234,15 +234,14 @@ class Op:
         return self if self.entry_binder is None else self.entry_binder(self, entry, site)
 
     def __call__(self, *inputs, **args):
-        if self.fn is None:
+        fn = self.fn
+        if fn is None:
             how = "from its body of ops" if self.has_body else "from user code"
             raise TypeError(f"op {self.name!r} has no forward of its own: the loader builds it {how}")
-        if len(inputs) == 2 and type(inputs[0]) is not Tensor and type(inputs[1]) is not Tensor:
-            return self.fn(*inputs, **args)      # backward formulas on raw arrays
         for x in inputs:
             if type(x) is Tensor:
                 return record(self, inputs, args)
-        return self.fn(*inputs, **args)
+        return fn(*inputs, **args)           # (backward formulas on raw arrays)
 
     def node_name_for(self, datas, args):
         name = self.node_name

@@ -114,7 +114,7 @@ class LineOnDemand:
 class OpSpec(Record, LineOnDemand):
     # one per op of the file: no __dict__ each
     __slots__ = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
-                 "lineno", "find_line", "_stamp", "call", "no_grad")
+                 "lineno", "find_line", "_stamp", "call", "call_proved", "no_grad")
     _fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
                "lineno", "find_line")
     _repr_fields = ("index", "id", "label", "op", "inputs", "outputs", "args", "retain_grad",
@@ -137,6 +137,9 @@ class OpSpec(Record, LineOnDemand):
         # run(inputs, proved): the op with ``args`` bound at load, or None (Note
         # [ATen calls bound at load]; Note [Checks proved at load] in loader/bound_op.py)
         self.call = None
+        # what ``call`` runs on proved inputs, called by the Graph itself (its failures
+        # sorted by the op's ``failed``), or None: ``call`` then runs on every input
+        self.call_proved = None
         # run with grad mode off, as under torch.no_grad() (Note [Ops run with grad mode off]
         # in loader/bound_op.py): the entry's ``no_grad: true``
         self.no_grad = False
@@ -362,6 +365,7 @@ class Graph:
 
     def _run_ops(self):
         from .autograd import Tensor, set_grad_enabled
+        from .autograd.node import AccumulateGrad
 
         values = {}
         proved = True        # the leaves are those the file declares (Note [Checks proved at load])
@@ -370,14 +374,23 @@ class Graph:
             if proved and (leaf.shape is None or t.data.shape != tuple(leaf.shape)
                            or t.data.dtype != leaf.dtype):
                 proved = False
-            if t.requires_grad:
-                t.grad_accumulator.stamp_metadata(leaf.stamp())
+            if t.requires_grad:      # (a fresh leaf: its accumulator made and stamped here)
+                acc = t._grad_accumulator = AccumulateGrad(t)
+                acc._metadata = leaf.stamp()
         with set_grad_enabled(True):
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.
                 call = spec.call
                 if call is not None:     # (map: no comprehension frame per op)
-                    out = call(list(map(values.__getitem__, spec.inputs)), proved)
+                    inputs = list(map(values.__getitem__, spec.inputs))
+                    fast = spec.call_proved if proved else None
+                    if fast is None:
+                        out = call(inputs, proved)
+                    else:                # BoundOp.run's proved case inline
+                        try:
+                            out = fast(*inputs)
+                        except Exception as exc:  # noqa: BLE001 - sorted by ``failed``
+                            spec.op.failed(exc, inputs)
                 else:
                     out = spec.op(*[values[n] for n in spec.inputs], **spec.args)
                 if type(out) is Tensor and not spec.retain_grad and len(spec.outputs) == 1:

@@ -70,3 +70,40 @@ def test_checks_are_skipped_only_on_the_loaded_leaves(monkeypatch):
     with pytest.raises(GraphError, match="blocks.0.ln1.weight"):
         graph.forward()
     assert checks
+
+
+EMBEDDING = """version: 1
+tensors:
+  w: {value: [[1.0, 2.0], [3.0, 4.0]], requires_grad: true}
+  i: {value: [0, 5], dtype: int64}
+ops:
+  - {op: aten.embedding.default, inputs: [w, i], output: y}
+  - {op: aten.sum.default, inputs: [y], output: s}
+backward: {roots: [s]}
+"""
+
+
+def test_a_failure_on_proved_inputs_is_sorted_as_on_any_other():
+    """The Graph calls a bound op itself on the loaded leaves (``call_proved``): a failure
+    there is the same one-line error, naming the op and its inputs, as through
+    ``BoundOp.run``; a library bug is still an OpBugError."""
+    from gradcli.errors import OpBugError
+
+    def failure(graph):
+        with pytest.raises(GraphError) as info:
+            graph.forward()
+        return str(info.value)
+
+    proved = loader.loads(EMBEDDING, name="g")
+    assert proved.ops[0].call_proved is not None
+    unproved = loader.loads(EMBEDDING, name="g")
+    unproved.ops[0].call_proved = None
+    message = failure(proved)
+    assert message == failure(unproved)
+    assert message.startswith("<g>:6: ops[0] (aten.embedding.default): ") and "(inputs: w [2, 2]" in message
+
+    def broken(*inputs):
+        raise AttributeError("'NoneType' object has no attribute 'shape'")
+    proved.ops[0].call_proved = broken
+    with pytest.raises(OpBugError, match="internal error in op 'aten.embedding.default'"):
+        proved.forward()

@@ -171,8 +171,11 @@ def bind(spec, checked, max_bytes, file):
         bound.bound = bind_args(spec.args)
         bound.args = spec.args
         spec.call = bound.run
-    if spec.no_grad:
+        if checked is not None:      # (what ``run`` calls on proved inputs)
+            spec.call_proved = bound.bound
+    if spec.no_grad:               # (through ``call`` alone: the direct call would skip it)
         spec.call = NoGradCall(spec.call, bound, spec.args)
+        spec.call_proved = None
 
 
 class NoGradCall:

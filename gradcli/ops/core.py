@@ -20,7 +20,7 @@ import numpy as np
 
 from ..autograd import dispatch
 from ..autograd.input_buffer import FreshGrads
-from ..autograd.node import ERR_BACKWARD_TWICE, AccumulateGrad, InputMetadata, Node
+from ..autograd.node import _CPU_METAS, ERR_BACKWARD_TWICE, AccumulateGrad, InputMetadata, Node
 from ..autograd.saved import check_saved_version, unpack_output
 from ..autograd.state import STATE
 from ..autograd.tensor import Tensor
@@ -234,15 +234,14 @@ class Op:
         return self if self.entry_binder is None else self.entry_binder(self, entry, site)
 
     def __call__(self, *inputs, **args):
-        if self.fn is None:
+        fn = self.fn
+        if fn is None:
             how = "from its body of ops" if self.has_body else "from user code"
             raise TypeError(f"op {self.name!r} has no forward of its own: the loader builds it {how}")
-        if len(inputs) == 2 and type(inputs[0]) is not Tensor and type(inputs[1]) is not Tensor:
-            return self.fn(*inputs, **args)      # backward formulas on raw arrays
         for x in inputs:
             if type(x) is Tensor:
                 return record(self, inputs, args)
-        return self.fn(*inputs, **args)
+        return fn(*inputs, **args)           # (backward formulas on raw arrays)
 
     def node_name_for(self, datas, args):
         name = self.node_name
@@ -630,22 +629,40 @@ def record(op, inputs, args, forward=None):
             # built in a loop: a comprehension is a frame of its own per call)
             edges = []
             for x in inputs:
-                edges.append(x.gradient_edge() if type(x) is Tensor and x.requires_grad else None)
+                if type(x) is Tensor and x.requires_grad:
+                    # gradient_edge's common cases inline: an op's output, or a view
+                    # whose base's history is still the one it was made from
+                    grad_fn = x.grad_fn
+                    base = x._base
+                    if grad_fn is not None and (
+                            base is None or getattr(x, "_view_of_fn", None) is base.grad_fn):
+                        edges.append((grad_fn, x.output_nr))
+                    else:
+                        edges.append(x.gradient_edge())
+                else:
+                    edges.append(None)
             name = op.node_name
+            if type(o) is np.ndarray:         # InputMetadata.cpu's cached case inline
+                metas = _CPU_METAS.get((o.shape, o.dtype)) or InputMetadata.cpu(o)
+            else:
+                metas = [InputMetadata.of(o)]
             node = OpBackward(name if type(name) is str else op.node_name_for(datas, args),
-                              tuple(edges),
-                              InputMetadata.cpu(o) if type(o) is np.ndarray
-                              else [InputMetadata.of(o)])
+                              tuple(edges), metas)
             node.op = op
             node.args = args or _NO_ARGS
             if op.saves:
                 node.saved = (*datas, o, *inputs)
             else:
-                node.saved = (*[InputMetadata.cpu(d)[0] if type(d) is np.ndarray
-                                else InputMetadata.of(d) if hasattr(d, "shape") else d
-                                for d in datas], None)
+                saved = []
+                for d in datas:
+                    if type(d) is np.ndarray:
+                        saved.append((_CPU_METAS.get((d.shape, d.dtype)) or InputMetadata.cpu(d))[0])
+                    else:
+                        saved.append(InputMetadata.of(d) if hasattr(d, "shape") else d)
+                saved.append(None)
+                node.saved = tuple(saved)
             node.input_devices = None
-            t = Tensor(o, requires_grad=True)
+            t = Tensor(o, True)
             t.grad_fn = node
             if op.aliases:
                 _mark_view(t, inputs)

@@ -477,6 +477,8 @@ defvjp(logsumexp, _logsumexp_vjp)
            infer=S.reshape)
 def reshape(x, shape):
     """reshape (one -1 allowed)"""
+    if type(x) is np.ndarray:           # (np.reshape without its Python wrapper)
+        return x.reshape(shape)
     return np.reshape(x, shape)
 
 

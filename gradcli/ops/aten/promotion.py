@@ -16,8 +16,11 @@ DEFAULT_FLOAT = np.dtype(np.float32)
 _LONG = np.dtype(np.int64)
 
 
+_CATEGORIES = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+
+
 def _category(dt):
-    return {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}[dt.kind]
+    return _CATEGORIES[dt.kind]
 
 
 def promote_types(a, b):
@@ -45,6 +48,10 @@ def _combine(higher, lower):
 
 def result_type(*operands):
     """The dtype PyTorch computes ``operands`` in (None operands are skipped)."""
+    if len(operands) == 2:
+        a, b = operands
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim and b.ndim:
+            return promote_types(a.dtype, b.dtype)  # (two tensors with dims: the loop's result)
     dim = zero = wrapped = None
     for x in operands:
         if x is None:

@@ -58,7 +58,7 @@ class AtenOp(Op):
     __slots__ = ("schema", "forward", "defaults", "differentiable_outputs", "differentiable_inputs",
                  "schema_vjps", "joint_vjp", "first_order_only", "meta", "_list_pos",
                  "numbers_as_tensors", "mutated", "draws_random", "_plain", "beyond_message",
-                 "reads_complex", "saved_outputs")
+                 "reads_complex", "saved_outputs", "_layouts")
 
     def __init__(self, schema, forward, node_name, saves, differentiable_outputs, meta=None,
                  mutates=()):
@@ -82,6 +82,7 @@ class AtenOp(Op):
         # the outputs PyTorch's node saves (None: all; Note [What a node saved])
         self.saved_outputs = None
         self._list_pos = list_pos[0] if list_pos else None
+        self._layouts = None        # see flat_layout
         # a Python number may stand for a Tensor input (Note [numbers as tensors])
         self.numbers_as_tensors = schema.name.split(".")[1].rstrip("_") in NUMBERS_AS_TENSORS
         # the schema positions of the tensor inputs the forward writes into
@@ -221,18 +222,41 @@ class AtenOp(Op):
 
     def differentiable_flat(self, n_flat):
         """For each flat input: does the node have an edge for it?"""
-        return [self.differentiable_inputs[self.locate(i, n_flat)[0]] for i in range(n_flat)]
+        return list(self.flat_layout(n_flat)[0])
+
+    def flat_layout(self, n_flat):
+        """For ``n_flat`` flat inputs: whether the node has an edge for each, the flat input
+        of each edge, and each flat input's schema input and list element (``locate``).
+        The same for every node of the op with that many inputs, so worked out once per
+        count (again if ``differentiable_inputs`` is replaced)."""
+        diffs = self.differentiable_inputs
+        cached = self._layouts
+        if cached is None or cached[0] is not diffs:
+            cached = self._layouts = (diffs, {})
+        layout = cached[1].get(n_flat)
+        if layout is None:
+            located = tuple(self.locate(i, n_flat) for i in range(n_flat))
+            diff = tuple(diffs[p] for p, _ in located)
+            layout = cached[1][n_flat] = (diff, tuple(f for f, d in enumerate(diff) if d), located)
+        return layout
 
 
 class _FlatVJPs:
     """``op.vjps`` for an AtenOp: indexed by flat input position (Note [flattened inputs])."""
 
-    __slots__ = ("op",)
+    __slots__ = ("op", "_made")
 
     def __init__(self, op):
         self.op = op
+        self._made = {}             # i -> the VJP of edge i (made once: it depends on i alone)
 
     def __getitem__(self, i):
+        vjp = self._made.get(i)
+        if vjp is None:
+            vjp = self._made[i] = self._make(i)
+        return vjp
+
+    def _make(self, i):
         op = self.op
 
         def vjp(g, ans, *flat, **args):
@@ -241,10 +265,8 @@ class _FlatVJPs:
             if op.first_order_only and (any(type(x) is Tensor for x in (g if op.multi_output else [g]))
                                         or any(type(x) is Tensor and x.requires_grad for x in flat)):
                 return _not_differentiable(op, vjp, g, ans, flat, args)
-            n = len(flat)
-            j = i if all(op.differentiable_inputs) else [
-                f for f, d in enumerate(op.differentiable_flat(n)) if d][i]   # edge -> flat input
-            p, k = op.locate(j, n)
+            _, to_flat, located = op.flat_layout(len(flat))
+            p, k = located[to_flat[i]]              # edge -> flat input -> schema input
             inputs = op.structure(flat)
             if op.joint_vjp is not None:
                 mask = [q == p for q in range(len(op.schema.tensors))]
@@ -261,13 +283,11 @@ def _all_vjps(op):
     all inputs' gradients] in core.py): each schema input's VJP (or the joint one, told every
     wanted input) runs once per node, and a list's gradients are handed out to its edges."""
     def vjp_all(g, ans, flat, needed, args):
-        n = len(flat)
-        to_flat = range(n) if all(op.differentiable_inputs) else [
-            f for f, d in enumerate(op.differentiable_flat(n)) if d]       # edge -> flat input
+        _, to_flat, located = op.flat_layout(len(flat))       # edge -> flat input -> schema input
         wanted = {}                                                        # schema input -> [(edge, k)]
         for e, need in enumerate(needed):
             if need:
-                p, k = op.locate(to_flat[e], n)
+                p, k = located[to_flat[e]]
                 wanted.setdefault(p, []).append((e, k))
         inputs = op.structure(list(flat))
         if op.joint_vjp is not None:
@@ -518,6 +538,13 @@ class AtenCall:
         diff = op.differentiable_flat(len(layout))
         keep = None if all(diff) else tuple(diff)
         edges = None if keep is None else [i for i, d in enumerate(keep) if d]
+        if keep is None and keep_out is None:
+            def plain(*flat):           # (``call`` below, with nothing to keep or drop)
+                for x in flat:
+                    if type(x) is Tensor:
+                        return record(op, flat, full, forward)
+                return forward(*flat, **full)
+            return plain
 
         def call(*flat):
             for x in flat:

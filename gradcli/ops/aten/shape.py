@@ -5,6 +5,8 @@ inputs' shapes only, as PyTorch's formulas use ``self.sym_sizes()``.
 """
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 
 from ...devices import xp_of_array
@@ -49,23 +51,25 @@ defvjp(t, lambda g, ans, self: t(g))
 def _view(self, size, name="view"):
     # Note [view sizes]: NumPy takes any negative entry for -1; PyTorch's infer_size takes
     # only -1, once, and refuses to infer it for an empty tensor
-    size = tuple(int(s) for s in size)
-    for i, s in enumerate(size):
-        if s < -1:
-            raise ValueError(f"{name}: invalid shape dimension {s} at index {i} of shape {list(size)}")
-    if size.count(-1) > 1:
-        raise ValueError(f"{name}: only one dimension can be inferred, got shape {list(size)}")
-    if -1 in size and self.size == 0 and 0 in size:
-        raise ValueError(f"{name}: cannot reshape a tensor of 0 elements into shape {list(size)} because "
-                         "the unspecified dimension size -1 can be any value and is ambiguous")
-    if -1 in size:
+    size = tuple(map(int, size))
+    if size and min(size) < 0:          # (no negative entry, the common case: none of these)
+        for i, s in enumerate(size):
+            if s < -1:
+                raise ValueError(f"{name}: invalid shape dimension {s} at index {i} of shape {list(size)}")
+        # (-1 is in size from here)
+        if size.count(-1) > 1:
+            raise ValueError(f"{name}: only one dimension can be inferred, got shape {list(size)}")
+        if self.size == 0 and 0 in size:
+            raise ValueError(f"{name}: cannot reshape a tensor of 0 elements into shape {list(size)} "
+                             "because the unspecified dimension size -1 can be any value and is "
+                             "ambiguous")
         known = 1
         for n in size:
             known *= n if n != -1 else 1
         if known == 0 or self.size % known:
             raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
         size = tuple(self.size // known if n == -1 else n for n in size)
-    elif L._numel(size) != self.size:      # (Python ints: no overflow, no NumPy call)
+    elif prod(size) != self.size:      # (Python ints: no overflow, no NumPy call)
         raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
     if self.flags.c_contiguous:         # the common case: NumPy's strides are PyTorch's
         return self.reshape(size)
@@ -190,6 +194,8 @@ def transpose(self, dim0, dim1):
     d0, d1 = _dim(dim0, self.ndim), _dim(dim1, self.ndim)
     if self.ndim == 0:
         return self
+    if type(self) is np.ndarray:        # (np.swapaxes without its Python wrapper)
+        return self.swapaxes(d0, d1)
     return np.swapaxes(self, d0, d1)
 
 

@@ -183,7 +183,7 @@ def write_docs(results, path):
         for o, users in sorted(missing.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             lines.append(f"- `{o}`: {', '.join(sorted(set(users)))}")
         lines.append("")
-    rest = [r for r in runs if r["status"] not in ("pass", "missing-op")]
+    rest = [r for r in runs if r["status"] not in ("pass", "missing-op", "skipped")]
     if rest:
         lines += ["| op | dtype | result | detail |", "| --- | --- | --- | --- |"]
         for r in rest:
@@ -222,6 +222,8 @@ def main(argv=None):
             sys.exit(f"opinfo_check: torch's testing helpers did not import ({exc}); "
                      "pip install expecttest (not a gradcli dependency)")
         warnings.filterwarnings("ignore")
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
         signal.signal(signal.SIGALRM, _alarm)
         rx = re.compile(args.ops) if args.ops else None
         for op in op_db:
@@ -232,8 +234,6 @@ def main(argv=None):
             results["runs"][f"{name}:{args.dtype}"] = r
             print(f"{name} {args.dtype}: {r['status']} {(r.get('detail') or '')[:160]}",
                   flush=True)
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
         results["parts"].append({"command": "python scripts/opinfo_check.py " + " ".join(
             argv if argv is not None else sys.argv[1:]), "date": time.strftime(
             "%Y-%m-%d %H:%M UTC", time.gmtime()), "gradcli": commit, "torch": torch.__version__})

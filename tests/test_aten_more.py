@@ -341,3 +341,16 @@ def test_erfinv_is_within_an_ulp_of_torchs_over_the_whole_interval(dtype):
     assert _ulps(ours, theirs).max() <= 1
     edges = np.array([1.0, -1.0, 1.5, -1.5, np.nan], dtype)
     np.testing.assert_array_equal(OPS[EI](edges), torch.special.erfinv(torch.tensor(edges)).numpy())
+
+
+# -- max, min of every element (MaxBackward1, MinBackward1: evenly_distribute_backward) -----------------
+for _op in ("aten.max.default", "aten.min.default"):
+    row(_op, [R(3, 4)])
+    row(_op, [R(3, 4).T], id=_op + "-noncontiguous")
+    row(_op, [R()], id=_op + "-0d")
+    row(_op, [np.array([[1.0, 3.0, -3.0], [-3.0, 3.0, 2.0]])], fd=False, id=_op + "-ties")
+    row(_op, [np.array([[1.0, np.nan, 2.0], [np.nan, 0.5, 2.0]])], fd=False, id=_op + "-nan")
+    forward(_op, [np.array([[3, 1], [7, 2]])], id=_op + "-int")
+    GRADGRAD[_op] = ([R(2, 3)], {}, None)
+    NODE_NAME_DIFFERENCES[_op] = "MulBackward0 (PyTorch: MaskedFillBackward1, a masked_fill with a tensor value)"
+    refuse(_op, [R(0, 3)], {}, "Expected reduction dim to be specified", id=_op + "-empty")

@@ -144,6 +144,44 @@ defvjp(amax, _amax_vjp)
 defvjp(amin, _amax_vjp)
 
 
+# -- max, min of every element ----------------------------------------------------------------------------
+def _full_extreme_meta(name):
+    def rule(self):
+        if int(np.prod(self.shape)) == 0:
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        return [((), np.dtype(self.dtype))]
+    return rule
+
+
+def _full_extreme(name, fn):
+    def forward(self):
+        _full_extreme_meta(name)(self)
+        return as_dtype(fn(self), self.dtype)       # a NaN anywhere is the result, as PyTorch
+    forward.__name__ = name
+    return forward
+
+
+max_all = aten("max(Tensor self) -> Tensor", "MaxBackward1",
+               meta=_full_extreme_meta("max"))(_full_extreme("max", np.max))
+min_all = aten("min(Tensor self) -> Tensor", "MinBackward1",
+               meta=_full_extreme_meta("min"))(_full_extreme("min", np.min))
+
+
+def _evenly_distribute_vjp(g, ans, self):
+    # self: evenly_distribute_backward(grad, self, result): the gradient shared evenly by the
+    # elements equal to the result (the NaNs, where the result is NaN)
+    s, v = _value(self), _value(ans)
+    nan = s.dtype.kind == "f" and bool(np.isnan(v))
+    mask = np.isnan(s) if nan else (s == v)
+    dt = _value(g).dtype
+    return L.mul(L.div(g, scalar(mask.sum(), dt)), mask.astype(dt))
+
+
+defvjp(max_all, _evenly_distribute_vjp)
+defvjp(min_all, _evenly_distribute_vjp)
+
+
 # -- argmax, argmin --------------------------------------------------------------------------------------
 def _arg_meta(name):
     def rule(self, dim=None, keepdim=False):

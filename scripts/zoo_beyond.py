@@ -80,7 +80,19 @@ NN = ["nn-transformer", "nn-mha-kdim-padmask", "nn-gru-bidirectional", "nn-losse
       "nn-activations", "nn-rrelu", "nn-circular-pad", "nn-pools-pads", "nn-adaptive-max-pool",
       "nn-fractional-max-pool", "nn-conv3d", "nn-embedding-bag-lstm-cell", "nn-unet"]
 
-MODELS = list(TRANSFORMERS) + list(TORCHVISION) + NN
+# timm (``pip install timm``, not a gradcli dependency): image models of another library,
+# ``pretrained=False`` (random weights, nothing downloaded), 10 classes, 2 images of 64x64.
+# Chosen for what the other zoos lack: weight-standardized and normalizer-free
+# convolutions (BiT, NF-ResNet), pooling and MLP token mixers (PoolFormer), cross-covariance
+# attention (XCiT), re-parameterizable blocks (FastViT, RepVGG), multi-scale branches
+# (Res2Net, selective kernels, HRNet, DPN, DLA), and the mobile families of 2019-2024.
+TIMM = ["resnetv2_50x1_bit", "poolformer_s12", "xcit_nano_12_p16_224", "twins_svt_small",
+        "mobilevitv2_050", "edgenext_xx_small", "ghostnet_100", "hrnet_w18_small", "dla34",
+        "dpn68", "res2net50_14w_8s", "skresnet18", "nf_resnet26", "efficientvit_b0",
+        "fastvit_t8", "repvgg_a0", "mobilenetv4_conv_small", "convnextv2_atto", "hgnetv2_b0",
+        "regnetz_b16", "ese_vovnet19b_dw", "gernet_s", "rexnet_100", "hardcorenas_a"]
+
+MODELS = list(TRANSFORMERS) + list(TORCHVISION) + NN + [f"timm-{m}" for m in TIMM]
 
 
 def build(name):
@@ -93,6 +105,11 @@ def build(name):
         return _transformers(name, torch, gen)
     if name in TORCHVISION:
         return _torchvision(*TORCHVISION[name], torch, gen)
+    if name.startswith("timm-"):
+        import timm
+
+        model = timm.create_model(name[len("timm-"):], pretrained=False, num_classes=10)
+        return model, (torch.randn(2, 3, 64, 64, generator=gen),), {}
     return _nn(name, torch, gen)
 
 

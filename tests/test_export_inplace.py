@@ -214,3 +214,30 @@ def test_inplace_on_an_output_the_node_saved_still_fails():
     y.mul_(2.0)
     with pytest.raises(RuntimeError, match="output 0 of Exp, is at version 1"):
         O.sum(y).backward()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_relu_in_place_after_group_norm(dtype, tmp_path):
+    """timm's BiT (ResNetV2) runs GroupNorm then relu_ on its output: PyTorch's
+    NativeGroupNormBackward0 saves input, weight, mean and rstd (result1, result2), not the
+    normalized output. group norm's one formula for all inputs reads ans[1] and ans[2]
+    alone (Note [What a node saved]); gradcli's node checked every output and refused."""
+
+    class GroupNormAct(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.gn = torch.nn.GroupNorm(2, 8)
+
+        def forward(self, x):
+            h = self.gn(self.conv(x))
+            h.relu_()
+            return h
+
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    graph = from_module(GroupNormAct(), (x,), dtype=dtype)
+    assert "NativeGroupNormBackward0" in graph.document["expect"]["order"]
+    graph.write(str(tmp_path))
+    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
+    assert result.exit_code == 0, result.output

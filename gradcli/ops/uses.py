@@ -83,6 +83,11 @@ def saved_uses(op, valid):
         return hit
     n = len(valid)
     uses_out, used = False, set()
+    joint = getattr(op, "joint_vjp", None)
+    if joint is not None and len(getattr(op, "differentiable_inputs", ())) == n:
+        # an ATen op with one formula for all its inputs (group norm): read the formula
+        # itself, fn(g, ans, *inputs, ...), not the wrapper that hands it everything
+        return _scan(op, [joint], n, key, uses_out, used, aten=True)
     schema_vjps = getattr(op, "schema_vjps", None)
     if (schema_vjps is not None and getattr(op, "joint_vjp", 1) is None
             and len(schema_vjps) == n and all(d for d in op.differentiable_inputs)):

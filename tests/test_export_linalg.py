@@ -62,3 +62,38 @@ def test_a_module_calling_torch_linalg_exports_and_validates(dtype, tmp_path):
         assert node in order
     doc = _validate(graph, tmp_path)
     assert set(doc["expect"]["grads"]) >= {"w", "b"}
+
+
+class Solvers(torch.nn.Module):
+    """solve_triangular, triangular_solve, cholesky_solve and cholesky_inverse (linalg_solvers.py)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+        self.b = torch.nn.Parameter(torch.randn(4, 2))
+
+    def forward(self, x):
+        a = x @ self.w + 3 * torch.eye(4)                       # (2, 4, 4): both triangles solve well
+        spd = a @ a.mT + torch.eye(4)
+        c = torch.linalg.cholesky(spd)
+        out = torch.linalg.solve_triangular(a, self.b, upper=True).sum()
+        out = out + (torch.linalg.solve_triangular(a, self.b.mT, upper=False, left=False) ** 2).sum()
+        out = out + torch.triangular_solve(self.b, a, upper=False, transpose=True)[0].sum()
+        out = out + (torch.cholesky_solve(self.b, c) * self.b).sum()
+        return out + (torch.cholesky_inverse(c.mT, upper=True) * x).sum()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_module_calling_the_triangular_and_cholesky_solvers_exports_and_validates(dtype, tmp_path):
+    graph = from_module(Solvers(), _inputs(), dtype=dtype)
+    ops = [op["op"] for op in graph.document["ops"]]
+    for name in ("aten.linalg_solve_triangular.default", "aten.triangular_solve.default",
+                 "aten.cholesky_solve.default", "aten.cholesky_inverse.default"):
+        assert name in ops
+    order = graph.document["expect"]["order"]
+    for node in ("LinalgSolveTriangularBackward0", "TriangularSolveBackward0", "CholeskySolveBackward0",
+                 "CholeskyInverseBackward0"):
+        assert node in order
+    doc = _validate(graph, tmp_path)
+    assert set(doc["expect"]["grads"]) >= {"w", "b"}

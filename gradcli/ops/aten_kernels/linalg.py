@@ -128,6 +128,37 @@ def lu_solve(lu, piv, b, adjoint=False, left=True):
     return x.reshape(batch + (n, k))
 
 
+def triangular_solve(a, b, upper, left=True, unitriangular=False, adjoint=False):
+    """``X`` with ``op(A) X = B`` (``left``) or ``X op(A) = B``, ``A`` triangular (only its
+    ``upper`` or lower triangle read; its diagonal taken as ones when ``unitriangular``), ``op``
+    the adjoint when ``adjoint``; the batch dims broadcast. By substitution, as LAPACK's
+    ``trtrs``: a zero on the diagonal gives infinities or NaN, never an error."""
+    if not left:        # X op(A) = B  <=>  op'(A) X^T = B^T, op' the other one
+        return mT(triangular_solve(a, mT(b), upper, True, unitriangular, not adjoint))
+    if adjoint:
+        a, upper = mT(a), not upper
+    xp = array_module(a, b)
+    n, k = b.shape[-2], b.shape[-1]
+    batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    nb = int(np.prod(batch))
+    f = xp.broadcast_to(a, batch + (n, n)).reshape((nb, n, n))
+    x = xp.array(xp.broadcast_to(b, batch + (n, k)), dtype=np.result_type(a.dtype, b.dtype), copy=True,
+                 order="C").reshape((nb, n, k))
+    with np.errstate(all="ignore"):
+        for i in (reversed(range(n)) if upper else range(n)):
+            done = slice(i + 1, n) if upper else slice(0, i)
+            xi = x[:, i, :] - (f[:, i, None, done] @ x[:, done, :])[:, 0]
+            x[:, i, :] = xi if unitriangular else xi / f[:, i, i, None]
+    return x.reshape(batch + (n, k))
+
+
+def cholesky_solve(factor, b, upper=False):
+    """``(L L^H)^{-1} B`` (``(U^H U)^{-1} B`` when ``upper``), as LAPACK's ``potrs``: only the
+    factor's triangle is read; the batch dims broadcast."""
+    y = triangular_solve(factor, b, upper, adjoint=upper)
+    return triangular_solve(factor, y, upper, adjoint=not upper)
+
+
 def cholesky(a, upper=False):
     """(L, info) of each matrix of ``a``, read from its lower triangle (its upper one when
     ``upper``, giving ``U = L^T``), as LAPACK's unblocked ``potf2``: where the leading minor

@@ -181,13 +181,6 @@ def test_the_cloned_coefficient_alone_gets_its_gradient():
     np.testing.assert_allclose(ga, 2 * np.ones((3, 3)))
 
 
-def table_ops():
-    """The ops this table covers (the coverage checks of the other tables ask)."""
-    return {c.values[0] for c in CASES}
-
-
-def gradgrad_ops():
-    return {c.values[0] for c in GRADGRAD}
 
 
 def test_every_op_of_this_table_is_registered_with_torchs_schema():
@@ -198,3 +191,207 @@ def test_every_op_of_this_table_is_registered_with_torchs_schema():
         assert name in ATEN_OPS
         if torch is not None:
             T.test_schema_is_torch_schema(name)
+
+
+# -- LU (gradcli/ops/aten/linalg_lu.py): rows whose inputs may hold int32 pivots --------------------
+LUF, LU, UNPACK, LUSOLVE = ("aten.linalg_lu_factor_ex.default", "aten.linalg_lu.default", "aten.lu_unpack.default",
+                            "aten.linalg_lu_solve.default")
+
+
+def _factored(*shape, seed=0):
+    """A factor and its pivots (gradcli's lu_factor of a random matrix)."""
+    from gradcli.ops.aten_kernels.linalg import lu_factor
+
+    lu, piv, _ = lu_factor(R(*shape, seed=seed))
+    return np.array(lu), np.array(piv)
+
+
+LU_CASES, LU_GRADGRAD = [], []
+
+
+def lu_case(op, inputs, args=None, nc=False, fd=True, gradgrad=False, id=None):  # noqa: A002
+    n = sum(1 for c in LU_CASES if c.values[0] == op)
+    param = pytest.param(op, inputs, args or {}, nc, fd, id=id or f"{op}-{n}")
+    LU_CASES.append(param)
+    if gradgrad:
+        LU_GRADGRAD.append(param)
+
+
+for _shape in ((3, 3), (4, 3), (3, 5), (2, 4, 4), (2, 5, 3), (2, 3, 4)):
+    lu_case(LUF, [R(*_shape)], gradgrad=len(_shape) == 2, id=f"{LUF}-{_shape}")
+    lu_case(LU, [R(*_shape, seed=1)], gradgrad=len(_shape) == 2, id=f"{LU}-{_shape}")
+    lu_case(UNPACK, list(_factored(*_shape, seed=2)), id=f"{UNPACK}-{_shape}")     # (linear: no second)
+for _op in (LUF, LU):
+    lu_case(_op, [R(2, 4, 3)], nc=True, id=f"{_op}-nc")
+    lu_case(_op, [R(0, 3, 3)], fd=False, id=f"{_op}-empty-batch")
+    lu_case(_op, [R(2, 0, 0)], fd=False, id=f"{_op}-empty-matrix")
+lu_case(UNPACK, list(_factored(2, 3, 3)), {"unpack_pivots": False}, id=UNPACK + "-no-pivots")
+lu_case(UNPACK, list(_factored(2, 3, 3)), {"unpack_data": False}, fd=False, id=UNPACK + "-no-data")
+lu_case(UNPACK, list(_factored(2, 4, 3)), nc=True, id=UNPACK + "-nc")
+lu_case(UNPACK, list(_factored(0, 3, 3)), fd=False, id=UNPACK + "-empty-batch")
+for _left in (True, False):
+    for _adj in (False, True):
+        _b = R(3, 2, seed=4) if _left else R(2, 3, seed=4)
+        lu_case(LUSOLVE, [*_factored(3, 3), _b], {"left": _left, "adjoint": _adj}, gradgrad=True,
+                id=f"{LUSOLVE}-left={_left}-adjoint={_adj}")
+lu_case(LUSOLVE, [*_factored(2, 1, 3, 3), R(4, 3, 2, seed=4)], id=LUSOLVE + "-broadcast")
+lu_case(LUSOLVE, [*_factored(2, 3, 3), R(2, 3, 2, seed=4)], nc=True, id=LUSOLVE + "-nc")
+lu_case(LUSOLVE, [*_factored(0, 3, 3), R(0, 3, 2, seed=4)], fd=False, id=LUSOLVE + "-empty-batch")
+
+_LU3, _PIV3 = _factored(3, 3)
+refused(LUF, [R(3)], {}, "2 or more dimensions")
+refused(LUF, [R(3, 3)], {"pivot": False}, "without pivoting")
+refused(LUF, [_I64], {}, "floating point")
+refused(LUF, [np.zeros((2, 2, 2))], {"check_errors": True}, r"\(Batch element 0\): U\[1,1\] is zero", False)
+refused(LU, [R(3)], {}, "2 or more dimensions")
+refused(LU, [R(2, 3, 5)], {"pivot": False}, "without pivoting")
+refused(UNPACK, [_LU3, _PIV3[:2]], {}, r"Expected LU_pivots to have shape \[3\] but got \[2\]")
+refused(UNPACK, [R(3), _PIV3], {}, "2 or more dimensions")
+refused(UNPACK, [_LU3, _PIV3.astype(np.int64)], {}, "torch.int32")
+refused(LUSOLVE, [_LU3, _PIV3, R(4, 2)], {}, r"equation AX = B \(3x3 and 4x2\)")
+refused(LUSOLVE, [_LU3, _PIV3, R(3)], {}, "B must have at least 2 dimensions")
+refused(LUSOLVE, [_LU3, _PIV3, R(2, 4)], {"left": False}, r"equation XA = B \(3x3 and 2x4\)")
+refused(LUSOLVE, [R(3, 4), _PIV3, R(3, 2)], {}, "square matrices")
+refused(LUSOLVE, [_LU3, _PIV3[:2], R(3, 2)], {}, "Number of pivots")
+refused(LUSOLVE, [_LU3, _PIV3.astype(np.int64), R(3, 2)], {}, "torch.int32")
+
+
+def _is_float(x):
+    return np.issubdtype(np.asarray(x).dtype, np.floating)
+
+
+def _lu_leaves(inputs, nc, dtype, lib):
+    out = []
+    for k, x in enumerate(inputs):
+        fl = _is_float(x)
+        v = np.array(x, dtype=dtype) if fl else np.array(x)
+        out.append(Tensor(v, requires_grad=fl) if lib is None else torch.tensor(v, requires_grad=fl))
+    called = list(out)
+    if nc:
+        called[0] = TL._nc_ours(called[0]) if lib is None else called[0].mT.contiguous().mT
+    return [t for t, x in zip(out, inputs) if _is_float(x)], called
+
+
+def _lu_run(op_name, inputs, args, nc, dtype=np.float64, lib=None):
+    leaves, called = _lu_leaves(inputs, nc, dtype, lib)
+    if lib is None:
+        return leaves, TL._outputs(OPS[op_name](*called, **args))
+    import test_aten_ops as T
+
+    return leaves, TL._outputs(T._torch_call(op_name, *called, **args))
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(PARAMS, LU_CASES)
+def test_lu_forward_gradients_and_node_names_match_torch(op_name, inputs, args, nc, fd, dtype):
+    leaves, outs = _lu_run(op_name, inputs, args, nc, dtype)
+    tleaves, touts = _lu_run(op_name, inputs, args, nc, dtype, torch)
+    rtol, atol = (1e-10, 1e-12) if dtype == np.float64 else (2e-4, 2e-5)
+    assert len(outs) == len(touts)
+    for k, (o, t) in enumerate(zip(outs, touts)):
+        assert o.shape == tuple(t.shape) and o.dtype == np.dtype(str(t.dtype).removeprefix("torch."))
+        np.testing.assert_allclose(o.data, t.detach().numpy(), rtol=rtol, atol=atol, err_msg=f"output {k}")
+        assert (o.grad_fn is None) == (t.grad_fn is None)
+        if t.grad_fn is not None:
+            # docs/deviations.md: gradcli numbers a node's outputs by position, PyTorch counts only
+            # the differentiable ones (linalg_lu's and lu_unpack's P is not)
+            before = sum(1 for u in touts[:k] if u.grad_fn is not None)
+            assert o.grad_fn.name == t.grad_fn.name() and o.output_nr - (k - before) == t.output_nr
+    vs = TL._upstream(outs)
+    used = [k for k, v in enumerate(vs) if v is not None]
+    if not used or args.get("unpack_data") is False:
+        return
+    ours = grad([outs[k] for k in used], leaves, grad_outputs=[vs[k] for k in used])
+    theirs = torch.autograd.grad([touts[k] for k in used], tleaves, [torch.tensor(vs[k]) for k in used])
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert a.dtype == dtype
+        np.testing.assert_allclose(a, b.numpy(), rtol=rtol * 10, atol=atol * 10, err_msg=f"input {i}")
+
+
+def _lu_objective(op_name, inputs, args, vs, ws=None):
+    """sum_k <v_k, f_k(x)> (or, with ``ws``, <w, its gradient>) at float64 ``inputs``."""
+    leaves, outs = _lu_run(op_name, inputs, args, False)
+    if ws is None:
+        return sum(float(np.sum(v * o.data)) for v, o in zip(vs, outs) if v is not None)
+    used = [k for k, v in enumerate(vs) if v is not None]
+    gs = grad([outs[k] for k in used], leaves, grad_outputs=[vs[k] for k in used])
+    return sum(float(np.sum(w * g)) for w, g in zip(ws, gs))
+
+
+def _fd(fn, inputs, i, eps=1e-6):
+    xs = [np.array(x) for x in inputs]
+    num = np.zeros(xs[i].shape)
+    for idx in np.ndindex(num.shape):
+        orig = xs[i][idx]
+        xs[i][idx] = orig + eps
+        plus = fn(xs)
+        xs[i][idx] = orig - eps
+        minus = fn(xs)
+        xs[i][idx] = orig
+        num[idx] = (plus - minus) / (2 * eps)
+    return num
+
+
+@pytest.mark.parametrize(PARAMS, [c for c in LU_CASES if c.values[4]])
+def test_lu_gradients_match_finite_differences(op_name, inputs, args, nc, fd):
+    leaves, outs = _lu_run(op_name, inputs, args, nc)
+    vs = TL._upstream(outs)
+    used = [k for k, v in enumerate(vs) if v is not None]
+    got = grad([outs[k] for k in used], leaves, grad_outputs=[vs[k] for k in used])
+    floats = [i for i, x in enumerate(inputs) if _is_float(x)]
+    for g, i in zip(got, floats):
+        num = _fd(lambda xs: _lu_objective(op_name, xs, args, vs), inputs, i)
+        np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-6, err_msg=f"input {i}")
+
+
+@pytest.mark.parametrize(PARAMS, LU_GRADGRAD)
+def test_lu_second_derivative_matches_finite_differences_and_torch(op_name, inputs, args, nc, fd):
+    _, outs = _lu_run(op_name, inputs, args, False)
+    vs = TL._upstream(outs)
+    used = [k for k, v in enumerate(vs) if v is not None]
+    floats = [i for i, x in enumerate(inputs) if _is_float(x)]
+    ws = TL._ws([inputs[i] for i in floats])
+
+    def second(lib):
+        leaves, outs = _lu_run(op_name, inputs, args, False, lib=lib)
+        if lib is None:
+            gs = grad([outs[k] for k in used], leaves, grad_outputs=[vs[k] for k in used], create_graph=True)
+            return [np.asarray(g) for g in grad(list(gs), leaves, grad_outputs=ws)]
+        gs = torch.autograd.grad([outs[k] for k in used], leaves, [torch.tensor(vs[k]) for k in used],
+                                 create_graph=True)
+        return [g.detach().numpy() for g in torch.autograd.grad(list(gs), leaves, [torch.tensor(w) for w in ws])]
+
+    got = second(None)
+    for g, i in zip(got, floats):
+        num = _fd(lambda xs: _lu_objective(op_name, xs, args, vs, ws), inputs, i)
+        np.testing.assert_allclose(g, num, rtol=1e-4, atol=1e-6, err_msg=f"input {i}")
+    if torch is not None:
+        for a, b in zip(got, second(torch)):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize(PARAMS, LU_CASES)
+def test_lu_load_time_infer_matches_the_forward(op_name, inputs, args, nc, fd, monkeypatch):
+    TL.test_load_time_infer_matches_the_forward(op_name, inputs, args, nc, fd, monkeypatch)
+
+
+def test_lu_unpack_without_data_refuses_a_backward():
+    t = Tensor(_LU3.copy(), requires_grad=True)
+    _, lo, _ = OPS[UNPACK](t, _PIV3, unpack_data=False)
+    with pytest.raises(RuntimeError, match="unpack_data=False"):
+        grad([lo], [t], grad_outputs=[np.ones(lo.shape)])
+
+
+def test_lu_of_a_singular_matrix_gives_info_not_an_error():
+    lu, piv, info = OPS[LUF](np.stack([np.zeros((2, 2)), np.eye(2)]))
+    assert np.asarray(info).tolist() == [1, 0] and np.asarray(info).dtype == np.int32
+
+
+def table_ops():
+    """The ops this table covers (the coverage checks of the other tables ask)."""
+    return {c.values[0] for c in CASES + LU_CASES}
+
+
+def gradgrad_ops():
+    return {c.values[0] for c in GRADGRAD + LU_GRADGRAD}

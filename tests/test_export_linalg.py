@@ -97,3 +97,37 @@ def test_a_module_calling_the_triangular_and_cholesky_solvers_exports_and_valida
         assert node in order
     doc = _validate(graph, tmp_path)
     assert set(doc["expect"]["grads"]) >= {"w", "b"}
+
+
+class LUs(torch.nn.Module):
+    """lu_factor, lu_solve, lu and lu_unpack (linalg_lu.py)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+        self.b = torch.nn.Parameter(torch.randn(4, 2))
+
+    def forward(self, x):
+        a = x @ self.w + 3 * torch.eye(4)
+        lu, piv = torch.linalg.lu_factor(a)
+        out = (torch.linalg.lu_solve(lu, piv, self.b) ** 2).sum()
+        out = out + torch.linalg.lu_solve(lu, piv, self.b.mT, left=False, adjoint=True).sum()
+        _, lo, up = torch.lu_unpack(lu, piv)
+        out = out + (lo * x).sum() + up.sum()
+        _, lo, up = torch.linalg.lu(a[..., :3])                 # (2, 4, 3): tall
+        return out + (lo ** 2).sum() + up.sum()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_module_calling_the_lu_ops_exports_and_validates(dtype, tmp_path):
+    graph = from_module(LUs(), _inputs(), dtype=dtype)
+    ops = [op["op"] for op in graph.document["ops"]]
+    for name in ("aten.linalg_lu_factor_ex.default", "aten.linalg_lu_solve.default", "aten.lu_unpack.default",
+                 "aten.linalg_lu.default"):
+        assert name in ops
+    order = graph.document["expect"]["order"]
+    for node in ("LinalgLuFactorExBackward0", "LinalgLuSolveBackward0", "LuUnpackBackward0", "LinalgLuBackward0"):
+        assert node in order
+    doc = _validate(graph, tmp_path)
+    assert set(doc["expect"]["grads"]) >= {"w", "b"}

@@ -255,25 +255,58 @@ refused(LUSOLVE, [R(3, 4), _PIV3, R(3, 2)], {}, "square matrices")
 refused(LUSOLVE, [_LU3, _PIV3[:2], R(3, 2)], {}, "Number of pivots")
 refused(LUSOLVE, [_LU3, _PIV3.astype(np.int64), R(3, 2)], {}, "torch.int32")
 
+# -- pinv and matrix_exp (gradcli/ops/aten/linalg_functions.py), run as the LU rows ------------------
+PINV, MEXP = "aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_matrix_exp.default"
+for _shape in ((3, 4), (4, 3), (3, 3), (2, 3, 5), (2, 5, 3)):
+    lu_case(PINV, [R(*_shape), None, None], gradgrad=len(_shape) == 2 and _shape != (3, 3), id=f"{PINV}-{_shape}")
+# (a tolerance that drops a singular value: PyTorch's gradient is pinv_backward's formula at the
+# truncated result, not the truncated function's derivative, and gradcli's is PyTorch's: fd=False)
+lu_case(PINV, [np.diag([3.0, 2.0, 1e-3]) @ R(3, 4), np.array(0.01), None], fd=False, id=PINV + "-atol-drops-one")
+lu_case(PINV, [np.diag([3.0, 2.0, 0.5]) @ R(3, 4), None, np.array([0.3])], fd=False, id=PINV + "-rtol-drops-one")
+lu_case(PINV, [R(2, 4, 3), None, None], nc=True, id=PINV + "-nc")
+lu_case(PINV, [R(3, 4), np.array([0.0, 0.5]), None], fd=False, id=PINV + "-atol-batch")
+lu_case(PINV, [R(0, 4, 3), None, None], fd=False, id=PINV + "-empty-batch")
+lu_case(PINV, [TL.sym(2, 3, 3), None, None], {"hermitian": True}, fd=False, id=PINV + "-hermitian")
+lu_case(MEXP, [R(3, 3)], gradgrad=True, id=MEXP + "-3x3")
+lu_case(MEXP, [R(2, 4, 4, seed=1)], id=MEXP + "-batch")
+lu_case(MEXP, [R(2, 3, 3, seed=2) * 4], id=MEXP + "-squarings")
+lu_case(MEXP, [R(2, 3, 3, seed=3)], nc=True, id=MEXP + "-nc")
+lu_case(MEXP, [R(0, 3, 3)], fd=False, id=MEXP + "-empty-batch")
+lu_case(MEXP, [R(1, 1, seed=4)], id=MEXP + "-1x1")
+refused(PINV, [R(3), None, None], {}, "2 or more dimensions")
+refused(PINV, [_I64, None, None], {}, "2 or more dimensions of float")
+refused(MEXP, [R(3, 4)], {}, "square matrices")
+refused(MEXP, [R(3)], {}, "at least 2 dimensions")
+
 
 def _is_float(x):
-    return np.issubdtype(np.asarray(x).dtype, np.floating)
+    return x is not None and np.issubdtype(np.asarray(x).dtype, np.floating)
 
 
-def _lu_leaves(inputs, nc, dtype, lib):
+_NONDIFF = {"aten.linalg_pinv.atol_rtol_tensor": (1, 2)}     # pinv's atol and rtol
+
+
+def _diff_inputs(op_name, inputs):
+    return [i for i, x in enumerate(inputs) if _is_float(x) and i not in _NONDIFF.get(op_name, ())]
+
+
+def _lu_leaves(op_name, inputs, nc, dtype, lib):
     out = []
     for k, x in enumerate(inputs):
-        fl = _is_float(x)
+        if x is None:                 # an optional tensor left out
+            out.append(None)
+            continue
+        fl = k in _diff_inputs(op_name, inputs)
         v = np.array(x, dtype=dtype) if fl else np.array(x)
         out.append(Tensor(v, requires_grad=fl) if lib is None else torch.tensor(v, requires_grad=fl))
     called = list(out)
     if nc:
         called[0] = TL._nc_ours(called[0]) if lib is None else called[0].mT.contiguous().mT
-    return [t for t, x in zip(out, inputs) if _is_float(x)], called
+    return [t for t in out if t is not None and t.requires_grad], called
 
 
 def _lu_run(op_name, inputs, args, nc, dtype=np.float64, lib=None):
-    leaves, called = _lu_leaves(inputs, nc, dtype, lib)
+    leaves, called = _lu_leaves(op_name, inputs, nc, dtype, lib)
     if lib is None:
         return leaves, TL._outputs(OPS[op_name](*called, **args))
     import test_aten_ops as T
@@ -320,7 +353,7 @@ def _lu_objective(op_name, inputs, args, vs, ws=None):
 
 
 def _fd(fn, inputs, i, eps=1e-6):
-    xs = [np.array(x) for x in inputs]
+    xs = [None if x is None else np.array(x) for x in inputs]
     num = np.zeros(xs[i].shape)
     for idx in np.ndindex(num.shape):
         orig = xs[i][idx]
@@ -339,7 +372,7 @@ def test_lu_gradients_match_finite_differences(op_name, inputs, args, nc, fd):
     vs = TL._upstream(outs)
     used = [k for k, v in enumerate(vs) if v is not None]
     got = grad([outs[k] for k in used], leaves, grad_outputs=[vs[k] for k in used])
-    floats = [i for i, x in enumerate(inputs) if _is_float(x)]
+    floats = _diff_inputs(op_name, inputs)
     for g, i in zip(got, floats):
         num = _fd(lambda xs: _lu_objective(op_name, xs, args, vs), inputs, i)
         np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-6, err_msg=f"input {i}")
@@ -350,7 +383,7 @@ def test_lu_second_derivative_matches_finite_differences_and_torch(op_name, inpu
     _, outs = _lu_run(op_name, inputs, args, False)
     vs = TL._upstream(outs)
     used = [k for k, v in enumerate(vs) if v is not None]
-    floats = [i for i, x in enumerate(inputs) if _is_float(x)]
+    floats = _diff_inputs(op_name, inputs)
     ws = TL._ws([inputs[i] for i in floats])
 
     def second(lib):

@@ -131,3 +131,29 @@ def test_a_module_calling_the_lu_ops_exports_and_validates(dtype, tmp_path):
         assert node in order
     doc = _validate(graph, tmp_path)
     assert set(doc["expect"]["grads"]) >= {"w", "b"}
+
+
+class Functions(torch.nn.Module):
+    """pinv (pinverse) and matrix_exp (linalg_functions.py)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 3) * 0.3)
+
+    def forward(self, x):
+        a = x @ self.w                                          # (2, 4, 3)
+        out = (torch.linalg.pinv(a) ** 2).sum() + (torch.pinverse(a.mT) * x[..., :3]).sum()
+        return out + (torch.linalg.matrix_exp(0.5 * a.mT @ a) * x[..., :3, :3]).sum()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_module_calling_pinv_and_matrix_exp_exports_and_validates(dtype, tmp_path):
+    graph = from_module(Functions(), _inputs(), dtype=dtype)
+    ops = [op["op"] for op in graph.document["ops"]]
+    for name in ("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_matrix_exp.default"):
+        assert name in ops
+    order = graph.document["expect"]["order"]
+    assert "LinalgPinvBackward0" in order and "LinalgMatrixExpBackward0" in order
+    doc = _validate(graph, tmp_path)
+    assert set(doc["expect"]["grads"]) >= {"w"}

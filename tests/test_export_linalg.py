@@ -134,7 +134,7 @@ def test_a_module_calling_the_lu_ops_exports_and_validates(dtype, tmp_path):
 
 
 class Functions(torch.nn.Module):
-    """pinv (pinverse) and matrix_exp (linalg_functions.py)."""
+    """pinv (pinverse), matrix_exp and lstsq (linalg_functions.py)."""
 
     def __init__(self):
         super().__init__()
@@ -144,16 +144,19 @@ class Functions(torch.nn.Module):
     def forward(self, x):
         a = x @ self.w                                          # (2, 4, 3)
         out = (torch.linalg.pinv(a) ** 2).sum() + (torch.pinverse(a.mT) * x[..., :3]).sum()
+        out = out + (torch.linalg.lstsq(a, x).solution ** 2).sum()
+        out = out + torch.linalg.lstsq(a, x[..., :2], driver="gelsd").residuals.sum()
         return out + (torch.linalg.matrix_exp(0.5 * a.mT @ a) * x[..., :3, :3]).sum()
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_a_module_calling_pinv_and_matrix_exp_exports_and_validates(dtype, tmp_path):
+def test_a_module_calling_pinv_matrix_exp_and_lstsq_exports_and_validates(dtype, tmp_path):
     graph = from_module(Functions(), _inputs(), dtype=dtype)
     ops = [op["op"] for op in graph.document["ops"]]
-    for name in ("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_matrix_exp.default"):
+    for name in ("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_matrix_exp.default", "aten.linalg_lstsq.default"):
         assert name in ops
     order = graph.document["expect"]["order"]
-    assert "LinalgPinvBackward0" in order and "LinalgMatrixExpBackward0" in order
+    for node in ("LinalgPinvBackward0", "LinalgMatrixExpBackward0", "LinalgLstsqBackward0"):
+        assert node in order
     doc = _validate(graph, tmp_path)
     assert set(doc["expect"]["grads"]) >= {"w"}

@@ -441,3 +441,22 @@ def table_ops():
 
 def gradgrad_ops():
     return {c.values[0] for c in GRADGRAD + LU_GRADGRAD}
+
+
+@needs_torch
+@pytest.mark.parametrize("op_name, a", [("aten.linalg_cholesky_ex.default", spd(3, 3)),
+                                        ("aten.linalg_qr.default", R(4, 3)), ("aten.linalg_qr.default", R(3, 4))],
+                         ids=["cholesky", "qr-tall", "qr-wide"])
+def test_cholesky_and_qr_gradients_record_pytorchs_triangular_solve(op_name, a):
+    # their formulas end in linalg_solve_triangular (a wide QR's in a concat after it): a
+    # create_graph gradient's node is PyTorch's
+    import test_aten_ops as T
+
+    t = Tensor(a.copy(), requires_grad=True)
+    out = OPS[op_name](t)[0]
+    (g,) = grad([out], [t], grad_outputs=[np.ones(out.shape)], create_graph=True)
+    tt = torch.tensor(a, requires_grad=True)
+    tout = T._torch_call(op_name, tt)[0]
+    (tg,) = torch.autograd.grad(tout, tt, torch.ones(tout.shape, dtype=torch.float64), create_graph=True)
+    assert g.grad_fn.name == tg.grad_fn.name()
+    assert g.grad_fn.name == ("CatBackward0" if a.shape[-2] < a.shape[-1] else "LinalgSolveTriangularBackward0")

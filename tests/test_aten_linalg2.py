@@ -422,6 +422,28 @@ def test_lu_load_time_infer_matches_the_forward(op_name, inputs, args, nc, fd, m
     TL.test_load_time_infer_matches_the_forward(op_name, inputs, args, nc, fd, monkeypatch)
 
 
+@needs_torch
+@pytest.mark.parametrize("shape", [(3, 3), (4, 3), (2, 3, 5)])
+def test_lu_unpack_gradient_differentiates_with_respect_to_the_upstream_gradients(shape):
+    lu, piv = _factored(*shape, seed=3)
+    _, outs = _lu_run(UNPACK, [lu, piv], {}, False)
+    vs = TL._upstream(outs)
+    ws = TL._ws([lu])
+
+    def second(lib):
+        leaves, outs = _lu_run(UNPACK, [lu, piv], {}, False, lib=lib)
+        if lib is None:
+            vts = [Tensor(vs[k].copy(), requires_grad=True) for k in (1, 2)]
+            (g,) = grad([outs[1], outs[2]], leaves, grad_outputs=vts, create_graph=True)
+            return [np.asarray(h) for h in grad([g], vts, grad_outputs=ws)]
+        vts = [torch.tensor(vs[k], requires_grad=True) for k in (1, 2)]
+        (g,) = torch.autograd.grad([outs[1], outs[2]], leaves, vts, create_graph=True)
+        return [h.numpy() for h in torch.autograd.grad([g], vts, [torch.tensor(w) for w in ws])]
+
+    for a, b in zip(second(None), second(torch)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_lu_unpack_without_data_refuses_a_backward():
     t = Tensor(_LU3.copy(), requires_grad=True)
     _, lo, _ = OPS[UNPACK](t, _PIV3, unpack_data=False)
@@ -440,7 +462,9 @@ def table_ops():
 
 
 def gradgrad_ops():
-    return {c.values[0] for c in GRADGRAD + LU_GRADGRAD}
+    # (lu_unpack: its gradient is linear in the upstream one and free of LU_data, whose second
+    # derivative is therefore checked with respect to the upstream gradients)
+    return {c.values[0] for c in GRADGRAD + LU_GRADGRAD} | {UNPACK}
 
 
 @needs_torch

@@ -146,13 +146,18 @@ def _ours(op_name, inputs, args, nc, dtype=np.float64, requires_grad=True):
     called = [_nc_ours(t) if nc and k == 0 else t for k, t in enumerate(leaves)]
     if nc:
         assert not called[0].data.flags.c_contiguous or called[0].data.size <= 1
-    return leaves, list(OPS[op_name](*called, **args))
+    return leaves, _outputs(OPS[op_name](*called, **args))
 
 
 def _theirs(op_name, inputs, args, nc, dtype=np.float64):
     leaves = [torch.tensor(np.array(x, dtype=dtype), requires_grad=True) for x in inputs]
     called = [t.mT.contiguous().mT if nc and k == 0 else t for k, t in enumerate(leaves)]
-    return leaves, list(T._torch_call(op_name, *called, **args))
+    return leaves, _outputs(T._torch_call(op_name, *called, **args))
+
+
+def _outputs(result):
+    """An op's outputs as a list (a single-output op returns its tensor)."""
+    return list(result) if isinstance(result, (list, tuple)) else [result]
 
 
 def _signs(op_name, outs, ref):
@@ -242,8 +247,8 @@ def _numeric(op_name, inputs, args, vs, i, ref, eps=1e-6):
     out = np.zeros(x.size)
 
     def objective():
-        outs = [np.asarray(o) for o in op(*[y.reshape(inputs[k].shape) if k == i else y
-                                            for k, y in enumerate(xs)], **args)]
+        outs = [np.asarray(o) for o in _outputs(op(*[y.reshape(inputs[k].shape) if k == i else y
+                                                     for k, y in enumerate(xs)], **args))]
         signs = _signs(op_name, outs, ref)
         return sum(float(np.sum(v * _flip(op_name, k, o, signs))) for k, (v, o) in enumerate(zip(vs, outs))
                    if v is not None)

@@ -62,3 +62,101 @@ def test_a_module_calling_torch_linalg_exports_and_validates(dtype, tmp_path):
         assert node in order
     doc = _validate(graph, tmp_path)
     assert set(doc["expect"]["grads"]) >= {"w", "b"}
+
+
+class Solvers(torch.nn.Module):
+    """solve_triangular, triangular_solve, cholesky_solve and cholesky_inverse (linalg_solvers.py)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+        self.b = torch.nn.Parameter(torch.randn(4, 2))
+
+    def forward(self, x):
+        a = x @ self.w + 3 * torch.eye(4)                       # (2, 4, 4): both triangles solve well
+        spd = a @ a.mT + torch.eye(4)
+        c = torch.linalg.cholesky(spd)
+        out = torch.linalg.solve_triangular(a, self.b, upper=True).sum()
+        out = out + (torch.linalg.solve_triangular(a, self.b.mT, upper=False, left=False) ** 2).sum()
+        out = out + torch.triangular_solve(self.b, a, upper=False, transpose=True)[0].sum()
+        out = out + (torch.cholesky_solve(self.b, c) * self.b).sum()
+        return out + (torch.cholesky_inverse(c.mT, upper=True) * x).sum()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_module_calling_the_triangular_and_cholesky_solvers_exports_and_validates(dtype, tmp_path):
+    graph = from_module(Solvers(), _inputs(), dtype=dtype)
+    ops = [op["op"] for op in graph.document["ops"]]
+    for name in ("aten.linalg_solve_triangular.default", "aten.triangular_solve.default",
+                 "aten.cholesky_solve.default", "aten.cholesky_inverse.default"):
+        assert name in ops
+    order = graph.document["expect"]["order"]
+    for node in ("LinalgSolveTriangularBackward0", "TriangularSolveBackward0", "CholeskySolveBackward0",
+                 "CholeskyInverseBackward0"):
+        assert node in order
+    doc = _validate(graph, tmp_path)
+    assert set(doc["expect"]["grads"]) >= {"w", "b"}
+
+
+class LUs(torch.nn.Module):
+    """lu_factor, lu_solve, lu and lu_unpack (linalg_lu.py)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+        self.b = torch.nn.Parameter(torch.randn(4, 2))
+
+    def forward(self, x):
+        a = x @ self.w + 3 * torch.eye(4)
+        lu, piv = torch.linalg.lu_factor(a)
+        out = (torch.linalg.lu_solve(lu, piv, self.b) ** 2).sum()
+        out = out + torch.linalg.lu_solve(lu, piv, self.b.mT, left=False, adjoint=True).sum()
+        _, lo, up = torch.lu_unpack(lu, piv)
+        out = out + (lo * x).sum() + up.sum()
+        _, lo, up = torch.linalg.lu(a[..., :3])                 # (2, 4, 3): tall
+        return out + (lo ** 2).sum() + up.sum()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_module_calling_the_lu_ops_exports_and_validates(dtype, tmp_path):
+    graph = from_module(LUs(), _inputs(), dtype=dtype)
+    ops = [op["op"] for op in graph.document["ops"]]
+    for name in ("aten.linalg_lu_factor_ex.default", "aten.linalg_lu_solve.default", "aten.lu_unpack.default",
+                 "aten.linalg_lu.default"):
+        assert name in ops
+    order = graph.document["expect"]["order"]
+    for node in ("LinalgLuFactorExBackward0", "LinalgLuSolveBackward0", "LuUnpackBackward0", "LinalgLuBackward0"):
+        assert node in order
+    doc = _validate(graph, tmp_path)
+    assert set(doc["expect"]["grads"]) >= {"w", "b"}
+
+
+class Functions(torch.nn.Module):
+    """pinv (pinverse), matrix_exp and lstsq (linalg_functions.py)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 3) * 0.3)
+
+    def forward(self, x):
+        a = x @ self.w                                          # (2, 4, 3)
+        out = (torch.linalg.pinv(a) ** 2).sum() + (torch.pinverse(a.mT) * x[..., :3]).sum()
+        out = out + (torch.linalg.lstsq(a, x).solution ** 2).sum()
+        out = out + torch.linalg.lstsq(a, x[..., :2], driver="gelsd").residuals.sum()
+        return out + (torch.linalg.matrix_exp(0.5 * a.mT @ a) * x[..., :3, :3]).sum()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_module_calling_pinv_matrix_exp_and_lstsq_exports_and_validates(dtype, tmp_path):
+    graph = from_module(Functions(), _inputs(), dtype=dtype)
+    ops = [op["op"] for op in graph.document["ops"]]
+    for name in ("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_matrix_exp.default", "aten.linalg_lstsq.default"):
+        assert name in ops
+    order = graph.document["expect"]["order"]
+    for node in ("LinalgPinvBackward0", "LinalgMatrixExpBackward0", "LinalgLstsqBackward0"):
+        assert node in order
+    doc = _validate(graph, tmp_path)
+    assert set(doc["expect"]["grads"]) >= {"w"}

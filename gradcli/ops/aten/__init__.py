@@ -15,6 +15,9 @@ from . import ctc, embedding_bag, fft, grid_sample, pdist  # noqa: F401 - core A
 from . import reduce_more, trilinear  # noqa: F401 - non-core ops user modules record (nn.Bilinear, medians, scans)
 from . import vector_norm  # noqa: F401 - non-core, a kernel for PyTorch's formula at 0 (Note [A norm's gradient at zero])
 from . import linalg  # noqa: F401 - non-core torch.linalg (det, slogdet, inv, solve, cholesky, qr, svd, eigh): no decomposition
+from . import linalg_solvers  # noqa: F401 - solve_triangular, triangular_solve, cholesky_solve, cholesky_inverse
+from . import linalg_lu  # noqa: F401 - linalg_lu_factor_ex, linalg_lu, lu_unpack, linalg_lu_solve
+from . import linalg_functions  # noqa: F401 - linalg_pinv, linalg_matrix_exp
 from . import meta  # noqa: F401 - their shape rules (after the entries)
 from . import conv_backward, norm_legit  # noqa: F401 - core entries reusing the rules above
 from . import inplace  # noqa: F401 - the in-place overloads (after the out-of-place ones)

@@ -12,9 +12,8 @@ they return ``info`` as PyTorch's do, unless ``check_errors``.
 The VJPs are derivatives.yaml's formulas (``linalg_det_backward``, ``slogdet_backward``,
 ``linalg_solve_backward``, ``cholesky_backward``, ``linalg_qr_backward``, ``svd_backward``,
 ``linalg_eig_backward`` for eigh), written with the ops themselves so that a create_graph
-gradient records and differentiates again. Where PyTorch solves with a triangular matrix
-(``linalg_solve_triangular``) gradcli solves with ``_linalg_solve_ex``: the same values,
-other node names under create_graph.
+gradient records and differentiates again; where PyTorch solves with a triangular factor
+(Cholesky's and QR's backward) gradcli does too, with ``linalg_solve_triangular``.
 
 Note [Singular value and eigenvector signs]: each column of ``U`` and ``V`` (``svd``) and
 each eigenvector (``eigh``) is defined up to its sign; NumPy's LAPACK and PyTorch's (MKL)
@@ -340,6 +339,13 @@ def _solve(A, B, left=True):
     return linalg_solve_ex(A, B, left=left)[0]
 
 
+def _solve_triangular(A, B, upper, left=True):
+    """``linalg_solve_triangular`` (linalg_solvers.py), as PyTorch's formulas solve with a factor."""
+    from .linalg_solvers import linalg_solve_triangular  # noqa: PLC0415 - it imports this module
+
+    return linalg_solve_triangular(A, B, upper=upper, left=left)
+
+
 def _scale_rows(x, s):
     """``x * s.unsqueeze(-1)``."""
     return L.mul(x, L.unsqueeze(s, axis=-1))
@@ -447,8 +453,8 @@ def _cholesky_vjp(g, ans, self, upper=False, check_errors=False):
         Lo, gL = _mH(Lo), _mH(gL)
     gA = _tril(_mm(_mH(Lo), gL))
     gA = L.mul(L.add(gA, _mH(_tril(gA, -1))), np.asarray(0.5, _value(gA).dtype))
-    gA = _solve(_mH(Lo), gA)                 # linalg_solve_triangular(L^H, gA, upper=True, left=True)
-    return _solve(Lo, gA, left=False)        # linalg_solve_triangular(L, gA, upper=False, left=False)
+    gA = _solve_triangular(_mH(Lo), gA, upper=True)
+    return _solve_triangular(Lo, gA, upper=False, left=False)
 
 
 defvjp(linalg_cholesky_ex, _cholesky_vjp)
@@ -481,13 +487,13 @@ def _qr_vjp(g, ans, A, mode="reduced"):
         gA = _mm(Q, sym)
         if has_q:
             gA = L.add(gA, gQ)
-        return _solve(_mH(R), gA, left=False)  # linalg_solve_triangular(R^H, gA, upper=False, left=False)
+        return _solve_triangular(_mH(R), gA, upper=False, left=False)
     neg = L.neg(gA)
     gA = _mm(Q, _tril(L.sub(neg, _mH(neg))))   # trilImInvAdjSkew(-gA), real
     from .shape import slice_  # noqa: PLC0415
 
     R1 = slice_(R, dim=-1, start=0, end=m)
-    gA = _solve(_mH(R1), gA, left=False)
+    gA = _solve_triangular(_mH(R1), gA, upper=False, left=False)
     v = _value(gA)
     gA = L.concat(gA, array_module(v).zeros(v.shape[:-1] + (n - m,), v.dtype), axis=-1)
     if has_r:

@@ -54,31 +54,51 @@ def mT(x):
 
 
 def lu_factor(a):
-    """(LU, pivots, info) of each matrix of ``a`` (..., n, n): Note [LU as LAPACK's getrf]."""
+    """(LU, pivots, info) of each matrix of ``a`` (..., m, n): Note [LU as LAPACK's getrf];
+    ``pivots`` has ``min(m, n)`` entries."""
     xp = array_module(a)
-    n = a.shape[-1]
+    m, n = a.shape[-2], a.shape[-1]
+    k = min(m, n)
     batch = tuple(a.shape[:-2])
     nb = int(np.prod(batch))
-    work = xp.array(a, copy=True, order="C").reshape((nb, n, n))
-    piv = xp.zeros((nb, n), _INT)
+    work = xp.array(a, copy=True, order="C").reshape((nb, m, n))
+    piv = xp.zeros((nb, k), _INT)
     info = xp.zeros((nb,), _INT)
     rows = xp.arange(nb)
     with np.errstate(all="ignore"):
-        for k in range(n):
-            p = k + xp.argmax(xp.abs(work[:, k:, k]), axis=1)
-            piv[:, k] = p + 1
-            top = work[rows, k, :].copy()
-            work[rows, k, :] = work[rows, p, :]
+        for j in range(k):
+            p = j + xp.argmax(xp.abs(work[:, j:, j]), axis=1)
+            piv[:, j] = p + 1
+            top = work[rows, j, :].copy()
+            work[rows, j, :] = work[rows, p, :]
             work[rows, p, :] = top
-            pivot = work[:, k, k]
+            pivot = work[:, j, j]
             zero = pivot == 0
-            info[(info == 0) & zero] = k + 1
-            if k + 1 < n:
-                scaled = work[:, k + 1:, k] / xp.where(zero, 1, pivot)[:, None]
-                work[:, k + 1:, k] = xp.where(zero[:, None], work[:, k + 1:, k], scaled)
-                work[:, k + 1:, k + 1:] -= work[:, k + 1:, k, None] * work[:, k, None, k + 1:]
-    return (batch_f_contig(work.reshape(batch + (n, n))), piv.reshape(batch + (n,)),
+            info[(info == 0) & zero] = j + 1
+            if j + 1 < m:
+                scaled = work[:, j + 1:, j] / xp.where(zero, 1, pivot)[:, None]
+                work[:, j + 1:, j] = xp.where(zero[:, None], work[:, j + 1:, j], scaled)
+                work[:, j + 1:, j + 1:] -= work[:, j + 1:, j, None] * work[:, j, None, j + 1:]
+    return (batch_f_contig(work.reshape(batch + (m, n))), piv.reshape(batch + (k,)),
             info.reshape(batch))
+
+
+def lu_permutation(piv, m, dtype):
+    """The permutation matrix ``P`` (..., m, m) of LAPACK's ``pivots`` (the row swaps, in order),
+    with ``A = P L U``."""
+    xp = array_module(piv)
+    batch = tuple(piv.shape[:-1])
+    nb = int(np.prod(batch))
+    p = xp.asarray(piv).reshape((nb, piv.shape[-1])).astype(np.int64) - 1
+    perm = xp.broadcast_to(xp.arange(m), (nb, m)).copy()
+    rows = xp.arange(nb)
+    for i in range(p.shape[-1]):
+        top = perm[:, i].copy()
+        perm[:, i] = perm[rows, p[:, i]]
+        perm[rows, p[:, i]] = top
+    out = xp.zeros((nb, m, m), dtype)
+    out[rows[:, None], perm, xp.arange(m)[None, :]] = 1
+    return out.reshape(batch + (m, m))
 
 
 def lu_det_sign(piv):
@@ -126,6 +146,37 @@ def lu_solve(lu, piv, b, adjoint=False, left=True):
             for i in reversed(range(n)):
                 swap(i)
     return x.reshape(batch + (n, k))
+
+
+def triangular_solve(a, b, upper, left=True, unitriangular=False, adjoint=False):
+    """``X`` with ``op(A) X = B`` (``left``) or ``X op(A) = B``, ``A`` triangular (only its
+    ``upper`` or lower triangle read; its diagonal taken as ones when ``unitriangular``), ``op``
+    the adjoint when ``adjoint``; the batch dims broadcast. By substitution, as LAPACK's
+    ``trtrs``: a zero on the diagonal gives infinities or NaN, never an error."""
+    if not left:        # X op(A) = B  <=>  op'(A) X^T = B^T, op' the other one
+        return mT(triangular_solve(a, mT(b), upper, True, unitriangular, not adjoint))
+    if adjoint:
+        a, upper = mT(a), not upper
+    xp = array_module(a, b)
+    n, k = b.shape[-2], b.shape[-1]
+    batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    nb = int(np.prod(batch))
+    f = xp.broadcast_to(a, batch + (n, n)).reshape((nb, n, n))
+    x = xp.array(xp.broadcast_to(b, batch + (n, k)), dtype=np.result_type(a.dtype, b.dtype), copy=True,
+                 order="C").reshape((nb, n, k))
+    with np.errstate(all="ignore"):
+        for i in (reversed(range(n)) if upper else range(n)):
+            done = slice(i + 1, n) if upper else slice(0, i)
+            xi = x[:, i, :] - (f[:, i, None, done] @ x[:, done, :])[:, 0]
+            x[:, i, :] = xi if unitriangular else xi / f[:, i, i, None]
+    return x.reshape(batch + (n, k))
+
+
+def cholesky_solve(factor, b, upper=False):
+    """``(L L^H)^{-1} B`` (``(U^H U)^{-1} B`` when ``upper``), as LAPACK's ``potrs``: only the
+    factor's triangle is read; the batch dims broadcast."""
+    y = triangular_solve(factor, b, upper, adjoint=upper)
+    return triangular_solve(factor, y, upper, adjoint=not upper)
 
 
 def cholesky(a, upper=False):

@@ -78,6 +78,9 @@ row("aten.lgamma.default", [np.array([-0.5, -1.3, -2.7, 12.0, 1e3])], id="aten.l
 row("aten.special_erfcx.default", [np.array([5.0, 27.0, 55.0])], id="aten.special_erfcx.default-far")
 row("aten.special_erfcx.default", [np.array([-3.0, -2.5])], id="aten.special_erfcx.default-negative")
 
+# (mul.Scalar there gave a 0-d input's gradient 1.5e-8 off PyTorch's: not yet understood)
+NODE_NAME_DIFFERENCES["aten.exp2.default"] = "MulBackward0 (PyTorch: MulBackward1, the product with M_LN2 as a Scalar)"
+
 # -- polygamma: n = 0..4, as the OpInfo samples -------------------------------------------------------------
 PG = "aten.polygamma.default"
 for _n in range(5):

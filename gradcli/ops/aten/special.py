@@ -24,7 +24,7 @@ from .. import library as L
 from ..aten_kernels import special as K
 from ..aten_kernels._common import check_dtype
 from ..library import _value
-from .pointwise import as_dtype, masked_fill, mul_scalar, pow_tensor_scalar, scalar, zeros
+from .pointwise import as_dtype, masked_fill, pow_tensor_scalar, scalar, zeros
 from .pointwise_core import _float_unary, reciprocal, sign
 from .promotion import cast, result_type, to_float
 from .registry import ELEMENTWISE, aten, defvjp, not_differentiable
@@ -70,7 +70,7 @@ defvjp(erfc, lambda g, ans, self: L.mul(L.mul(_c(-_M_2_SQRTPI, self), L.exp(L.ne
 defvjp(special_erfcx, lambda g, ans, self: L.mul(L.sub(L.mul(L.mul(_c(2.0, self), self), ans), _c(_M_2_SQRTPI, self)),
                                                  g))
 # self: grad * result.conj() * M_LN2
-defvjp(exp2, lambda g, ans, self: mul_scalar(L.mul(g, ans), other=_M_LN2))
+defvjp(exp2, lambda g, ans, self: L.mul(L.mul(g, ans), _c(_M_LN2, g)))
 # self: grad * at::special_i1(self)
 defvjp(i0, lambda g, ans, self: L.mul(g, special_i1(self)))
 # self: grad * (at::special_i1e(self) - self.sgn() * result)

@@ -54,6 +54,10 @@ DIFFERENCES = {
         (2, 14), "_embedding_bag's backward with scale_grad_by_freq divides an index's rows by that "
                  "index's own count; 2.13 divided by the count of the value at the index's group "
                  "position in the sorted indices, and gradcli keeps 2.13's"),
+    "fmax_fmin_grad_split_at_ties": (
+        (2, 14), "fmax/fmin's gradients split the gradient in two at ties and give it to both "
+                 "inputs where one is NaN; 2.13 gave it all to self at ties (self >= other) and "
+                 "to the number where one is NaN, and gradcli keeps 2.13's formula"),
     "make_fx_detach_as_alias": (
         (2, 14), "make_fx records Tensor.detach() as aten.alias.default (2.13: "
                  "aten.detach.default), and its nodes carry no requires_grad; the exporter "

@@ -13,6 +13,7 @@ from . import conv_pool, factory, logical, nn, norm_attention, pointwise, pointw
 from . import cdist, fold, group_norm, index, layout, pad, pool3d, upsample  # noqa: F401 - core ATen entries, each with its shape rule
 from . import ctc, embedding_bag, fft, grid_sample, pdist  # noqa: F401 - core ATen entries, each with its shape rule
 from . import reduce_more, trilinear  # noqa: F401 - non-core ops user modules record (nn.Bilinear, medians, scans)
+from . import special  # noqa: F401 - non-core special and pointwise functions (lgamma, digamma, Bessel, fmax, ...)
 from . import vector_norm  # noqa: F401 - non-core, a kernel for PyTorch's formula at 0 (Note [A norm's gradient at zero])
 from . import linalg  # noqa: F401 - non-core torch.linalg (det, slogdet, inv, solve, cholesky, qr, svd, eigh): no decomposition
 from . import linalg_solvers  # noqa: F401 - solve_triangular, triangular_solve, cholesky_solve, cholesky_inverse

@@ -1,0 +1,260 @@
+"""ATen selections beyond the core opset: ``kthvalue`` and ``mode``, each a value and its index
+along a dim, and ``addbmm``.
+
+Formulas follow PyTorch's ``tools/autograd/derivatives.yaml``; the comment above each VJP names
+the formula there. Each entry carries its shape rule (``meta``).
+
+Note [kthvalue's index]: PyTorch's CPU kernel runs Sedgewick's quickselect
+(``quick_select_template`` in ATen/native/SortingUtils.h: median-of-three pivot, NaN above every
+number) on a copy of each slice with its indices; the index of the k-th value among equal ones is
+the one that algorithm leaves at position k - 1. gradcli runs the same algorithm, so the index
+is PyTorch's, ties and NaN included.
+
+Note [mode's index]: PyTorch's CPU kernel sorts (value, index) pairs of each slice by value with
+``std::sort`` (not stable), then keeps the first run of equal values that is longer than every
+run before it, and the index of the run's last pair. gradcli runs libstdc++'s ``std::sort``
+(introsort: median-of-three partitions down to 16 elements, then insertion sort), so the index
+among equal values is PyTorch's; a NaN equals nothing, so it is the mode only of a slice where
+no value repeats and it sorts first. Where introsort's depth limit would switch to heapsort
+(adversarial orders, never random ones) gradcli keeps partitioning: the value is the same, the
+index may differ (docs/deviations.md).
+
+Example::
+
+    >>> import numpy as np
+    >>> from gradcli.ops import OPS
+    >>> OPS["aten.kthvalue.default"](np.array([[3.0, 1.0, 2.0]]), 2, dim=1)
+    [array([2.]), array([2])]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import library as L
+from ..aten_kernels._common import check_dtype
+from .reduce_core import _check_nonempty_dims, _contiguous, _kept
+from .reduce_more import _value_selecting_backward
+from .registry import aten, defvjp
+from .shape import _dim
+
+_LONG = np.dtype(np.int64)
+
+
+def _gt_or_nan(x, y):
+    """PyTorch's order for kthvalue: NaN above every number, NaN not above NaN."""
+    return (x != x and y == y) or x > y
+
+
+def _quick_select(values, indices, k):
+    """``quick_select_template`` (Note [kthvalue's index]) on lists, in place."""
+    def swap(i, j):
+        values[i], values[j] = values[j], values[i]
+        indices[i], indices[j] = indices[j], indices[i]
+    lo, hi = 0, len(values) - 1
+    while True:
+        if hi <= lo:
+            return
+        if hi == lo + 1:
+            if _gt_or_nan(values[lo], values[hi]):
+                swap(lo, hi)
+            return
+        swap(lo + (hi - lo) // 2, lo + 1)
+        if _gt_or_nan(values[lo + 1], values[hi]):
+            swap(lo + 1, hi)
+        if _gt_or_nan(values[lo], values[hi]):
+            swap(lo, hi)
+        if _gt_or_nan(values[lo + 1], values[lo]):
+            swap(lo + 1, lo)
+        i, j, piv = lo + 1, hi, values[lo]
+        while True:
+            i += 1
+            while _gt_or_nan(piv, values[i]):
+                i += 1
+            j -= 1
+            while _gt_or_nan(values[j], piv):
+                j -= 1
+            if j < i:
+                break
+            swap(i, j)
+        swap(lo, j)
+        if j <= k:
+            lo = i
+        if j >= k:
+            hi = j - 1
+
+
+def _slices(x, d, pick):
+    """``pick(list of the slice's values) -> (value, index)`` over every slice of ``x`` along
+    ``d``: the values and indices with ``d`` kept (size 1)."""
+    moved = np.moveaxis(np.asarray(x), d, -1)
+    flat = moved.reshape(-1, moved.shape[-1])
+    values = np.empty(flat.shape[0], x.dtype)
+    indices = np.empty(flat.shape[0], _LONG)
+    for r, row in enumerate(flat.tolist()):
+        values[r], indices[r] = pick(row)
+    shape = moved.shape[:-1] + (1,)
+    return np.moveaxis(values.reshape(shape), -1, d), np.moveaxis(indices.reshape(shape), -1, d)
+
+
+def _selection(name, pick, dtypes):
+    def rule(self, *k_dim_keepdim):
+        check_dtype(name, self, dtypes, "a non-bool" if "b" not in dtypes else "a")
+        *k, dim, keepdim = k_dim_keepdim
+        d = _dim(dim, self.ndim)
+        if self.ndim:
+            _check_nonempty_dims(name, self.shape, (d,))
+        if k:
+            n = self.shape[d] if self.ndim else 1
+            if not 1 <= k[0] <= n:
+                raise ValueError(f"{name}(): selected number k out of range for dimension {d} "
+                                 f"(k={k[0]}, {n} elements)")
+        shape = _kept(self.shape, (d,) if self.ndim else (), keepdim)
+        return [(shape, np.dtype(self.dtype)), (shape, _LONG)]
+
+    def forward(self, *k_dim_keepdim):
+        rule(self, *k_dim_keepdim)
+        *k, dim, keepdim = k_dim_keepdim
+        if not self.ndim:
+            return [np.array(self, copy=True), np.zeros((), _LONG)]
+        d = _dim(dim, self.ndim)
+        values, idx = _slices(self, d, (lambda row: pick(row, k[0])) if k else pick)
+        if not keepdim:
+            idx, values = np.squeeze(idx, d), np.squeeze(values, d)
+        return [_contiguous(values), _contiguous(idx, _LONG)]
+    forward.__name__ = name
+    return rule, forward
+
+
+def _kth(row, k):
+    indices = list(range(len(row)))
+    _quick_select(row, indices, k - 1)
+    return row[k - 1], indices[k - 1]
+
+
+_kth_rule, _kth_forward = _selection("kthvalue", _kth, "iuf")
+
+
+def _kth_meta(self, k, dim=-1, keepdim=False):
+    return _kth_rule(self, k, dim, keepdim)
+
+
+def _kthvalue(self, k, dim=-1, keepdim=False):
+    return _kth_forward(self, k, dim, keepdim)
+
+
+kthvalue = aten("kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
+                "KthvalueBackward0", differentiable_outputs=[True, False], meta=_kth_meta)(_kthvalue)
+
+# self: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)
+defvjp(kthvalue, lambda g, ans, self, k, dim=-1, keepdim=False: _value_selecting_backward(
+    g[0], self.shape, dim, ans[1], keepdim))
+
+
+# -- mode: libstdc++'s std::sort (Note [mode's index]) ------------------------------------------------------------
+_THRESHOLD = 16                   # libstdc++'s _S_threshold
+
+
+def _lt(a, b):
+    return a[0] < b[0]            # PyTorch's comparator: the values alone
+
+
+def _insertion_sort(a, lo, hi):
+    for i in range(lo + 1, hi):
+        val = a[i]
+        if _lt(val, a[lo]):
+            a[lo + 1:i + 1] = a[lo:i]
+            a[lo] = val
+        else:
+            j = i
+            while _lt(val, a[j - 1]):
+                a[j] = a[j - 1]
+                j -= 1
+            a[j] = val
+
+
+def _unguarded_insertion_sort(a, lo, hi):
+    for i in range(lo, hi):
+        val, j = a[i], i
+        while _lt(val, a[j - 1]):
+            a[j] = a[j - 1]
+            j -= 1
+        a[j] = val
+
+
+def _move_median_to_first(a, result, x, y, z):
+    if _lt(a[x], a[y]):
+        m = y if _lt(a[y], a[z]) else (z if _lt(a[x], a[z]) else x)
+    elif _lt(a[x], a[z]):
+        m = x
+    elif _lt(a[y], a[z]):
+        m = z
+    else:
+        m = y
+    a[result], a[m] = a[m], a[result]
+
+
+def _unguarded_partition(a, first, last, pivot):
+    while True:
+        while _lt(a[first], a[pivot]):
+            first += 1
+        last -= 1
+        while _lt(a[pivot], a[last]):
+            last -= 1
+        if not first < last:
+            return first
+        a[first], a[last] = a[last], a[first]
+        first += 1
+
+
+def _introsort_loop(a, first, last):
+    while last - first > _THRESHOLD:
+        mid = first + (last - first) // 2
+        _move_median_to_first(a, first, first + 1, mid, last - 1)
+        cut = _unguarded_partition(a, first + 1, last, first)
+        _introsort_loop(a, cut, last)
+        last = cut
+
+
+def _std_sort(a):
+    n = len(a)
+    if n < 2:
+        return
+    _introsort_loop(a, 0, n)
+    if n > _THRESHOLD:
+        _insertion_sort(a, 0, _THRESHOLD)
+        _unguarded_insertion_sort(a, _THRESHOLD, n)
+    else:
+        _insertion_sort(a, 0, n)
+
+
+def _mode(row):
+    pairs = [(v, i) for i, v in enumerate(row)]
+    _std_sort(pairs)
+    mode, at, run, best = 0, 0, 0, 0
+    for i, (v, idx) in enumerate(pairs):
+        run += 1
+        if i == len(pairs) - 1 or v != pairs[i + 1][0]:
+            if run > best:
+                mode, at, best = v, idx, run
+            run = 0
+    return mode, at
+
+
+_mode_rule, _mode_forward = _selection("mode", _mode, "biuf")
+
+
+def _mode_meta(self, dim=-1, keepdim=False):
+    return _mode_rule(self, dim, keepdim)
+
+
+def _mode_op(self, dim=-1, keepdim=False):
+    return _mode_forward(self, dim, keepdim)
+
+
+_mode_op.__name__ = "mode"
+mode = aten("mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
+            "ModeBackward0", differentiable_outputs=[True, False], meta=_mode_meta)(_mode_op)
+
+# self: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)
+defvjp(mode, lambda g, ans, self, dim=-1, keepdim=False: _value_selecting_backward(
+    g[0], self.shape, dim, ans[1], keepdim))

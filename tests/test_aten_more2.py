@@ -1,0 +1,183 @@
+"""ATen ops beyond the core opset, second table: ``kthvalue``, ``mode`` (a value and its index along
+a dim, PyTorch's index among equal values), ``addbmm``, ``angle`` and ``adaptive_max_pool3d``, one
+table row per case, run by the checks of ``tests/test_aten_ops.py`` (finite differences, PyTorch's
+values, gradients and node names in float64, values and dtypes in float32, the load-time shape
+rule) and ``tests/test_aten_gradgrad.py`` (second derivatives, create_graph node names), plus
+gradients in float32 against PyTorch's.
+
+Rows cover broadcasting, empty inputs, non-contiguous inputs (``nc``) and 0-d inputs where
+PyTorch takes them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradcli.autograd import Tensor, grad
+from gradcli.ops import OPS
+from gradcli.ops.aten import ATEN_OPS
+from test_aten_ops import PARAMS, R, _as_float32, _inferred, _ours, _theirs, _wrt, case, needs_torch, refused, torch
+from test_aten_ops import test_float32_forward_dtype_matches_torch as _float32_check
+from test_aten_ops import test_float64_forward_gradients_and_node_name_match_torch as _float64_check
+from test_aten_ops import test_gradients_match_finite_differences as _fd_check
+from test_aten_ops import test_inputs_torch_refuses_are_refused as _refused_check
+from test_aten_ops import test_load_time_infer_matches_the_forward as _infer_check
+from test_aten_ops import test_load_time_infer_never_computes_on_full_size_inputs as _infer_alloc_check
+
+ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows
+CASES = []          # differentiable rows: every check of tests/test_aten_ops.py
+FORWARD_ONLY = []   # rows with no gradient (integer inputs): values, dtypes, no grad_fn
+REFUSED = []        # inputs PyTorch refuses
+GRADGRAD = {}       # op -> (inputs, args, wrt): its second derivative (tests/test_aten_gradgrad.py)
+# op -> why its create_graph gradient's node is not PyTorch's (tests/test_aten_gradgrad.py)
+NODE_NAME_DIFFERENCES = {}
+
+
+def row(op, inputs, args=None, wrt=None, fd=True, id=None):  # noqa: A002
+    case(op, inputs, args, wrt, fd, id, table=CASES)
+
+
+def forward(op, inputs, args=None, id=None):  # noqa: A002
+    case(op, inputs, args, [], False, id, table=FORWARD_ONLY)
+
+
+def refuse(op, inputs, args, match, static=True, id=None):  # noqa: A002
+    refused(op, inputs, args, match, static, id, table=REFUSED)
+
+
+def nc(x):
+    """``x`` as a non-contiguous view with the same values (a transposed copy, transposed back)."""
+    y = np.ascontiguousarray(np.swapaxes(x, 0, -1)).swapaxes(0, -1) if x.ndim >= 2 else x.repeat(2)[::2]
+    assert not y.flags.c_contiguous and np.array_equal(x, y)
+    return y
+
+
+# -- kthvalue, mode: PyTorch's index among equal values (Note [kthvalue's index], Note [mode's index]) ------
+KTH, MODE = "aten.kthvalue.default", "aten.mode.default"
+_ties = np.array([[3.0, 1.0, 3.0, 1.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 2.0, 1.0, 5.0, 0.0]])
+_nan = np.array([[1.0, np.nan, 2.0, np.nan, 3.0], [4.0, 2.0, 0.5, 1.0, 3.0], [np.nan, 1.0, 1.0, 2.0, 1.0]])
+_long_ties = np.random.default_rng(3).integers(0, 4, size=(3, 40)).astype(np.float64)     # past insertion sort
+row(KTH, [R(3, 5)], {"k": 2, "dim": 1})
+row(KTH, [R(3, 5)], {"k": 1}, id=KTH + "-default-dim")
+row(KTH, [R(4, 3)], {"k": 4, "dim": 0, "keepdim": True}, id=KTH + "-keepdim-last")
+row(KTH, [R(2, 3, 4)], {"k": 2, "dim": -2}, id=KTH + "-3d")
+row(KTH, [_ties], {"k": 3, "dim": 1}, fd=False, id=KTH + "-ties")
+row(KTH, [_ties.T.copy()], {"k": 2, "dim": 0}, fd=False, id=KTH + "-ties-dim0")
+row(KTH, [_long_ties], {"k": 17, "dim": 1}, fd=False, id=KTH + "-long-ties")
+row(KTH, [_nan], {"k": 4, "dim": 1}, fd=False, id=KTH + "-nan")
+row(KTH, [R(0, 3)], {"k": 1, "dim": 1}, id=KTH + "-empty")
+row(KTH, [R()], {"k": 1, "dim": 0}, id=KTH + "-0d")
+row(KTH, [nc(R(4, 5))], {"k": 3, "dim": 1}, id=KTH + "-nc")
+forward(KTH, [np.array([[5, 3, 4, 3], [1, 1, 2, 2]])], {"k": 2, "dim": 1}, id=KTH + "-int")
+GRADGRAD[KTH] = ([R(3, 4)], {"k": 2, "dim": 1}, None)
+refuse(KTH, [R(2, 0)], {"k": 1, "dim": 1}, "non-zero size", id=KTH + "-empty-dim")
+refuse(KTH, [R(2, 3)], {"k": 4, "dim": 1}, "out of range", id=KTH + "-k-too-big")
+refuse(KTH, [R(2, 3)], {"k": 0, "dim": 1}, "out of range", id=KTH + "-k-zero")
+refuse(KTH, [np.ones((2, 2), bool)], {"k": 1, "dim": 1}, "not implemented for bool", id=KTH + "-bool")
+refuse(KTH, [R(2, 2)], {"k": 1, "dim": 2}, "out of range", id=KTH + "-dim")
+
+row(MODE, [R(3, 5)], {"dim": 1})
+row(MODE, [R(3, 5)], {}, id=MODE + "-default-dim")
+row(MODE, [R(4, 3)], {"dim": 0, "keepdim": True}, id=MODE + "-keepdim")
+row(MODE, [_ties], {"dim": 1}, fd=False, id=MODE + "-ties")
+row(MODE, [_ties.T.copy()], {"dim": 0}, fd=False, id=MODE + "-ties-dim0")
+row(MODE, [_long_ties], {"dim": 1}, fd=False, id=MODE + "-long-ties")
+row(MODE, [R(0, 3)], {"dim": 1}, id=MODE + "-empty")
+row(MODE, [R()], {"dim": 0}, id=MODE + "-0d")
+row(MODE, [nc(np.round(R(4, 6)))], {"dim": 1}, fd=False, id=MODE + "-nc")
+forward(MODE, [np.array([[5, 3, 4, 3], [1, 1, 2, 2]])], {"dim": 1}, id=MODE + "-int")
+forward(MODE, [np.array([[True, False, True], [False, False, True]])], {"dim": 1}, id=MODE + "-bool")
+GRADGRAD[MODE] = ([R(3, 4)], {"dim": 1}, None)
+refuse(MODE, [R(2, 0)], {"dim": 1}, "non-zero size", id=MODE + "-empty-dim")
+refuse(MODE, [R(2, 2)], {"dim": 2}, "out of range", id=MODE + "-dim")
+
+
+# -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
+@pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
+def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
+    _fd_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float64_forward_gradients_and_node_name_match_torch(op_name, inputs, args, wrt, fd):
+    _float64_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float32_forward_dtype_matches_torch(op_name, inputs, args, wrt, fd):
+    _float32_check(op_name, inputs, args, wrt, fd)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, CASES)
+def test_float32_gradients_match_torch(op_name, inputs, args, wrt, fd):
+    inputs32 = _as_float32(inputs)
+    wrt = _wrt(inputs32, wrt)
+    flat, outs = _ours(op_name, inputs32, args, wrt)
+    tflat, touts = _theirs(op_name, inputs32, args, wrt)
+    used = [k for k, t in enumerate(touts) if t.grad_fn is not None]
+    vs = [np.random.default_rng(k).standard_normal(touts[k].shape).astype(np.float32) for k in used]
+    ours = grad([outs[k] for k in used], [flat[i] for i in wrt], grad_outputs=vs)
+    theirs = torch.autograd.grad([touts[k] for k in used], [tflat[i] for i in wrt], [torch.tensor(v) for v in vs])
+    for a, b in zip(ours, theirs):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b.numpy(), rtol=2e-5, atol=2e-5)
+
+
+# ops whose result's shape the values decide: the loader's shape rule answers unknown, never a guess
+VALUE_SHAPED = set()
+
+
+@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
+def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
+    if op_name in VALUE_SHAPED:
+        assert _inferred(op_name, inputs, args) is None
+        return
+    _infer_check(op_name, inputs, args, wrt, fd)
+
+
+@pytest.mark.parametrize(PARAMS, [c for c in CASES + FORWARD_ONLY if c.values[0] not in VALUE_SHAPED])
+def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
+    _infer_alloc_check(op_name, inputs, args, wrt, fd, monkeypatch)
+
+
+@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
+def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
+    _refused_check(op_name, inputs, args, match, static)
+
+
+@needs_torch
+@pytest.mark.parametrize(PARAMS, FORWARD_ONLY)
+def test_rows_without_a_gradient_match_torch_and_record_no_node(op_name, inputs, args, wrt, fd):
+    for cast in (lambda x: x, lambda x: x.astype(np.float32) if x.dtype == np.float64 else x):
+        arrays = [cast(x) if isinstance(x, np.ndarray) else x for x in inputs]
+        ours = OPS[op_name](*[Tensor(x.copy()) if isinstance(x, np.ndarray) else x for x in arrays], **args)
+        _, theirs = _theirs(op_name, arrays, args, [])
+        ours = list(ours) if OPS[op_name].multi_output else [ours]
+        for o, t in zip(ours, theirs):
+            assert o.dtype == np.dtype(str(t.dtype).removeprefix("torch.")) and o.shape == tuple(t.shape)
+            np.testing.assert_array_equal(o.data, t.numpy())
+            assert o.grad_fn is None
+
+
+def test_every_op_of_this_table_has_a_row_and_a_second_derivative_line():
+    ops = {p.values[0] for p in CASES + FORWARD_ONLY}
+    assert ops <= set(ATEN_OPS)
+    assert sorted({p.values[0] for p in CASES} - set(GRADGRAD)) == []
+
+
+@needs_torch
+@pytest.mark.parametrize("n", [5, 16, 17, 40, 100])
+def test_kthvalue_and_mode_pick_torchs_index_among_equal_values(n):
+    rng = np.random.default_rng(n)
+    for trial in range(20):
+        x = rng.integers(0, 1 + trial % 6, size=(3, n)).astype(np.float64)
+        if trial % 4 == 0:
+            x[rng.random(x.shape) < 0.2] = np.nan
+        k = int(rng.integers(1, n + 1))
+        for ours, theirs in ((OPS[KTH](x, k=k, dim=1), torch.kthvalue(torch.tensor(x), k, 1)),
+                             (OPS[MODE](x, dim=1), torch.mode(torch.tensor(x), 1))):
+            np.testing.assert_array_equal(ours[0], theirs[0].numpy())
+            np.testing.assert_array_equal(ours[1], theirs[1].numpy())

@@ -92,6 +92,28 @@ refuse(MODE, [R(2, 0)], {"dim": 1}, "non-zero size", id=MODE + "-empty-dim")
 refuse(MODE, [R(2, 2)], {"dim": 2}, "out of range", id=MODE + "-dim")
 
 
+# -- addbmm: self broadcast to the product, beta and alpha, no batch ---------------------------------------
+ABMM = "aten.addbmm.default"
+row(ABMM, [R(3, 5), R(2, 3, 4, seed=1), R(2, 4, 5, seed=2)])
+row(ABMM, [R(3, 5), R(2, 3, 4, seed=1), R(2, 4, 5, seed=2)], {"beta": 0.5, "alpha": -2.0}, id=ABMM + "-scaled")
+row(ABMM, [R(5), R(2, 3, 4, seed=1), R(2, 4, 5, seed=2)], id=ABMM + "-broadcast-row")
+row(ABMM, [R(3, 1), R(2, 3, 4, seed=1), R(2, 4, 5, seed=2)], {"alpha": 3}, id=ABMM + "-broadcast-col")
+row(ABMM, [R(), R(1, 3, 4, seed=1), R(1, 4, 5, seed=2)], id=ABMM + "-0d-self")
+row(ABMM, [np.full((3, 5), np.nan), R(2, 3, 4, seed=1), R(2, 4, 5, seed=2)], {"beta": 0}, fd=False,
+    id=ABMM + "-beta0-nan")
+row(ABMM, [R(3, 5), R(0, 3, 4, seed=1), R(0, 4, 5, seed=2)], {"beta": 2.0}, id=ABMM + "-no-batch")
+row(ABMM, [R(3, 5), R(2, 3, 0, seed=1), R(2, 0, 5, seed=2)], id=ABMM + "-empty-inner")
+row(ABMM, [nc(R(5, 3)).T, nc(R(2, 3, 4, seed=1)), nc(R(2, 4, 5, seed=2))], id=ABMM + "-nc")
+forward(ABMM, [np.ones((2, 2), np.int64), np.arange(8).reshape(2, 2, 2), np.arange(8).reshape(2, 2, 2)],
+        {"beta": 2, "alpha": 3}, id=ABMM + "-int")
+GRADGRAD[ABMM] = ([R(3, 2), R(2, 3, 4, seed=1), R(2, 4, 2, seed=2)], {"beta": 0.5, "alpha": 2.0}, None)
+refuse(ABMM, [R(3, 5), R(3, 4), R(2, 4, 5, seed=2)], {}, "3D", id=ABMM + "-2d")
+refuse(ABMM, [R(3, 5), R(2, 3, 4), R(3, 4, 5, seed=2)], {}, "same number of batches", id=ABMM + "-batches")
+refuse(ABMM, [R(3, 5), R(2, 3, 4), R(2, 3, 5, seed=2)], {}, "incompatible matrix sizes", id=ABMM + "-inner")
+refuse(ABMM, [R(2, 5), R(2, 3, 4), R(2, 4, 5, seed=2)], {}, "cannot be expanded", id=ABMM + "-self")
+refuse(ABMM, [R(3, 5), R(2, 3, 4), R(2, 4, 5, seed=2).astype(np.float32)], {}, "same dtype", id=ABMM + "-dtype")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

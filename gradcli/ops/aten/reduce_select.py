@@ -32,10 +32,12 @@ import numpy as np
 
 from .. import library as L
 from ..aten_kernels._common import check_dtype
+from .nn import bmm
+from .pointwise import mul_scalar
 from .reduce_core import _check_nonempty_dims, _contiguous, _kept
 from .reduce_more import _value_selecting_backward
 from .registry import aten, defvjp
-from .shape import _dim
+from .shape import _dim, expand, transpose, unsqueeze
 
 _LONG = np.dtype(np.int64)
 
@@ -258,3 +260,61 @@ mode = aten("mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values
 # self: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)
 defvjp(mode, lambda g, ans, self, dim=-1, keepdim=False: _value_selecting_backward(
     g[0], self.shape, dim, ans[1], keepdim))
+
+
+# -- addbmm: beta * self + alpha * the sum over the batch of batch1[b] @ batch2[b] -------------------------------
+def _addbmm_meta(self, batch1, batch2, beta=1, alpha=1):
+    for name, b in (("batch1", batch1), ("batch2", batch2)):
+        if b.ndim != 3:
+            raise ValueError(f"addbmm: {name} must be a 3D tensor, got {b.ndim}-D")
+    if batch1.shape[0] != batch2.shape[0]:
+        raise ValueError(f"addbmm: batch1 and batch2 must have same number of batches, got "
+                         f"{batch1.shape[0]} and {batch2.shape[0]}")
+    if batch1.shape[2] != batch2.shape[1]:
+        raise ValueError(f"addbmm: incompatible matrix sizes for bmm ({batch1.shape[1]}x{batch1.shape[2]} and "
+                         f"{batch2.shape[1]}x{batch2.shape[2]})")
+    for b in (batch1, batch2):
+        if self.dtype != b.dtype:
+            raise TypeError(f"addbmm: self and mat2 must have the same dtype, but got {self.dtype} and {b.dtype}")
+    check_dtype("addbmm", self, "iuf", "a non-bool")
+    shape = (batch1.shape[1], batch2.shape[2])
+    try:
+        if np.broadcast_shapes(self.shape, shape) != shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"addbmm: self of shape {list(self.shape)} cannot be expanded to the product's shape "
+                         f"{list(shape)}") from None
+    return [(shape, np.dtype(self.dtype))]
+
+
+@aten("addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
+      "AddbmmBackward0", meta=_addbmm_meta)
+def addbmm(self, batch1, batch2, beta=1, alpha=1):
+    ((shape, dt),) = _addbmm_meta(self, batch1, batch2, beta, alpha)
+    # PyTorch's CPU kernel: self expanded, then one addmm_ per batch (beta on the first only);
+    # no batch: self * beta (zeros when beta is 0, self's NaNs ignored as BLAS does)
+    out = np.zeros(shape, dt) if beta == 0 else (np.broadcast_to(self, shape) * np.asarray(beta).astype(dt)).astype(dt)
+    for b in range(batch1.shape[0]):
+        prod = np.matmul(batch1[b], batch2[b])
+        out = (out + (prod if alpha == 1 else prod * np.asarray(alpha).astype(dt))).astype(dt)
+    return np.ascontiguousarray(out)
+
+
+def _batches_grad(g, batch1, batch2):
+    # grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) })
+    return expand(unsqueeze(g, dim=0), size=[batch1.shape[0], batch1.shape[1], batch2.shape[2]])
+
+
+def _times(x, alpha):
+    return x if alpha == 1 else mul_scalar(x, other=alpha)
+
+
+# self: maybe_multiply(grad, beta.conj()) (summed to self's shape)
+# batch1: maybe_multiply(grad.unsqueeze(0).expand(...).bmm(batch2.transpose(1, 2).conj()), alpha.conj())
+# batch2: maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad.unsqueeze(0).expand(...)), alpha.conj())
+defvjp(addbmm,
+       lambda g, ans, self, batch1, batch2, beta=1, alpha=1: L.unbroadcast(_times(g, beta), self.shape),
+       lambda g, ans, self, batch1, batch2, beta=1, alpha=1: _times(
+           bmm(_batches_grad(g, batch1, batch2), transpose(batch2, dim0=1, dim1=2)), alpha),
+       lambda g, ans, self, batch1, batch2, beta=1, alpha=1: _times(
+           bmm(transpose(batch1, dim0=1, dim1=2), _batches_grad(g, batch1, batch2)), alpha))

@@ -114,6 +114,35 @@ refuse(ABMM, [R(2, 5), R(2, 3, 4), R(2, 4, 5, seed=2)], {}, "cannot be expanded"
 refuse(ABMM, [R(3, 5), R(2, 3, 4), R(2, 4, 5, seed=2).astype(np.float32)], {}, "same dtype", id=ABMM + "-dtype")
 
 
+# -- adaptive_max_pool3d and its backward: PyTorch's scan (first maximum, a NaN wins) ---------------------------
+AMP3, AMP3B = "aten.adaptive_max_pool3d.default", "aten.adaptive_max_pool3d_backward.default"
+
+
+def distinct(*shape, seed=0):
+    """Values far apart, no ties (a max pooling's gradient is defined)."""
+    n = int(np.prod(shape))
+    return (np.random.default_rng(seed + 5).permutation(n) * 0.37 - n * 0.15).reshape(shape).astype(np.float64)
+
+
+_plateaus = np.random.default_rng(4).integers(0, 3, size=(1, 2, 4, 5, 6)).astype(np.float64)
+_plateaus[0, 0, 0, 0, :3] = np.nan
+row(AMP3, [distinct(2, 3, 5, 6, 7)], {"output_size": [3, 4, 2]})                 # overlapping windows
+row(AMP3, [distinct(3, 4, 4, 4)], {"output_size": [2, 2, 2]}, id=AMP3 + "-unbatched")
+row(AMP3, [distinct(1, 2, 2, 3, 3)], {"output_size": [4, 1, 5]}, id=AMP3 + "-more-outputs")
+row(AMP3, [R(0, 2, 3, 3, 3)], {"output_size": [2, 2, 2]}, id=AMP3 + "-empty-batch")
+row(AMP3, [_plateaus], {"output_size": [2, 3, 4]}, fd=False, id=AMP3 + "-ties-nan")
+row(AMP3, [np.swapaxes(distinct(2, 3, 5, 4, 6), 2, 4)], {"output_size": [2, 3, 2]}, id=AMP3 + "-nc")
+GRADGRAD[AMP3] = ([distinct(1, 2, 4, 3, 5)], {"output_size": [2, 2, 3]}, None)
+_amp3_idx = np.array([[[[[0, 5], [14, 23]]]] * 2])                                 # (1, 2, 1, 2, 2) in a 2x3x4 volume
+row(AMP3B, [R(1, 2, 1, 2, 2), R(1, 2, 2, 3, 4, seed=1), _amp3_idx], {}, wrt=[0, 1], id=AMP3B)
+GRADGRAD[AMP3B] = ([R(1, 2, 1, 2, 2), R(1, 2, 2, 3, 4, seed=1), _amp3_idx], {}, [0])
+refuse(AMP3, [R(2, 0, 3, 3, 3)], {"output_size": [2, 2, 2]}, "non-zero size", id=AMP3 + "-empty-channels")
+refuse(AMP3, [R(3, 3, 3)], {"output_size": [2, 2, 2]}, "4D or 5D", id=AMP3 + "-3d")
+refuse(AMP3, [R(2, 3, 3, 3)], {"output_size": [2, 2]}, "3 elements", id=AMP3 + "-output-size")
+refuse(AMP3, [np.ones((2, 3, 3, 3), np.int64)], {"output_size": [2, 2, 2]}, "not implemented", id=AMP3 + "-int")
+refuse(AMP3B, [R(1, 2, 1, 2, 3), R(1, 2, 2, 3, 4, seed=1), _amp3_idx], {}, "one shape", id=AMP3B + "-shapes")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

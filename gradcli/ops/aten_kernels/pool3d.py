@@ -10,7 +10,7 @@ import itertools
 
 import numpy as np
 
-from ._common import array_module, check_dtype, window_slice
+from ._common import array_module, check_dtype, scatter_add, window_slice
 from .pool import _adaptive_matrix, _avg_divisors, _divide, check_avg_pool_dtype, pool_params
 
 
@@ -135,3 +135,71 @@ def _adaptive_avg_pool3d(self, output_size):
     mats = adaptive_matrices(xp, tuple(self.shape), out, self.dtype)
     return xp.ascontiguousarray(apply_separable(xp.matmul, lambda a, s: a.reshape(s), self, tuple(self.shape),
                                                 mats))
+
+
+def adaptive_max3d_output_size(shape, dtype, output_size):
+    """adaptive_max_pool3d's checks: a 4-D or 5-D float input, empty only in its batch dim,
+    and three output sizes (0 gives an empty result)."""
+    op = "adaptive_max_pool3d"
+    check_dtype(op, np.empty(0, dtype), "f")
+    if len(shape) not in (4, 5):
+        raise ValueError(f"{op}(): expected a 4D or 5D tensor, got shape {list(shape)}")
+    for a in range(len(shape) - 4, len(shape)):
+        if shape[a] == 0:
+            raise ValueError(f"{op}(): expected input to have non-zero size for non-batch dimensions, but input "
+                             f"has sizes {list(shape)} with dimension {a} being empty")
+    if isinstance(output_size, (int, np.integer)) or len(output_size) != 3:
+        raise ValueError(f"{op}(): output_size must have 3 elements, got {output_size}")
+    out = tuple(int(o) for o in output_size)
+    if min(out) < 0:
+        raise ValueError(f"{op}(): output_size {list(out)} must be non-negative")
+    return out
+
+
+def adaptive_max_pool3d(self, output_size):
+    """``aten.adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)``.
+
+    Output ``(od, oh, ow)`` is the maximum over PyTorch's adaptive window (``[floor(o*I/O),
+    ceil((o+1)*I/O))`` on each axis) and its position in the flattened ``D*H*W`` volume; the scan
+    is PyTorch's CPU kernel's (depth, then rows, then columns; a value greater than the running
+    one or a NaN takes over), window by window, every plane at once."""
+    shape = tuple(self.shape)
+    out = adaptive_max3d_output_size(shape, self.dtype, output_size)
+    xp = array_module(self)
+    d, h, w = shape[-3:]
+    x = self.reshape(-1, d * h * w)
+    planes = x.shape[0]
+    values = xp.empty((planes,) + out, dtype=self.dtype)
+    indices = xp.empty((planes,) + out, dtype=xp.int64)
+
+    def bounds(o, size, n):
+        return (o * size) // n, -((-(o + 1) * size) // n)
+    for i, j, k in itertools.product(*(range(o) for o in out)):
+        (d0, d1), (h0, h1), (w0, w1) = bounds(i, d, out[0]), bounds(j, h, out[1]), bounds(k, w, out[2])
+        best = xp.full(planes, -np.inf, dtype=self.dtype)
+        where = xp.full(planes, (d0 * h + h0) * w + w0, dtype=xp.int64)
+        for a, b, c in itertools.product(range(d0, d1), range(h0, h1), range(w0, w1)):
+            pos = (a * h + b) * w + c
+            v = x[:, pos]
+            take = (v > best) | xp.isnan(v)
+            best = xp.where(take, v, best)
+            where = xp.where(take, pos, where)
+        values[:, i, j, k] = best
+        indices[:, i, j, k] = where
+    lead = shape[:-3]
+    return [values.reshape(lead + out), indices.reshape(lead + out)]
+
+
+def adaptive_max_pool3d_backward(grad_output, self, indices):
+    """``aten.adaptive_max_pool3d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor``:
+    ``grad_output`` added into zeros of ``self``'s shape at ``indices`` (positions in each flattened
+    ``D*H*W`` volume)."""
+    xp = array_module(grad_output, self)
+    shape = tuple(self.shape)
+    vol = int(np.prod(shape[-3:], dtype=np.int64))
+    planes = int(np.prod(shape[:-3], dtype=np.int64))
+    gi = xp.zeros((planes, vol), dtype=grad_output.dtype)
+    flat = (xp.asarray(indices).reshape(planes, int(np.prod(indices.shape[-3:], dtype=np.int64)))
+            + (xp.arange(planes, dtype=xp.int64) * vol)[:, None]).ravel()
+    gi = scatter_add(xp, gi.reshape(-1), flat, grad_output.reshape(-1))
+    return gi.reshape(shape)

@@ -143,6 +143,31 @@ refuse(AMP3, [np.ones((2, 3, 3, 3), np.int64)], {"output_size": [2, 2, 2]}, "not
 refuse(AMP3B, [R(1, 2, 1, 2, 3), R(1, 2, 2, 3, 4, seed=1), _amp3_idx], {}, "one shape", id=AMP3B + "-shapes")
 
 
+# -- grid_sampler_3d and its backward (the taps of grid_sampler_2d on three axes) --------------------------------
+GS3, GS3B = "aten.grid_sampler_3d.default", "aten.grid_sampler_3d_backward.default"
+_g3 = R(2, 2, 3, 4, 3, seed=1, low=-1.2, high=1.2)                 # some points outside [-1, 1]
+for _interp, _pad, _ac in ((0, 0, False), (0, 1, True), (0, 2, False), (0, 2, True), (1, 0, False), (1, 1, True)):
+    row(GS3, [R(2, 3, 4, 5, 3), _g3], {"interpolation_mode": _interp, "padding_mode": _pad, "align_corners": _ac},
+        wrt=[0] if _interp == 1 else None, id=f"{GS3}-{_interp}-{_pad}-{_ac}")
+row(GS3, [R(1, 2, 1, 1, 1), R(1, 2, 2, 2, 3, seed=1, low=-0.9, high=0.9)],
+    {"interpolation_mode": 0, "padding_mode": 1, "align_corners": False}, id=GS3 + "-one-voxel")
+row(GS3, [R(0, 2, 3, 3, 3), R(0, 2, 2, 2, 3, seed=1)],
+    {"interpolation_mode": 0, "padding_mode": 0, "align_corners": False}, id=GS3 + "-empty-batch")
+row(GS3, [nc(R(3, 2, 4, 5, 2)), nc(R(3, 2, 3, 2, 3, seed=1, low=-1, high=1))],
+    {"interpolation_mode": 0, "padding_mode": 0, "align_corners": True}, id=GS3 + "-nc")
+GRADGRAD[GS3] = ([R(1, 2, 3, 3, 4), R(1, 2, 2, 1, 3, seed=1, low=-0.9, high=0.9)],
+                 {"interpolation_mode": 0, "padding_mode": 2, "align_corners": False}, None)
+_gs3b_args = {"interpolation_mode": 0, "padding_mode": 0, "align_corners": False, "output_mask": [True, True]}
+# the backward op: its values below; its own derivative (grid_sampler_3d_double_backward) through GRADGRAD[GS3]
+_gs3 = {"interpolation_mode": 0, "padding_mode": 0, "align_corners": False}
+refuse(GS3, [R(2, 3, 4, 5), R(2, 2, 3, 2, seed=1)], _gs3, "5D input", id=GS3 + "-4d")
+refuse(GS3, [R(2, 3, 4, 5, 3), R(2, 2, 3, 4, 2, seed=1)], _gs3, "size 3 in last dimension", id=GS3 + "-grid")
+refuse(GS3, [R(2, 3, 4, 5, 3), R(1, 2, 3, 4, 3, seed=1)], _gs3, "same batch size", id=GS3 + "-batch")
+refuse(GS3, [R(2, 3, 4, 0, 3), R(2, 2, 3, 4, 3, seed=1)], _gs3, "non-empty spatial", id=GS3 + "-empty")
+refuse(GS3, [R(2, 3, 4, 5, 3), R(2, 2, 3, 4, 3, seed=1)], dict(_gs3, interpolation_mode=2), "bicubic",
+       id=GS3 + "-bicubic")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
@@ -232,3 +257,28 @@ def test_kthvalue_and_mode_pick_torchs_index_among_equal_values(n):
                              (OPS[MODE](x, dim=1), torch.mode(torch.tensor(x), 1))):
             np.testing.assert_array_equal(ours[0], theirs[0].numpy())
             np.testing.assert_array_equal(ours[1], theirs[1].numpy())
+
+
+@needs_torch
+@pytest.mark.parametrize("interp, pad, ac", [(0, 0, False), (0, 2, True), (1, 1, False)])
+def test_grid_sampler_3d_backward_op_matches_torch(interp, pad, ac):
+    go, x, g = R(1, 2, 2, 2, 2), R(1, 2, 3, 3, 4, seed=1), R(1, 2, 2, 2, 3, seed=2, low=-1.2, high=1.2)
+    args = dict(_gs3b_args, interpolation_mode=interp, padding_mode=pad, align_corners=ac)
+    ours = OPS[GS3B](go, x, g, **args)
+    theirs = torch.ops.aten.grid_sampler_3d_backward(*(torch.tensor(a) for a in (go, x, g)), *args.values())
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-12, atol=1e-14)
+    refuse_mask = dict(args, output_mask=[True, False])
+    with pytest.raises(ValueError, match="output_mask"):
+        OPS[GS3B](go, x, g, **refuse_mask)
+
+
+def table_ops():
+    """What the other tables' coverage checks count as covered here: the backward op whose values
+    the test above checks (the rows of CASES count through ``ATEN_TABLE``)."""
+    return {GS3B}
+
+
+def gradgrad_ops():
+    """The backward op whose derivative (PyTorch's grid_sampler_3d_double_backward) GRADGRAD[GS3] checks."""
+    return {GS3B}

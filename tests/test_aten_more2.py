@@ -168,6 +168,18 @@ refuse(GS3, [R(2, 3, 4, 5, 3), R(2, 2, 3, 4, 3, seed=1)], dict(_gs3, interpolati
        id=GS3 + "-bicubic")
 
 
+# -- angle of a real input: 0 or pi (NaN kept), a zero gradient ----------------------------------------------
+ANG = "aten.angle.default"
+row(ANG, [R(3, 4, away=[0])])
+row(ANG, [np.array([1.0, -0.0, 0.0, np.nan, -1.0, -np.inf, np.inf])], fd=False, id=ANG + "-edges")
+row(ANG, [R(0, 3)], id=ANG + "-empty")
+row(ANG, [R()], id=ANG + "-0d")
+row(ANG, [nc(R(3, 4))], id=ANG + "-nc")
+forward(ANG, [np.array([[3, -1, 0], [-7, 2, 0]])], id=ANG + "-int")
+forward(ANG, [np.array([True, False])], id=ANG + "-bool")
+GRADGRAD[ANG] = ([R(2, 3)], {}, None)
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
@@ -282,3 +294,9 @@ def table_ops():
 def gradgrad_ops():
     """The backward op whose derivative (PyTorch's grid_sampler_3d_double_backward) GRADGRAD[GS3] checks."""
     return {GS3B}
+
+
+def test_angle_of_a_complex_input_is_refused_in_one_line():
+    # PyTorch computes it (atan2 of the parts); gradcli's angle takes real inputs (docs/deviations.md)
+    with pytest.raises(TypeError, match="real inputs only"):
+        OPS[ANG](np.array([1 + 1j]))

@@ -180,6 +180,43 @@ forward(ANG, [np.array([True, False])], id=ANG + "-bool")
 GRADGRAD[ANG] = ([R(2, 3)], {}, None)
 
 
+# -- index_reduce: prod, mean, amax, amin, with and without self (Note [index_reduce as scatter_reduce]) ----------
+IR = "aten.index_reduce.default"
+_ir_idx = np.array([0, 2, 0, 3])
+_ir_ties = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5], [2.0, 2.0, -1.0], [4.0, 1.0, 1.0]])
+_ir_src_ties = np.array([[1.0, 5.0, 3.0], [0.5, 0.5, 0.7], [1.0, 2.0, 3.0], [4.0, 1.0, 0.0]])
+_ir_zeros = np.array([[0.0, 2.0, 3.0], [1.5, 0.0, 0.5], [2.0, 0.0, -1.0], [0.0, 1.0, 1.0]])
+for _red in ("prod", "mean", "amax", "amin"):
+    for _inc in (True, False):
+        _a = {"dim": 0, "reduce": _red, "include_self": _inc}
+        row(IR, [R(5, 3), _ir_idx, R(4, 3, seed=1)], _a, wrt=[0, 2], id=f"{IR}-{_red}-{_inc}")
+    row(IR, [R(3, 5), np.array([4, 1, 4], np.int32), R(3, 3, seed=1)], {"dim": -1, "reduce": _red},
+        wrt=[0, 2], id=f"{IR}-{_red}-dim-1-int32")
+    row(IR, [_ir_ties, _ir_idx, _ir_src_ties], {"dim": 0, "reduce": _red}, wrt=[0, 2], fd=_red != "amax" and
+        _red != "amin", id=f"{IR}-{_red}-ties")
+    row(IR, [R(4, 0), _ir_idx[:2], R(2, 0, seed=1)], {"dim": 0, "reduce": _red}, wrt=[0, 2], id=f"{IR}-{_red}-empty")
+    row(IR, [nc(R(4, 3)), np.array([2, 0, 2]), nc(R(4, 3, seed=1))], {"dim": 1, "reduce": _red, "include_self": False},
+        wrt=[0, 2], id=f"{IR}-{_red}-nc")
+row(IR, [_ir_zeros, _ir_idx, _ir_zeros[::-1].copy()], {"dim": 0, "reduce": "prod"}, wrt=[0, 2], id=IR + "-prod-zeros")
+row(IR, [R(), np.array([0]), R(seed=1)], {"dim": 0, "reduce": "mean"}, wrt=[0, 2], id=IR + "-0d")
+forward(IR, [np.ones((4, 3), np.int64), _ir_idx[:3], np.arange(9).reshape(3, 3)], {"dim": 0, "reduce": "mean"},
+        id=IR + "-int-mean")
+GRADGRAD[IR] = ([R(4, 3), _ir_idx[:3], R(3, 3, seed=1)], {"dim": 0, "reduce": "prod"}, [0, 2])
+NODE_NAME_DIFFERENCES[IR] = ("scatter_reduce_backward's ops on the expanded index (MulBackward0, AddBackward0 for "
+                             "prod's source; PyTorch: DivBackward0, WhereBackward0 through index_select)")
+refuse(IR, [R(4, 3), _ir_idx, R(4, 3, seed=1)], {"dim": 0, "reduce": "sum"}, "one of prod, mean", id=IR + "-sum")
+refuse(IR, [R(4, 3), _ir_idx, R(3, 3, seed=1)], {"dim": 0, "reduce": "mean"}, "number of indices",
+       id=IR + "-count")
+refuse(IR, [R(4, 3), _ir_idx, R(4, 2, seed=1)], {"dim": 0, "reduce": "mean"}, "source tensor shape",
+       id=IR + "-shape")
+refuse(IR, [R(4, 3), _ir_idx.astype(np.float64), R(4, 3, seed=1)], {"dim": 0, "reduce": "mean"}, "int32/int64",
+       id=IR + "-index-dtype")
+refuse(IR, [R(4, 3), _ir_idx[None], R(4, 3, seed=1)], {"dim": 0, "reduce": "mean"}, "vector", id=IR + "-index-2d")
+refuse(IR, [R(4, 3), _ir_idx, R(4, 3, seed=1)], {"dim": 2, "reduce": "mean"}, "out of range", id=IR + "-dim")
+refuse(IR, [R(4, 3), np.array([0, 9, 0, 1]), R(4, 3, seed=1)], {"dim": 0, "reduce": "mean"}, "out of range",
+       static=False, id=IR + "-index-value")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

@@ -1,5 +1,5 @@
 """ATen selections beyond the core opset: ``kthvalue`` and ``mode``, each a value and its index
-along a dim, and ``addbmm``.
+along a dim, ``addbmm`` and ``index_reduce``.
 
 Formulas follow PyTorch's ``tools/autograd/derivatives.yaml``; the comment above each VJP names
 the formula there. Each entry carries its shape rule (``meta``).
@@ -31,7 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import library as L
+from ..aten_kernels import index as K_index
 from ..aten_kernels._common import check_dtype
+from ..library import _value
+from .index import _scatter_reduce_grads
 from .nn import bmm
 from .pointwise import mul_scalar
 from .reduce_core import _check_nonempty_dims, _contiguous, _kept
@@ -318,3 +321,79 @@ defvjp(addbmm,
            bmm(_batches_grad(g, batch1, batch2), transpose(batch2, dim0=1, dim1=2)), alpha),
        lambda g, ans, self, batch1, batch2, beta=1, alpha=1: _times(
            bmm(transpose(batch1, dim0=1, dim1=2), _batches_grad(g, batch1, batch2)), alpha))
+
+
+# -- index_reduce: scatter_reduce along one dim with one index per source slice ---------------------------------
+# Note [index_reduce as scatter_reduce]: index_reduce(self, dim, index, source) sends slice i of
+# source along dim to slice index[i] of self: scatter_reduce with the index expanded to source's
+# shape (every element of slice i pointing at index[i]). The forward and derivatives.yaml's
+# index_reduce_backward (scatter_reduce_backward's formulas with index_select for gather and
+# index_add for scatter_add) are then scatter_reduce's, on that index.
+_INDEX_REDUCTIONS = ("prod", "mean", "amax", "amin")
+
+
+def _index_reduce_meta(self, index, source, dim, reduce, include_self=True):
+    name = "index_reduce"
+    if reduce not in _INDEX_REDUCTIONS:
+        raise ValueError(f"{name}(): expected reduce to be one of prod, mean, amax or amin but got {reduce}")
+    d = _dim(dim, self.ndim)
+    if np.dtype(index.dtype) not in (np.dtype(np.int32), _LONG):
+        raise TypeError(f"{name}(): expected dtype int32/int64 for index but got {index.dtype}")
+    if index.ndim > 1:
+        raise ValueError(f"{name}(): index is supposed to be a vector, but got dim: {index.ndim}")
+    if self.dtype != source.dtype:
+        raise TypeError(f"{name}(): self ({self.dtype}) and source ({source.dtype}) must have the same scalar type")
+    check_dtype(name, self, "iuf", "a non-bool")
+    n = int(np.prod(index.shape, dtype=np.int64))
+    if max(source.ndim, 1) != max(self.ndim, 1) or any(
+            a != b for k, (a, b) in enumerate(zip(self.shape, source.shape)) if k != d):
+        raise ValueError(f"{name}(): source tensor shape must match self tensor shape, excluding the specified "
+                         f"dimension. Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    if n != (source.shape[d] if source.ndim else 1):
+        raise ValueError(f"{name}(): number of indices ({n}) should be equal to source.size(dim): "
+                         f"({source.shape[d] if source.ndim else 1}), for dim: {d}")
+    return [(tuple(self.shape), np.dtype(self.dtype))]
+
+
+def _expanded_index(index, source_shape, d):
+    """``index`` (one per slice of source along d) as scatter_reduce's index: source's shape."""
+    idx = np.asarray(_value(index)).astype(np.int64).reshape(-1)
+    if not source_shape:
+        return idx.reshape(())
+    shape = [1] * len(source_shape)
+    shape[d] = idx.size
+    return np.ascontiguousarray(np.broadcast_to(idx.reshape(shape), tuple(source_shape)))
+
+
+@aten("index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) "
+      "-> Tensor", "IndexReduceBackward0", meta=_index_reduce_meta)
+def index_reduce(self, index, source, dim, reduce, include_self=True):
+    _index_reduce_meta(self, index, source, dim, reduce, include_self)
+    d = _dim(dim, self.ndim)
+    idx = _expanded_index(index, tuple(source.shape), d)
+    if idx.size and (idx.min() < 0 or idx.max() >= (self.shape[d] if self.ndim else 1)):
+        raise IndexError(f"index_reduce(): index out of range in self (dim {d} of size "
+                         f"{self.shape[d] if self.ndim else 1})")
+    if not self.ndim:
+        return np.array(K_index.scatter_reduce(np.reshape(self, 1), 0, idx.reshape(1), np.reshape(source, 1), reduce,
+                                               include_self)[0], self.dtype)
+    return K_index.scatter_reduce(self, d, idx, source, reduce, include_self)
+
+
+def _index_reduce_vjp(k):
+    # self, source: index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)
+    # (Note [index_reduce as scatter_reduce]: scatter_reduce_backward on the expanded index)
+    def vjp(g, ans, self, index, source, dim, reduce, include_self=True):
+        shape = tuple(self.shape)
+        if not shape:
+            flat = [L.reshape(x, shape=(1,)) for x in (g, ans, self, source)]
+            out = _scatter_reduce_grads(*flat[:3], _expanded_index(index, (1,), 0), flat[3], 0, reduce,
+                                        include_self)[k]
+            return L.reshape(out, shape=())
+        d = _dim(dim, len(shape))
+        idx = _expanded_index(index, tuple(source.shape), d)
+        return _scatter_reduce_grads(g, ans, self, idx, source, d, reduce, include_self)[k]
+    return vjp
+
+
+defvjp(index_reduce, _index_reduce_vjp(0), None, _index_reduce_vjp(1))

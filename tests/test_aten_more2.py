@@ -217,6 +217,26 @@ refuse(IR, [R(4, 3), np.array([0, 9, 0, 1]), R(4, 3, seed=1)], {"dim": 0, "reduc
        static=False, id=IR + "-index-value")
 
 
+# -- put: flat positions (negative from the end), a repeated one takes its last value or adds up -----------------
+PUT = "aten.put.default"
+for _acc in (False, True):
+    row(PUT, [R(3, 4), np.array([0, -1, 5, 7]), R(4, seed=1)], {"accumulate": _acc}, wrt=[0, 2], id=f"{PUT}-{_acc}")
+    # a repeated position without accumulate: PyTorch's formula gives every source element there the
+    # gradient (take), where only the last one moves the result: no finite differences
+    row(PUT, [R(3, 4), np.array([[2, 2], [9, 2]]), R(2, 2, seed=1)], {"accumulate": _acc}, wrt=[0, 2], fd=_acc,
+        id=f"{PUT}-{_acc}-repeated")
+    row(PUT, [nc(R(3, 4)), np.array([1, 4, 11]), R(3, 1, seed=1)[:, 0]], {"accumulate": _acc}, wrt=[0, 2],
+        id=f"{PUT}-{_acc}-nc")
+row(PUT, [R(3, 4), np.zeros(0, np.int64), R(0, seed=1)], {}, wrt=[0, 2], id=PUT + "-no-index")
+row(PUT, [R(), np.array([0, -1]), R(2, seed=1)], {"accumulate": True}, wrt=[0, 2], id=PUT + "-0d-self")
+forward(PUT, [np.zeros((2, 3), np.int64), np.array([5, 0]), np.array([7, 8])], {}, id=PUT + "-int")
+GRADGRAD[PUT] = ([R(3, 4), np.array([0, -1, 5]), R(3, seed=1)], {}, [0, 2])
+refuse(PUT, [R(3, 4), np.array([0, 12]), R(2, seed=1)], {}, "out of range", static=False, id=PUT + "-range")
+refuse(PUT, [R(3, 4), np.array([0, 1]), R(3, seed=1)], {}, "same number of elements", id=PUT + "-count")
+refuse(PUT, [R(3, 4), np.array([0, 1], np.int32), R(2, seed=1)], {}, "long tensor", id=PUT + "-int32")
+refuse(PUT, [R(3, 4), np.array([0, 1]), R(2, seed=1).astype(np.float32)], {}, "same dtype", id=PUT + "-dtype")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

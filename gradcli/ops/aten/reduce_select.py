@@ -1,5 +1,5 @@
 """ATen selections beyond the core opset: ``kthvalue`` and ``mode``, each a value and its index
-along a dim, ``addbmm`` and ``index_reduce``.
+along a dim, ``addbmm``, ``index_reduce`` and ``put``.
 
 Formulas follow PyTorch's ``tools/autograd/derivatives.yaml``; the comment above each VJP names
 the formula there. Each entry carries its shape rule (``meta``).
@@ -34,9 +34,9 @@ from .. import library as L
 from ..aten_kernels import index as K_index
 from ..aten_kernels._common import check_dtype
 from ..library import _value
-from .index import _scatter_reduce_grads
+from .index import _scatter_reduce_grads, index_select
 from .nn import bmm
-from .pointwise import mul_scalar
+from .pointwise import mul_scalar, zeros
 from .reduce_core import _check_nonempty_dims, _contiguous, _kept
 from .reduce_more import _value_selecting_backward
 from .registry import aten, defvjp
@@ -397,3 +397,57 @@ def _index_reduce_vjp(k):
 
 
 defvjp(index_reduce, _index_reduce_vjp(0), None, _index_reduce_vjp(1))
+
+
+# -- put: self's elements, in row-major order, at index set to (or added) source's ---------------------------------
+def _put_meta(self, index, source, accumulate=False):
+    if np.dtype(index.dtype) != _LONG:
+        raise TypeError(f"put(): expected a long tensor for index, but got {index.dtype}")
+    if self.dtype != source.dtype:
+        raise TypeError(f"put(): self and source expected to have the same dtype, but got self.dtype = {self.dtype} "
+                        f"and source.dtype = {source.dtype}")
+    n_idx, n_src = (int(np.prod(t.shape, dtype=np.int64)) for t in (index, source))
+    if n_idx != n_src:
+        raise ValueError(f"put(): expected source and index to have the same number of elements, but got "
+                         f"source.numel() = {n_src}, index.numel() = {n_idx}")
+    if n_idx and not int(np.prod(self.shape, dtype=np.int64)):
+        raise ValueError("put(): tried to put into an empty tensor")
+    return [(tuple(self.shape), np.dtype(self.dtype))]
+
+
+def _put_positions(index, numel):
+    """The flat positions ``index`` names (negative ones from the end); one out of range is refused."""
+    idx = np.asarray(_value(index)).reshape(-1)
+    if idx.size and (idx.min() < -numel or idx.max() >= numel):
+        bad = idx[(idx < -numel) | (idx >= numel)][0]
+        raise IndexError(f"put(): out of range: tried to access index {bad} on a tensor of {numel} elements")
+    return np.where(idx < 0, idx + numel, idx)
+
+
+@aten("put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor", "PutBackward0",
+      meta=_put_meta)
+def put(self, index, source, accumulate=False):
+    _put_meta(self, index, source, accumulate)
+    out = np.array(self, copy=True, order="C")
+    pos = _put_positions(index, out.size)
+    flat, vals = out.reshape(-1), np.asarray(source).reshape(-1)
+    if accumulate:
+        np.add.at(flat, pos, vals)
+    else:
+        flat[pos] = vals                    # a repeated position takes its last value, as PyTorch's CPU loop
+    return out
+
+
+def _take(g, index, shape):
+    # grad.take(index).reshape_as(source): the flat gradient at the (wrapped) positions
+    pos = _put_positions(index, int(np.prod(g.shape, dtype=np.int64)))
+    return L.reshape(index_select(L.reshape(g, shape=(-1,)), pos, dim=0), shape=tuple(shape))
+
+
+# self: accumulate ? grad : grad.put(index, zeros_like(source), false)
+# source: grad.take(index).reshape_as(source)
+defvjp(put,
+       lambda g, ans, self, index, source, accumulate=False: g if accumulate else put(
+           g, np.asarray(_value(index)), zeros(source.shape, g), accumulate=False),
+       None,
+       lambda g, ans, self, index, source, accumulate=False: _take(g, index, source.shape))

@@ -237,6 +237,31 @@ refuse(PUT, [R(3, 4), np.array([0, 1], np.int32), R(2, seed=1)], {}, "long tenso
 refuse(PUT, [R(3, 4), np.array([0, 1]), R(2, seed=1).astype(np.float32)], {}, "same dtype", id=PUT + "-dtype")
 
 
+# -- fractional_max_pool3d and its backward: PyTorch's intervals from each plane's samples (u_t, u_h, u_w) ----------
+FMP3, FMP3B = "aten.fractional_max_pool3d.default", "aten.fractional_max_pool3d_backward.default"
+_u3 = np.random.default_rng(6).random((2, 3, 3))
+_fmp3 = {"kernel_size": [2, 3, 2], "output_size": [3, 4, 5]}
+row(FMP3, [distinct(2, 3, 6, 7, 8), _u3], _fmp3, wrt=[0])
+row(FMP3, [distinct(3, 5, 5, 5), _u3[:1]], {"kernel_size": [2, 2, 2], "output_size": [3, 3, 3]}, wrt=[0],
+    id=FMP3 + "-unbatched")
+row(FMP3, [distinct(2, 3, 5, 4, 5), _u3], {"kernel_size": [2, 2, 2], "output_size": [3, 1, 3]}, wrt=[0],
+    id=FMP3 + "-overlaps")
+row(FMP3, [np.swapaxes(distinct(2, 3, 8, 7, 6), 2, 4), _u3], _fmp3, wrt=[0], id=FMP3 + "-nc")
+row(FMP3, [R(0, 3, 6, 7, 8), _u3[:0]], _fmp3, wrt=[0], id=FMP3 + "-empty-batch")
+row(FMP3, [_plateaus, _u3[:1, :2]], {"kernel_size": [2, 2, 2], "output_size": [2, 3, 4]}, wrt=[0], fd=False,
+    id=FMP3 + "-ties-nan")
+GRADGRAD[FMP3] = ([distinct(1, 2, 4, 4, 5), _u3[:1, :2]], {"kernel_size": [2, 2, 2], "output_size": [2, 2, 3]}, [0])
+_fmp3_idx = np.array([[[[[0, 5], [14, 23]]]] * 2])
+row(FMP3B, [R(1, 2, 1, 2, 2), R(1, 2, 2, 3, 4, seed=1), _fmp3_idx], {"kernel_size": [2, 2, 2], "output_size": [1, 2, 2]},
+    wrt=[0, 1], id=FMP3B)
+GRADGRAD[FMP3B] = ([R(1, 2, 1, 2, 2), R(1, 2, 2, 3, 4, seed=1), _fmp3_idx],
+                   {"kernel_size": [2, 2, 2], "output_size": [1, 2, 2]}, [0])
+refuse(FMP3, [R(2, 3, 4, 7, 8), _u3], _fmp3, "too large", id=FMP3 + "-pool")
+refuse(FMP3, [R(2, 3, 6, 7, 8), _u3[..., :2]], _fmp3, "random_samples", id=FMP3 + "-samples")
+refuse(FMP3, [R(2, 0, 6, 7, 8), _u3[:, :0]], _fmp3, "non-zero size", id=FMP3 + "-empty-channels")
+refuse(FMP3, [R(2, 3, 6, 7, 8), _u3.astype(np.float32)], _fmp3, "dtype", id=FMP3 + "-samples-dtype")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

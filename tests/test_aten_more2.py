@@ -262,6 +262,27 @@ refuse(FMP3, [R(2, 0, 6, 7, 8), _u3[:, :0]], _fmp3, "non-zero size", id=FMP3 + "
 refuse(FMP3, [R(2, 3, 6, 7, 8), _u3.astype(np.float32)], _fmp3, "dtype", id=FMP3 + "-samples-dtype")
 
 
+# -- _upsample_bilinear2d_aa: antialiased bilinear, up and down, sizes or scales ---------------------------------
+AA = "aten._upsample_bilinear2d_aa.default"
+row(AA, [R(2, 3, 8, 9)], {"output_size": [3, 4], "align_corners": False})
+row(AA, [R(2, 3, 8, 9)], {"output_size": [3, 4], "align_corners": True}, id=AA + "-align")
+row(AA, [R(1, 2, 5, 6)], {"output_size": [10, 13], "align_corners": False}, id=AA + "-up")
+row(AA, [R(1, 2, 5, 6)], {"output_size": [10, 3], "align_corners": True}, id=AA + "-up-down-align")
+row(AA, [R(1, 2, 12, 10)], {"output_size": [5, 3], "align_corners": False, "scales_h": 0.45, "scales_w": 0.29},
+    id=AA + "-scales")
+# an unchanged height with a scale: PyTorch's forward copies the rows, its backward weighs them by the
+# scale (docs/deviations.md), gradcli too: no finite differences
+row(AA, [R(1, 2, 6, 6)], {"output_size": [6, 3], "align_corners": False, "scales_h": 1.1}, fd=False,
+    id=AA + "-same-h")
+row(AA, [R(1, 5, 3, 2)], {"output_size": [3, 7], "align_corners": False}, id=AA + "-one-row")
+row(AA, [R(0, 2, 4, 4)], {"output_size": [2, 3], "align_corners": False}, id=AA + "-empty-batch")
+row(AA, [nc(R(2, 3, 7, 6))], {"output_size": [3, 4], "align_corners": False}, id=AA + "-nc")
+GRADGRAD[AA] = ([R(1, 2, 6, 5)], {"output_size": [3, 7], "align_corners": False}, None)
+NODE_NAME_DIFFERENCES[AA] = "two matrix products (PyTorch: UpsampleBilinear2DAaBackwardBackward0)"
+refuse(AA, [R(2, 3, 8)], {"output_size": [3, 4], "align_corners": False}, "4-D", id=AA + "-3d")
+refuse(AA, [R(2, 3, 8, 9)], {"output_size": [0, 4], "align_corners": False}, "greater than 0", id=AA + "-zero")
+
+
 # -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
 @pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
 def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):

@@ -12,7 +12,7 @@ tensor queries), ``sampling`` (random ops), ``group_norm``, ``index``, ``pad``,
 from . import conv_pool, factory, logical, nn, norm_attention, pointwise, pointwise_core, reduce_core, sampling, shape  # noqa: F401 - registers the entries
 from . import cdist, fold, group_norm, index, layout, pad, pool3d, upsample  # noqa: F401 - core ATen entries, each with its shape rule
 from . import ctc, embedding_bag, fft, grid_sample, pdist  # noqa: F401 - core ATen entries, each with its shape rule
-from . import reduce_more, trilinear  # noqa: F401 - non-core ops user modules record (nn.Bilinear, medians, scans)
+from . import reduce_more, reduce_select, trilinear  # noqa: F401 - non-core ops user modules record (nn.Bilinear, medians, scans, kthvalue, mode)
 from . import special  # noqa: F401 - non-core special and pointwise functions (lgamma, digamma, Bessel, fmax, ...)
 from . import vector_norm  # noqa: F401 - non-core, a kernel for PyTorch's formula at 0 (Note [A norm's gradient at zero])
 from . import linalg  # noqa: F401 - non-core torch.linalg (det, slogdet, inv, solve, cholesky, qr, svd, eigh): no decomposition

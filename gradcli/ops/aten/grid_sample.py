@@ -1,7 +1,8 @@
-"""``grid_sampler_2d`` (what ``F.grid_sample`` records for a 4-D input), its backward op
-``grid_sampler_2d_backward`` (node ``GridSampler2DBackwardBackward0``) and that op's
-derivative, derivatives.yaml's ``grid_sampler_2d_double_backward`` (arithmetic in
-``gradcli.ops.aten_kernels.grid_sample``, Note [grid sampling as taps]).
+"""``grid_sampler_2d`` and ``grid_sampler_3d`` (what ``F.grid_sample`` records for a 4-D and a 5-D
+input), their backward ops ``grid_sampler_{2,3}d_backward`` (nodes
+``GridSampler{2,3}DBackwardBackward0``) and those ops' derivatives, derivatives.yaml's
+``grid_sampler_{2,3}d_double_backward`` (arithmetic in ``gradcli.ops.aten_kernels.grid_sample``,
+Note [grid sampling as taps]; the 3-D sampler has no bicubic mode, as PyTorch's).
 
 The double backward computes on arrays: a third derivative, which PyTorch computes (its
 double backward is made of differentiable ops), raises a one-line error instead (Note [a
@@ -22,64 +23,66 @@ from ..library import _value
 from .registry import aten, defvjp, defvjp_joint
 
 
-def _meta(input, grid, interpolation_mode, padding_mode, align_corners):
-    return [(K.check(input, grid, interpolation_mode, padding_mode), input.dtype)]
+def _family(dims):
+    name = f"grid_sampler_{dims}d"
+
+    def meta(input, grid, interpolation_mode, padding_mode, align_corners):
+        return [(K.check(input, grid, interpolation_mode, padding_mode, dims), input.dtype)]
+
+    def forward(input, grid, interpolation_mode, padding_mode, align_corners):
+        meta(input, grid, interpolation_mode, padding_mode, align_corners)
+        return K.grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners)
+    forward.__name__ = name
+    op = aten(f"{name}(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) "
+              "-> Tensor", f"GridSampler{dims}DBackward0", meta=meta)(forward)
+
+    def full_mask(output_mask):
+        if list(output_mask) != [True, True]:
+            raise ValueError(f"{name}_backward: output_mask {list(output_mask)} is not supported (gradcli "
+                             "computes every output: [true, true])")
+
+    def backward_meta(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+        full_mask(output_mask)
+        out = K.check(input, grid, interpolation_mode, padding_mode, dims)
+        if tuple(grad_output.shape) != out:
+            raise ValueError(f"{name}_backward: grad_output has shape {list(grad_output.shape)}, the output "
+                             f"{list(out)}")
+        return [(tuple(input.shape), input.dtype), (tuple(grid.shape), grid.dtype)]
+
+    def backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+        backward_meta(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask)
+        return K.grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                                          align_corners)
+    backward.__name__ = name + "_backward"
+    backward_op = aten(f"{name}_backward(Tensor grad_output, Tensor input, Tensor grid, int interpolation_mode, "
+                       "int padding_mode, bool align_corners, bool[2] output_mask) -> (Tensor, Tensor)",
+                       f"GridSampler{dims}DBackwardBackward0", meta=backward_meta)(backward)
+
+    # input, grid: grid_sampler_{2,3}d_backward(grad, input, grid, interpolation_mode, padding_mode,
+    # align_corners, grad_input_mask); gradcli computes both (its backward op refuses a partial mask)
+    # and hands out those asked for
+    def vjp(g, ans, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+        gi, gg = backward_op(g, input, grid, interpolation_mode=interpolation_mode, padding_mode=padding_mode,
+                             align_corners=align_corners, output_mask=[True, True])
+        return [gi if output_mask[0] else None, gg if output_mask[1] else None]
+
+    defvjp_joint(op, vjp, [True, True])
+
+    # grad_output, input, grid: grid_sampler_{2,3}d_double_backward(grads[0], grads[1], grad_output, input,
+    # grid, interpolation_mode, padding_mode, align_corners, grad_input_mask)
+    def double_vjp(k):
+        def vjp(g, ans, grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+            ggi, ggg = (None if x is None else _value(x) for x in g)
+            return K.grid_sampler_2d_double_backward(ggi, ggg, _value(grad_output), _value(input), _value(grid),
+                                                     interpolation_mode, padding_mode, align_corners)[k]
+        return vjp
+
+    defvjp(backward_op, double_vjp(0), double_vjp(1), double_vjp(2),
+           first_order_only=f"{name}_double_backward",
+           beyond=f"gradcli computes {name}'s derivatives to the second order only (its double backward "
+                  "is not differentiable in gradcli; PyTorch differentiates it)")
+    return op, backward_op
 
 
-@aten("grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) "
-      "-> Tensor", "GridSampler2DBackward0", meta=_meta)
-def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
-    return K.grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners)
-
-
-def _full_mask(output_mask):
-    if list(output_mask) != [True, True]:
-        raise ValueError(f"grid_sampler_2d_backward: output_mask {list(output_mask)} is not supported (gradcli "
-                         "computes every output: [true, true])")
-
-
-def _backward_meta(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-    _full_mask(output_mask)
-    out = K.check(input, grid, interpolation_mode, padding_mode)
-    if tuple(grad_output.shape) != out:
-        raise ValueError(f"grid_sampler_2d_backward: grad_output has shape {list(grad_output.shape)}, the output "
-                         f"{list(out)}")
-    return [(tuple(input.shape), input.dtype), (tuple(grid.shape), grid.dtype)]
-
-
-@aten("grid_sampler_2d_backward(Tensor grad_output, Tensor input, Tensor grid, int interpolation_mode, "
-      "int padding_mode, bool align_corners, bool[2] output_mask) -> (Tensor, Tensor)",
-      "GridSampler2DBackwardBackward0", meta=_backward_meta)
-def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
-                             output_mask):
-    _backward_meta(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask)
-    return K.grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners)
-
-
-# input, grid: grid_sampler_2d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners,
-# grad_input_mask); gradcli computes both (its backward op refuses a partial mask) and hands out
-# those asked for
-def _vjp(g, ans, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-    gi, gg = grid_sampler_2d_backward(g, input, grid, interpolation_mode=interpolation_mode,
-                                      padding_mode=padding_mode, align_corners=align_corners,
-                                      output_mask=[True, True])
-    return [gi if output_mask[0] else None, gg if output_mask[1] else None]
-
-
-defvjp_joint(grid_sampler_2d, _vjp, [True, True])
-
-
-# grad_output, input, grid: grid_sampler_2d_double_backward(grads[0], grads[1], grad_output, input, grid,
-# interpolation_mode, padding_mode, align_corners, grad_input_mask)
-def _double_vjp(k):
-    def vjp(g, ans, grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-        ggi, ggg = (None if x is None else _value(x) for x in g)
-        return K.grid_sampler_2d_double_backward(ggi, ggg, _value(grad_output), _value(input), _value(grid),
-                                                 interpolation_mode, padding_mode, align_corners)[k]
-    return vjp
-
-
-defvjp(grid_sampler_2d_backward, _double_vjp(0), _double_vjp(1), _double_vjp(2),
-       first_order_only="grid_sampler_2d_double_backward",
-       beyond="gradcli computes grid_sampler_2d's derivatives to the second order only (its double backward "
-              "is not differentiable in gradcli; PyTorch differentiates it)")
+grid_sampler_2d, grid_sampler_2d_backward = _family(2)
+grid_sampler_3d, grid_sampler_3d_backward = _family(3)

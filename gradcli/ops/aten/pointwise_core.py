@@ -142,6 +142,24 @@ def sign(self):
 defvjp(sign, lambda g, ans, self: zeros(self.shape, g))        # self: zeros_like(grad)
 
 
+def _angle(x):
+    """angle of a real number: pi below zero, 0 at or above it (-0.0 included), NaN kept."""
+    return np.where(np.isnan(x), x, np.where(x < 0, np.pi, 0.0))
+
+
+def _check_real(name, fn):
+    def checked(x):
+        if np.dtype(x.dtype).kind == "c":
+            raise TypeError(f"{name}: not implemented for {x.dtype} inputs (gradcli takes real inputs only)")
+        return fn(x)
+    return checked
+
+
+angle = _float_unary("angle", "AngleBackward0", _check_real("angle", _angle))
+# self: angle_backward(grad, self): zeros_like(self) for a real self
+defvjp(angle, lambda g, ans, self: zeros(self.shape, g))
+
+
 # -- elu and leaky_relu, with their backward ops (Note [activation backwards as ops]) -------------
 @aten("elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor", "EluBackward0",
       meta=ELEMENTWISE)

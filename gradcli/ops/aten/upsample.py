@@ -1,4 +1,5 @@
-"""ATen 2-D upsampling entries: ``upsample_nearest2d.vec`` and ``upsample_bilinear2d.vec``
+"""ATen 2-D upsampling entries: ``upsample_nearest2d.vec``, ``upsample_bilinear2d.vec`` and
+``_upsample_bilinear2d_aa`` (antialiased: other matrices, the same products)
 (forwards in ``gradcli.ops.aten_kernels.upsample``).
 
 The ``.vec`` overloads are composite in PyTorch: they compute the output size and call
@@ -61,7 +62,8 @@ def upsample_bilinear2d(input, output_size, align_corners, scale_factors):
 
 def _bilinear_vjp(g, ans, input, output_size, align_corners, scale_factors):
     # input: upsample_bilinear2d_backward(grad, output_size, input.sizes(), align_corners, scales_h,
-    # scales_w): the transposed interpolation, Mh.T @ grad @ Mw
+    # scales_w): the transposed interpolation, Mh.T @ grad @ Mw, its matrices PyTorch's backward kernel's
+    # (an axis of unchanged size is not skipped there: with a scale given, not the forward's identity)
     shape = tuple(input.shape)
     oh, ow, sh, sw = K.output_size("upsample_bilinear2d", shape, output_size, scale_factors)
     gv = _value(g)
@@ -72,3 +74,32 @@ def _bilinear_vjp(g, ans, input, output_size, align_corners, scale_factors):
 
 
 defvjp(upsample_bilinear2d, _bilinear_vjp)
+
+
+# -- _upsample_bilinear2d_aa (F.interpolate(..., mode="bilinear", antialias=True)) ----------------------------------
+def _aa_meta(self, output_size, align_corners, scales_h=None, scales_w=None):
+    check_dtype("_upsample_bilinear2d_aa", self, "f")
+    oh, ow, _, _ = K.output_size("_upsample_bilinear2d_aa", tuple(self.shape), output_size, None)
+    return [((self.shape[0], self.shape[1], oh, ow), self.dtype)]
+
+
+@aten("_upsample_bilinear2d_aa(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, "
+      "float? scales_w=None) -> Tensor", "UpsampleBilinear2DAaBackward0", saves=False, meta=_aa_meta)
+def upsample_bilinear2d_aa(self, output_size, align_corners, scales_h=None, scales_w=None):
+    ((shape, _),) = _aa_meta(self, output_size, align_corners, scales_h, scales_w)
+    return K.upsample_bilinear2d_aa(self, shape[2], shape[3], align_corners, scales_h, scales_w)
+
+
+def _aa_vjp(g, ans, self, output_size, align_corners, scales_h=None, scales_w=None):
+    # self: _upsample_bilinear2d_aa_backward(grad, output_size, self.sym_sizes(), align_corners, scales_h,
+    # scales_w): the transposed interpolation, Mh.T @ grad @ Mw, its matrices PyTorch's backward kernel's
+    # (an axis of unchanged size is not skipped there: with a scale given, not the forward's identity)
+    shape = tuple(self.shape)
+    gv = _value(g)
+    xp = array_module(gv)
+    mh = K.bilinear_aa_matrix(xp, shape[2], int(output_size[0]), align_corners, scales_h, gv.dtype, False)
+    mw = K.bilinear_aa_matrix(xp, shape[3], int(output_size[1]), align_corners, scales_w, gv.dtype, False)
+    return L.matmul(xp.ascontiguousarray(mh.T), L.matmul(g, mw))
+
+
+defvjp(upsample_bilinear2d_aa, _aa_vjp)

@@ -1,4 +1,5 @@
-"""``grid_sampler_2d``, its backward and its double backward as array functions.
+"""``grid_sampler_2d``, its backward and its double backward as array functions; the same functions
+serve ``grid_sampler_3d`` (a 5-D input, a grid ``(N, Do, Ho, Wo, 3)``: the taps on three axes).
 
 Note [grid sampling as taps]: each output pixel reads a few input pixels (taps: 1 for nearest,
 2 x 2 for bilinear, 4 x 4 for bicubic), each with a weight that is a product of one weight per
@@ -21,33 +22,36 @@ from ._common import array_module, check_dtype, scatter_add
 _A = -0.75      # the cubic convolution's parameter, as PyTorch's
 
 
-def check(input, grid, interpolation_mode, padding_mode):
-    """grid_sampler's argument checks, with PyTorch's messages; the output shape."""
-    check_dtype("grid_sampler_2d", input, "f")
+def check(input, grid, interpolation_mode, padding_mode, dims=2):
+    """grid_sampler's argument checks, with PyTorch's messages; the output shape. ``dims``: 2
+    (grid_sampler_2d, 4-D input) or 3 (grid_sampler_3d, 5-D input)."""
+    check_dtype(f"grid_sampler_{dims}d", input, "f")
     if input.dtype != grid.dtype:
         raise TypeError(f"grid_sampler(): expected input and grid to have same dtype, but input has {input.dtype} "
                         f"and grid has {grid.dtype}")
     si, sg = list(input.shape), list(grid.shape)
-    if len(si) != 4 or len(sg) != 4:
-        raise ValueError(f"grid_sampler(): expected 4D input and grid with same number of dimensions, but got "
-                         f"input with sizes {si} and grid with sizes {sg}")
+    if len(si) != dims + 2 or len(sg) != dims + 2:
+        raise ValueError(f"grid_sampler(): expected {dims + 2}D input and grid with same number of dimensions, but "
+                         f"got input with sizes {si} and grid with sizes {sg}")
     if si[0] != sg[0]:
         raise ValueError(f"grid_sampler(): expected grid and input to have same batch size, but got input with "
                          f"sizes {si} and grid with sizes {sg}")
-    if sg[3] != 2:
-        raise ValueError(f"grid_sampler(): expected grid to have size 2 in last dimension, but got grid with "
+    if sg[-1] != dims:
+        raise ValueError(f"grid_sampler(): expected grid to have size {dims} in last dimension, but got grid with "
                          f"sizes {sg}")
-    for d in (2, 3):
+    for d in range(2, dims + 2):
         if si[d] == 0:
             raise ValueError(f"grid_sampler(): expected input to have non-empty spatial dimensions, but input has "
                              f"sizes {si} with dimension {d} being empty")
     if interpolation_mode not in (0, 1, 2):
         raise ValueError(f"grid_sampler(): interpolation_mode must be 0 (bilinear), 1 (nearest) or 2 (bicubic), "
                          f"got {interpolation_mode}")
+    if interpolation_mode == 2 and dims != 2:
+        raise ValueError("grid_sampler(): bicubic interpolation only supports 4D input")
     if padding_mode not in (0, 1, 2):
         raise ValueError(f"grid_sampler(): padding_mode must be 0 (zeros), 1 (border) or 2 (reflection), "
                          f"got {padding_mode}")
-    return (si[0], si[1], sg[1], sg[2])
+    return tuple(si[:2] + sg[1:-1])
 
 
 def _unnormalize(xp, g, size, align_corners):
@@ -145,41 +149,59 @@ def _axis_taps(xp, g, size, interpolation_mode, padding_mode, align_corners):
 
 
 class _Taps:
-    """Both axes' taps of one grid, combined: arrays ``(N, Ho, Wo, K)`` for K = Ky * Kx taps."""
+    """Every spatial axis's taps of one grid, combined: arrays ``(N, *out, K)`` for K the product of
+    the axes' tap counts. ``sizes``: the input's spatial sizes (H, W) or (D, H, W); the grid's last
+    dim lists the coordinates the other way round (x for W first)."""
 
-    def __init__(self, xp, grid, H, W, interpolation_mode, padding_mode, align_corners):
-        xs, xin, wx, dwx, d2wx = _axis_taps(xp, grid[..., 0], W, interpolation_mode, padding_mode, align_corners)
-        ys, yin, wy, dwy, d2wy = _axis_taps(xp, grid[..., 1], H, interpolation_mode, padding_mode, align_corners)
-        N, Ho, Wo = grid.shape[:3]
+    def __init__(self, xp, grid, sizes, interpolation_mode, padding_mode, align_corners):
+        n_ax = len(sizes)
+        # axes[a]: the taps along spatial axis a (0: D or H, the last: W); grid[..., n_ax - 1 - a] feeds it
+        axes = [_axis_taps(xp, grid[..., n_ax - 1 - a], sizes[a], interpolation_mode, padding_mode, align_corners)
+                for a in range(n_ax)]
+        lead = grid.shape[:-1]
+        counts = [ax[0].shape[-1] for ax in axes]
+        k = int(np.prod(counts))
 
-        k = ys.shape[-1] * xs.shape[-1]
+        def outer(parts):        # one (.., K_a) per axis -> (.., K), axis 0 slowest
+            out = 1
+            for a, part in enumerate(parts):
+                out = out * part.reshape(lead + (1,) * a + (counts[a],) + (1,) * (n_ax - a - 1))
+            return xp.broadcast_to(out, lead + tuple(counts)).reshape(lead + (k,))
 
-        def outer(a, b):        # (.., Ky) x (.., Kx) -> (.., Ky * Kx)
-            return (a[..., :, None] * b[..., None, :]).reshape(N, Ho, Wo, k)
-        self.inside = outer(yin, xin).astype(bool)
-        self.y = xp.where(self.inside, outer(ys, xp.ones_like(xs)), 0)
-        self.x = xp.where(self.inside, outer(xp.ones_like(ys), xs), 0)
-        self.w = outer(wy, wx)
-        self.wx, self.wy = outer(wy, dwx), outer(dwy, wx)
-        self.wxx, self.wxy, self.wyy = outer(wy, d2wx), outer(dwy, dwx), outer(d2wy, wx)
-        self.n = xp.arange(N).reshape(N, 1, 1, 1)
+        self.inside = outer([ax[1] for ax in axes]).astype(bool)
+        self.pos = [xp.where(self.inside, outer([ax[0] if b == a else xp.ones_like(ax[0]) for b, ax in enumerate(axes)]),
+                             0) for a in range(n_ax)]
+        self.w = outer([ax[2] for ax in axes])
+
+        def with_(derivs):       # the weight with axis a's factor replaced by derivs[a] where given
+            return outer([derivs.get(a, axes[a][2]) for a in range(n_ax)])
+        # d[c]: the weight's derivative in grid coordinate c (c = n_ax - 1 - a); dd[c][e]: second
+        self.d = [with_({n_ax - 1 - c: axes[n_ax - 1 - c][3]}) for c in range(n_ax)]
+        self.dd = [[with_({n_ax - 1 - c: axes[n_ax - 1 - c][4]}) if c == e else
+                    with_({n_ax - 1 - c: axes[n_ax - 1 - c][3], n_ax - 1 - e: axes[n_ax - 1 - e][3]})
+                    for e in range(n_ax)] for c in range(n_ax)]
+        self.n = xp.arange(grid.shape[0]).reshape((grid.shape[0],) + (1,) * (n_ax + 1))
         self.xp = xp
 
     def gather(self, image):
-        """``image`` (N, C, H, W) at every tap: (N, C, Ho, Wo, K), zero outside."""
-        v = image[self.n, :, self.y, self.x]                 # (N, Ho, Wo, K, C)
+        """``image`` (N, C, *sizes) at every tap: (N, C, *out, K), zero outside."""
+        v = image[(self.n, slice(None)) + tuple(self.pos)]    # (N, *out, K, C)
         v = v * self.inside[..., None]
         return self.xp.moveaxis(v, -1, 1)
 
     def scatter(self, values, shape, dtype):
-        """Add ``values`` (N, C, Ho, Wo, K) into a zero (N, C, H, W) image at the taps."""
+        """Add ``values`` (N, C, *out, K) into a zero (N, C, *sizes) image at the taps."""
         xp = self.xp
         out = xp.zeros(shape, dtype)
-        v = xp.moveaxis(values, 1, -1) * self.inside[..., None]    # (N, Ho, Wo, K, C)
-        n, y, x = (xp.broadcast_to(a, self.y.shape) for a in (self.n, self.y, self.x))
-        flat = out.transpose(0, 2, 3, 1)                     # a view: (N, H, W, C)
-        scatter_add(xp, flat, (n, y, x), v)
+        v = xp.moveaxis(values, 1, -1) * self.inside[..., None]    # (N, *out, K, C)
+        idx = tuple(xp.broadcast_to(a, self.pos[0].shape) for a in [self.n] + self.pos)
+        flat = xp.moveaxis(out, 1, -1)                        # a view: (N, *sizes, C)
+        scatter_add(xp, flat, idx, v)
         return out
+
+    def grid_grad(self, seen):
+        """sum over taps of ``seen`` (N, *out, K) times each coordinate's weight derivative: the grid's shape."""
+        return self.xp.stack([(seen * d).sum(-1) for d in self.d], -1)
 
 
 def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
@@ -191,8 +213,7 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
     [[[[1.5]]]]
     """
     xp = array_module(input, grid)
-    check(input, grid, interpolation_mode, padding_mode)
-    taps = _Taps(xp, grid, input.shape[2], input.shape[3], interpolation_mode, padding_mode, align_corners)
+    taps = _Taps(xp, grid, input.shape[2:], interpolation_mode, padding_mode, align_corners)
     out = (taps.gather(input) * taps.w[:, None]).sum(-1)
     return xp.ascontiguousarray(out).astype(input.dtype, copy=False)
 
@@ -200,12 +221,11 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
 def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners):
     """``aten.grid_sampler_2d_backward(...)`` with every output asked for: (grad_input, grad_grid)."""
     xp = array_module(grad_output, input, grid)
-    check(input, grid, interpolation_mode, padding_mode)
-    taps = _Taps(xp, grid, input.shape[2], input.shape[3], interpolation_mode, padding_mode, align_corners)
-    go = grad_output[..., None]                              # (N, C, Ho, Wo, 1)
+    taps = _Taps(xp, grid, input.shape[2:], interpolation_mode, padding_mode, align_corners)
+    go = grad_output[..., None]                              # (N, C, *out, 1)
     grad_input = taps.scatter(go * taps.w[:, None], input.shape, input.dtype)
-    seen = (taps.gather(input) * go).sum(1)                  # (N, Ho, Wo, K): summed over channels
-    grad_grid = xp.stack([(seen * taps.wx).sum(-1), (seen * taps.wy).sum(-1)], -1)
+    seen = (taps.gather(input) * go).sum(1)                  # (N, *out, K): summed over channels
+    grad_grid = taps.grid_grad(seen)
     return [grad_input.astype(input.dtype, copy=False), xp.ascontiguousarray(grad_grid).astype(grid.dtype, copy=False)]
 
 
@@ -214,24 +234,25 @@ def grid_sampler_2d_double_backward(ggi, ggg, grad_output, input, grid, interpol
     """The gradients of ``<ggi, grad_input> + <ggg, grad_grid>`` for (grad_output, input, grid)
     (Note [grid sampling as taps]); ``ggi``/``ggg`` may be None (zero)."""
     xp = array_module(grad_output, input, grid)
-    taps = _Taps(xp, grid, input.shape[2], input.shape[3], interpolation_mode, padding_mode, align_corners)
+    taps = _Taps(xp, grid, input.shape[2:], interpolation_mode, padding_mode, align_corners)
+    n_ax = grid.shape[-1]
     dt = input.dtype
     d_go = xp.zeros(grad_output.shape, dt)
     d_input = xp.zeros(input.shape, dt)
     d_grid = xp.zeros(grid.shape, dt)
     go = grad_output[..., None]
     if ggi is not None:
-        seen = taps.gather(ggi)                              # (N, C, Ho, Wo, K)
+        seen = taps.gather(ggi)                              # (N, C, *out, K)
         d_go = d_go + (seen * taps.w[:, None]).sum(-1)
-        s = (seen * go).sum(1)
-        d_grid = d_grid + xp.stack([(s * taps.wx).sum(-1), (s * taps.wy).sum(-1)], -1)
+        d_grid = d_grid + taps.grid_grad((seen * go).sum(1))
     if ggg is not None:
-        gx, gy = ggg[..., 0:1], ggg[..., 1:2]                # (N, Ho, Wo, 1)
-        dw = taps.wx * gx + taps.wy * gy                     # the weights' change along ggg
+        gc = [ggg[..., c:c + 1] for c in range(n_ax)]        # (N, *out, 1) each
+        dw = sum(taps.d[c] * gc[c] for c in range(n_ax))     # the weights' change along ggg
         vals = taps.gather(input)
         d_go = d_go + (vals * dw[:, None]).sum(-1)
         d_input = d_input + taps.scatter(go * dw[:, None], input.shape, dt)
         s = (vals * go).sum(1)
-        d_grid = d_grid + xp.stack([(s * (taps.wxx * gx + taps.wxy * gy)).sum(-1),
-                                    (s * (taps.wxy * gx + taps.wyy * gy)).sum(-1)], -1)
+        d_grid = d_grid + xp.stack([(s * sum(taps.dd[c][e] * gc[e] for e in range(n_ax))).sum(-1)
+                                    for c in range(n_ax)], -1)
     return [d_go.astype(dt, copy=False), d_input.astype(dt, copy=False), d_grid.astype(dt, copy=False)]
+

@@ -10,8 +10,9 @@ import itertools
 
 import numpy as np
 
-from ._common import array_module, check_dtype, window_slice
-from .pool import _adaptive_matrix, _avg_divisors, _divide, check_avg_pool_dtype, pool_params
+from ...devices import to_host
+from ._common import array_module, check_dtype, expand_param, scatter_add, window_slice
+from .pool import _adaptive_matrix, _avg_divisors, _divide, _fractional_intervals, check_avg_pool_dtype, pool_params
 
 
 def _padded(xp, x4, p, ext, fill):
@@ -135,3 +136,128 @@ def _adaptive_avg_pool3d(self, output_size):
     mats = adaptive_matrices(xp, tuple(self.shape), out, self.dtype)
     return xp.ascontiguousarray(apply_separable(xp.matmul, lambda a, s: a.reshape(s), self, tuple(self.shape),
                                                 mats))
+
+
+def adaptive_max3d_output_size(shape, dtype, output_size):
+    """adaptive_max_pool3d's checks: a 4-D or 5-D float input, empty only in its batch dim,
+    and three output sizes (0 gives an empty result)."""
+    op = "adaptive_max_pool3d"
+    check_dtype(op, np.empty(0, dtype), "f")
+    if len(shape) not in (4, 5):
+        raise ValueError(f"{op}(): expected a 4D or 5D tensor, got shape {list(shape)}")
+    for a in range(len(shape) - 4, len(shape)):
+        if shape[a] == 0:
+            raise ValueError(f"{op}(): expected input to have non-zero size for non-batch dimensions, but input "
+                             f"has sizes {list(shape)} with dimension {a} being empty")
+    if isinstance(output_size, (int, np.integer)) or len(output_size) != 3:
+        raise ValueError(f"{op}(): output_size must have 3 elements, got {output_size}")
+    out = tuple(int(o) for o in output_size)
+    if min(out) < 0:
+        raise ValueError(f"{op}(): output_size {list(out)} must be non-negative")
+    return out
+
+
+def adaptive_max_pool3d(self, output_size):
+    """``aten.adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)``.
+
+    Output ``(od, oh, ow)`` is the maximum over PyTorch's adaptive window (``[floor(o*I/O),
+    ceil((o+1)*I/O))`` on each axis) and its position in the flattened ``D*H*W`` volume; the scan
+    is PyTorch's CPU kernel's (depth, then rows, then columns; a value greater than the running
+    one or a NaN takes over), window by window, every plane at once."""
+    shape = tuple(self.shape)
+    out = adaptive_max3d_output_size(shape, self.dtype, output_size)
+    xp = array_module(self)
+    d, h, w = shape[-3:]
+    x = self.reshape(-1, d * h * w)
+    planes = x.shape[0]
+    values = xp.empty((planes,) + out, dtype=self.dtype)
+    indices = xp.empty((planes,) + out, dtype=xp.int64)
+
+    def bounds(o, size, n):
+        return (o * size) // n, -((-(o + 1) * size) // n)
+    for i, j, k in itertools.product(*(range(o) for o in out)):
+        (d0, d1), (h0, h1), (w0, w1) = bounds(i, d, out[0]), bounds(j, h, out[1]), bounds(k, w, out[2])
+        best = xp.full(planes, -np.inf, dtype=self.dtype)
+        where = xp.full(planes, (d0 * h + h0) * w + w0, dtype=xp.int64)
+        for a, b, c in itertools.product(range(d0, d1), range(h0, h1), range(w0, w1)):
+            pos = (a * h + b) * w + c
+            v = x[:, pos]
+            take = (v > best) | xp.isnan(v)
+            best = xp.where(take, v, best)
+            where = xp.where(take, pos, where)
+        values[:, i, j, k] = best
+        indices[:, i, j, k] = where
+    lead = shape[:-3]
+    return [values.reshape(lead + out), indices.reshape(lead + out)]
+
+
+def adaptive_max_pool3d_backward(grad_output, self, indices):
+    """``aten.adaptive_max_pool3d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor``:
+    ``grad_output`` added into zeros of ``self``'s shape at ``indices`` (positions in each flattened
+    ``D*H*W`` volume)."""
+    xp = array_module(grad_output, self)
+    shape = tuple(self.shape)
+    vol = int(np.prod(shape[-3:], dtype=np.int64))
+    planes = int(np.prod(shape[:-3], dtype=np.int64))
+    gi = xp.zeros((planes, vol), dtype=grad_output.dtype)
+    flat = (xp.asarray(indices).reshape(planes, int(np.prod(indices.shape[-3:], dtype=np.int64)))
+            + (xp.arange(planes, dtype=xp.int64) * vol)[:, None]).ravel()
+    gi = scatter_add(xp, gi.reshape(-1), flat, grad_output.reshape(-1))
+    return gi.reshape(shape)
+
+
+def fractional3d_params(self, kernel_size, output_size, random_samples):
+    """fractional_max_pool3d's checks (the kernel's and the load-time shape rule's): the kernel
+    and output sizes, (T, H, W) each."""
+    op = "fractional_max_pool3d"
+    check_dtype(op, self, "f")
+    shape = tuple(self.shape)
+    if len(shape) not in (4, 5):
+        raise ValueError(f"{op}(): expected a 4D or 5D input, got shape {list(shape)}")
+    for a in range(len(shape) - 4, len(shape)):
+        if shape[a] == 0:
+            raise ValueError(f"{op}(): expected input to have non-zero size for non-batch dimensions, but got "
+                             f"{list(shape)} with dimension {a} being empty")
+    k = expand_param(kernel_size, 3, "kernel_size")
+    out = expand_param(output_size, 3, "output_size")
+    for name, kk, o, size in zip(("time", "height", "width"), k, out, shape[-3:]):
+        if o + kk - 1 >= size:          # PyTorch's 3-D check is strict (the 2-D one is not)
+            raise ValueError(f"{op}(): pool {name} {kk} too large relative to input {name} {size} for output "
+                             f"{name} {o}")
+    lead = shape[:-3] if len(shape) == 5 else (1,) + shape[:-3]
+    if tuple(random_samples.shape) != lead + (3,):
+        raise ValueError(f"{op}(): random_samples of shape {list(random_samples.shape)}, expected "
+                         f"{list(lead) + [3]}")
+    if np.dtype(random_samples.dtype) != np.dtype(self.dtype):
+        raise ValueError(f"{op}(): random_samples must have the input's dtype {np.dtype(self.dtype)}, got "
+                         f"{np.dtype(random_samples.dtype)}")
+    return k, out
+
+
+def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
+    """``aten.fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
+    random_samples) -> (Tensor, Tensor)``: as fractional_max_pool2d, on (T, H, W) with each plane's
+    samples ``(u_t, u_h, u_w)``; the position in the flattened ``T*H*W`` volume, PyTorch's scan (time,
+    rows, columns; a greater value or a NaN takes over)."""
+    k, out = fractional3d_params(self, kernel_size, output_size, random_samples)
+    xp = array_module(self)
+    dt = np.dtype(self.dtype)
+    t, h, w = self.shape[-3:]
+    x = self.reshape(-1, t * h * w)
+    planes = x.shape[0]
+    samples = np.asarray(to_host(random_samples), dtype=dt).reshape(planes, 3)
+    starts = [_fractional_intervals(samples[:, a], (t, h, w)[a], out[a], k[a], dt) for a in range(3)]
+    s0 = starts[0][:, :, None, None]
+    s1 = starts[1][:, None, :, None]
+    s2 = starts[2][:, None, None, :]
+    plane = np.arange(planes)[:, None, None, None]
+    best = xp.full((planes,) + out, -np.inf, dtype=self.dtype)
+    where = xp.asarray(np.broadcast_to((s0 * h + s1) * w + s2, (planes,) + out))
+    for a, b, c in itertools.product(range(k[0]), range(k[1]), range(k[2])):
+        pos = ((s0 + a) * h + (s1 + b)) * w + (s2 + c)
+        v = x[plane, xp.asarray(pos)]
+        take = (v > best) | xp.isnan(v)
+        best = xp.where(take, v, best)
+        where = xp.where(take, xp.asarray(pos), where)
+    shape = tuple(self.shape[:-3]) + out
+    return [best.reshape(shape), where.astype(xp.int64).reshape(shape)]

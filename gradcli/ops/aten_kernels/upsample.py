@@ -100,3 +100,37 @@ def upsample_bilinear2d(input, out_h, out_w, align_corners, scale_h, scale_w):
     mh = bilinear_matrix(xp, input.shape[2], out_h, align_corners, scale_h, input.dtype)
     mw = bilinear_matrix(xp, input.shape[3], out_w, align_corners, scale_w, input.dtype)
     return xp.ascontiguousarray(xp.matmul(mh, xp.matmul(input, mw.T)))
+
+
+def bilinear_aa_matrix(xp, in_size, out_size, align_corners, scale, dtype, skip_same=True):
+    """The (out_size, in_size) antialiased interpolation matrix of one axis (PyTorch's
+    ``_compute_indices_min_size_weights_aa`` with the triangle filter): output ``i`` centred at
+    ``scale * (i + 0.5)``, the triangle widened to the scale when downsampling, each row's weights
+    normalized to sum to one, in the input's opmath type (float32 for float32); an axis whose size
+    does not change is copied, as PyTorch's separable forward skips it (``skip_same``; its backward
+    does not skip it: with a scale given there, its weights are not the identity's)."""
+    dt = np.dtype(dtype)
+    if out_size == in_size and skip_same:
+        return xp.asarray(np.eye(in_size, dtype=dt))
+    s = float(dt.type(_scale(in_size, out_size, scale, align_corners)))
+    support = dt.type(s if s >= 1.0 else 1.0)
+    invscale = dt.type(1.0 / s if s >= 1.0 else 1.0)
+    half = dt.type(0.5)
+    m = np.zeros((out_size, in_size), dtype=dt)
+    for i in range(out_size):
+        center = dt.type(s) * (dt.type(i) + half)
+        lo = max(int(center - support + half), 0)
+        hi = min(int(center + support + half), in_size)
+        x = np.abs((np.arange(lo, hi).astype(dt) - center + half) * invscale)
+        w = np.where(x < 1, dt.type(1) - x, dt.type(0)).astype(dt)
+        total = w.sum(dtype=dt)
+        m[i, lo:hi] = w / total if total != 0 else w
+    return xp.asarray(m)
+
+
+def upsample_bilinear2d_aa(input, out_h, out_w, align_corners, scale_h, scale_w):
+    """``aten._upsample_bilinear2d_aa`` (Note [upsampling is separable]): the antialiased matrices."""
+    xp = array_module(input)
+    mh = bilinear_aa_matrix(xp, input.shape[2], out_h, align_corners, scale_h, input.dtype)
+    mw = bilinear_aa_matrix(xp, input.shape[3], out_w, align_corners, scale_w, input.dtype)
+    return xp.ascontiguousarray(xp.matmul(mh, xp.matmul(input, mw.T)))

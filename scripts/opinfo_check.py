@@ -187,7 +187,8 @@ def write_docs(results, path):
     if rest:
         lines += ["| op | dtype | result | detail |", "| --- | --- | --- | --- |"]
         for r in rest:
-            detail = (r.get("detail") or "").replace("|", "\\|").replace("\n", " ")[:300]
+            detail = (r.get("detail") or "").replace(ROOT + os.sep, "")      # the repo's paths
+            detail = detail.replace("|", "\\|").replace("\n", " ")[:300]
             lines.append(f"| {r['op']} | {r['dtype']} | {r['status']} | {detail} |")
         lines.append("")
     lines.append("<!-- end of opinfo table -->")

@@ -427,6 +427,7 @@ def write_docs(results, path, zoo_models=None):
             if r.get("composites"):
                 detail = (detail + "; " if detail else "") + "composites: " + ", ".join(
                     f"`{o}`" for o in r["composites"])
+            detail = re.sub(r"/\S*?/(site-packages|scripts)/", r"\1/", detail)  # no machine paths
             detail = detail.replace("|", "\\|").replace("\n", " ")
             side = (r.get("input") or [0, 0, 0, r.get("size") or 32])[-1]
             model = r["model"] + (f" ({side}x{side})" if side != 32 else "")

@@ -340,10 +340,11 @@ def _solve(A, B, left=True):
 
 
 def _solve_triangular(A, B, upper, left=True):
-    """``linalg_solve_triangular`` (linalg_solvers.py), as PyTorch's formulas solve with a factor."""
-    from .linalg_solvers import linalg_solve_triangular  # noqa: PLC0415 - it imports this module
+    """``linalg_solve_triangular`` (linalg_solvers.py, which builds on this module: looked
+    up by name, not imported), as PyTorch's formulas solve with a factor."""
+    from .registry import ATEN_OPS  # noqa: PLC0415
 
-    return linalg_solve_triangular(A, B, upper=upper, left=left)
+    return ATEN_OPS["aten.linalg_solve_triangular.default"](A, B, upper=upper, left=left)
 
 
 def _scale_rows(x, s):

@@ -29,7 +29,7 @@ from ..aten_kernels import linalg as K
 from ..aten_kernels._common import array_module
 from ..library import _value
 from .linalg import _INT, _NAMES, _check_float, _mH, _mm, _tril, _triu, _undefined, _zeros_like
-from .linalg_solvers import _batch, linalg_solve_triangular
+from .linalg_solvers import _batch, _check_rhs, linalg_solve_triangular
 from .registry import aten, defvjp, defvjp_joint
 
 
@@ -98,13 +98,7 @@ def _lu_solve_meta(LU, pivots, B, *, left=True, adjoint=False):  # noqa: N803
     if np.dtype(B.dtype) != np.dtype(LU.dtype):
         raise TypeError(f"{api}: Expected LU and B to have the same dtype, but found LU of type "
                         f"{_NAMES[np.dtype(LU.dtype)]} and B of type {_NAMES[np.dtype(B.dtype)]} instead")
-    b = tuple(B.shape)
-    if len(b) < 2:
-        raise ValueError(f"{api}: The input tensor B must have at least 2 dimensions.")
-    if (b[-2] if left else b[-1]) != s[-1]:
-        eq = "AX = B" if left else "XA = B"
-        raise ValueError(f"{api}: Incompatible shapes of A and B for the equation {eq} "
-                         f"({s[-2]}x{s[-1]} and {b[-2]}x{b[-1]})")
+    b = _check_rhs(api, s, B, left)
     _int32_pivots(f"{api}: pivots should be a Tensor of scalar type torch.int32", pivots)
     if tuple(pivots.shape[-1:]) != s[-1:]:
         raise ValueError(f"{api}: Number of pivots per batch should be same as the dimension of the matrix")

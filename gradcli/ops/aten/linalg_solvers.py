@@ -53,6 +53,13 @@ def _solve_triangular_meta(self, B, *, upper=None, left=True, unitriangular=Fals
     s = _check_matrix(api, self)
     _check_float(api, B)
     _same_dtype(api, self, B)
+    b = _check_rhs(api, s, B, left)
+    return [(_batch(api, s[:-2], b[:-2]) + b[-2:], np.dtype(self.dtype))]
+
+
+def _check_rhs(api, s, B, left):
+    """``B``'s shape, checked as the right-hand side of ``AX = B`` (``XA = B`` when not
+    ``left``) for an ``A`` of shape ``s``."""
     b = tuple(B.shape)
     if len(b) < 2:
         raise ValueError(f"{api}: The input tensor B must have at least 2 dimensions.")
@@ -60,7 +67,7 @@ def _solve_triangular_meta(self, B, *, upper=None, left=True, unitriangular=Fals
         eq = "AX = B" if left else "XA = B"
         raise ValueError(f"{api}: Incompatible shapes of A and B for the equation {eq} "
                          f"({s[-2]}x{s[-1]} and {b[-2]}x{b[-1]})")
-    return [(_batch(api, s[:-2], b[:-2]) + b[-2:], np.dtype(self.dtype))]
+    return b
 
 
 def _rhs_and_factor(api, name, B, A):

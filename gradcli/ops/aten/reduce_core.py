@@ -262,14 +262,25 @@ def _values_indices_meta(name):
     return rule
 
 
-def _values_indices(name, arg_fn):
+def _first_extreme(arg_fn):
+    """The index along ``d`` of each slice's first extreme, as PyTorch's CPU kernel, dims kept."""
+    return lambda x, d: np.expand_dims(arg_fn(x, axis=d), d)
+
+
+def _values_indices(name, index, meta=None):
+    """The forward of an op that picks one element per slice along ``dim`` (max.dim, the
+    medians): ``index(x, d)`` gives the picked indices with ``d`` kept; ``meta`` checks the
+    call (default: ``_values_indices_meta(name)``)."""
+    check = meta or _values_indices_meta(name)
+
     def forward(self, dim, keepdim=False):
-        _values_indices_meta(name)(self, dim, keepdim)
+        check(self, dim, keepdim)
         if not self.ndim:
             return [np.array(self, copy=True), np.zeros((), _LONG)]
         d = _dim(dim, self.ndim)
-        idx = np.expand_dims(arg_fn(self, axis=d), d)          # the first extreme, as PyTorch's CPU kernel
-        values = np.take_along_axis(self, idx, axis=d)
+        x = np.asarray(self)
+        idx = index(x, d)
+        values = np.take_along_axis(x, idx, axis=d)
         if not keepdim:
             idx, values = np.squeeze(idx, d), np.squeeze(values, d)
         return [_contiguous(values), _contiguous(idx, _LONG)]
@@ -279,10 +290,10 @@ def _values_indices(name, arg_fn):
 
 max_dim = aten("max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
                "MaxBackward0", differentiable_outputs=[True, False],
-               meta=_values_indices_meta("max"))(_values_indices("max", np.argmax))
+               meta=_values_indices_meta("max"))(_values_indices("max", _first_extreme(np.argmax)))
 min_dim = aten("min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
                "MinBackward0", differentiable_outputs=[True, False],
-               meta=_values_indices_meta("min"))(_values_indices("min", np.argmin))
+               meta=_values_indices_meta("min"))(_values_indices("min", _first_extreme(np.argmin)))
 
 
 def _dim_select_vjp(g, ans, self, dim, keepdim=False):

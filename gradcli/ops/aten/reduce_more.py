@@ -30,7 +30,7 @@ from .index import scatter_add, scatter_src
 from .layout import flip
 from .pointwise import abs_, as_dtype, exp, log, where, zeros
 from .promotion import cast
-from .reduce_core import _check_nonempty_dims, _contiguous, _kept, _prod_dtype, cumsum, prod_dim
+from .reduce_core import _check_nonempty_dims, _kept, _prod_dtype, _values_indices, cumsum, prod_dim
 from .registry import aten, defvjp
 from .shape import _dim, cat, contiguous, slice_
 
@@ -66,19 +66,7 @@ def _median_index(x, d, ignore_nan):
 
 
 def _median_dim(name, ignore_nan):
-    def forward(self, dim, keepdim=False):
-        _median_dim_meta(name)(self, dim, keepdim)
-        if not self.ndim:
-            return [np.array(self, copy=True), np.zeros((), _LONG)]
-        d = _dim(dim, self.ndim)
-        x = np.asarray(self)
-        idx = _median_index(x, d, ignore_nan)
-        values = np.take_along_axis(x, idx, axis=d)
-        if not keepdim:
-            idx, values = np.squeeze(idx, d), np.squeeze(values, d)
-        return [_contiguous(values), _contiguous(idx, _LONG)]
-    forward.__name__ = name
-    return forward
+    return _values_indices(name, lambda x, d: _median_index(x, d, ignore_nan), _median_dim_meta(name))
 
 
 median_dim = aten("median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",

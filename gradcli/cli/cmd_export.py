@@ -51,7 +51,8 @@ def _allocation_failed(exc):
               help="The module's mode (batch norm statistics, dropout).")
 @click.option("--loss", type=click.Choice(LOSSES), default="projection",
               show_default=True, help="projection: sum(out * R) with R a seeded standard-normal "
-              "array per output; cross_entropy: against --target.")
+              "array per floating output (integer outputs such as indices are not projected); "
+              "cross_entropy: against --target.")
 @click.option("--target", type=click.Path(dir_okay=False), metavar="FILE.npy",
               help="Class labels for --loss cross_entropy (an integer .npy array).")
 @click.option("--seed", type=int, default=0, show_default=True,
@@ -67,7 +68,7 @@ def export(model, input_shapes, input_files, dtype, train, loss, target, seed, n
     """Trace a PyTorch module into a graph file of ATen ops, with PyTorch's gradients and
     node order as its `expect` section (needs the torch extra: pip install 'gradcli[torch]').
 
-    MODEL is FILE.py:FUNCTION (or package.module:FUNCTION); FUNCTION() returns the
+    MODULE is FILE.py:FUNCTION (or package.module:FUNCTION); FUNCTION() returns the
     torch.nn.Module. Example:
 
       gradcli export model.py:build_model --input-shape 2,3,64,64 --dtype float64 -o out/

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 import time
 
 import numpy as np
@@ -369,14 +370,19 @@ class Graph:
 
         values = {}
         proved = True        # the leaves are those the file declares (Note [Checks proved at load])
+        # (the leaves' accumulators, held through the forward: a leaf holds its own weakly,
+        # Note [The leaf holds its accumulator weakly]; the nodes' edges hold them after)
+        accumulators = []
         for name, leaf in self.leaves.items():
             t = values[name] = Tensor(leaf.array(), requires_grad=leaf.requires_grad, name=name)
             if proved and (leaf.shape is None or t.data.shape != tuple(leaf.shape)
                            or t.data.dtype != leaf.dtype):
                 proved = False
             if t.requires_grad:      # (a fresh leaf: its accumulator made and stamped here)
-                acc = t._grad_accumulator = AccumulateGrad(t)
+                acc = AccumulateGrad(t)
+                t._grad_accumulator = weakref.ref(acc)
                 acc._metadata = leaf.stamp()
+                accumulators.append(acc)
         with set_grad_enabled(True):
             for spec in self.ops:
                 # The loader's checked ops turn every failure into a GraphError.

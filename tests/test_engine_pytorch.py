@@ -837,6 +837,34 @@ def test_backward_twice_retained_graph():
 
 
 # -- sequence_nr / topological_nr ------------------------------------------------------
+def test_a_leaf_holds_its_accumulator_weakly():
+    """As PyTorch's AutogradMeta (a weak_ptr to the AccumulateGrad): an accumulator nothing
+    holds is freed with the hooks registered on the node, and the next is a new node;
+    a tensor hook stays with the leaf. (torch 2.14: a prehook on
+    ``y.view_as(y).grad_fn.next_functions[0][0]`` dropped at once never runs.)"""
+    import weakref
+
+    y = leaf([1.0, 2.0])
+    seen = []
+    acc = y.grad_accumulator
+    assert y.grad_accumulator is acc              # alive while something holds it
+    acc.register_prehook(lambda grads: seen.append("dropped"))
+    gone = weakref.ref(acc)
+    del acc
+    assert gone() is None                         # freed by reference counting alone
+    (y * 2.0).sum().backward()
+    assert seen == []
+    np.testing.assert_array_equal(y.grad, [2.0, 2.0])
+    out = y * 3.0                                 # the graph's edge holds the node
+    assert out.grad_fn.next_edges[0][0] is y.grad_accumulator
+
+    z = leaf([1.0, 2.0])
+    z.register_hook(lambda g: seen.append("tensor hook"))
+    (z * 2.0).sum().backward()
+    (z * 2.0).sum().backward()
+    assert seen == ["tensor hook", "tensor hook"]
+
+
 def test_sequence_and_topological_numbers():
     """NOTE [ Sequence Number ] and NOTE [ Topological Number ] (function.h) and
     AccumulateGrad's UINT64_MAX sequence_nr (accumulate_grad.cpp)."""
@@ -1430,7 +1458,8 @@ def test_a_gradient_a_hook_was_shown_is_never_stolen():
     assert not np.shares_memory(x.grad, kept[0])
     y = leaf([1.0, 2.0])
     seen = []
-    y.grad_accumulator.register_prehook(lambda grads: seen.append(grads[0]))
+    acc = y.grad_accumulator     # held: a leaf holds its accumulator weakly, as PyTorch's
+    acc.register_prehook(lambda grads: seen.append(grads[0]))
     (y * 2.0 + y * 3.0).sum().backward()
     assert not np.shares_memory(y.grad, seen[0])
     w = leaf([1.0, 2.0])

@@ -92,13 +92,28 @@ class Tensor:
         return f"Tensor(shape={list(self.shape)}, dtype={self.dtype}, device={self.device}{extra})"
 
     # -- autograd -----------------------------------------------------------
+    # Note [The leaf holds its accumulator weakly]: as PyTorch's AutogradMeta (a
+    # weak_ptr), a leaf refers to its AccumulateGrad through a weak reference; the
+    # edges of the nodes that use the leaf hold the node. A leaf and its accumulator
+    # then make no reference cycle, so a run's graph is freed by reference counting
+    # alone and leaves the cyclic collector nothing to find (Note [Collector pauses]).
+    # An accumulator nothing else holds is freed, with any hooks registered on the
+    # node itself, and the next one is a new node, as in PyTorch. A tensor hook
+    # (``register_hook``) must outlive that: PyTorch keeps a leaf's tensor hooks on the
+    # tensor; here the leaf then holds its accumulator strongly (``_grad_accumulator``
+    # is the node, not a weakref), a cycle only hooked leaves make.
     @property
     def grad_accumulator(self):
         if self.grad_fn is not None or not self.requires_grad:
             return None
-        if self._grad_accumulator is None:
-            self._grad_accumulator = AccumulateGrad(self)
-        return self._grad_accumulator
+        ref = self._grad_accumulator
+        if ref is not None:
+            acc = ref() if type(ref) is weakref.ref else ref
+            if acc is not None:
+                return acc
+        acc = AccumulateGrad(self)
+        self._grad_accumulator = weakref.ref(acc)
+        return acc
 
     def gradient_edge(self):
         """The edge a gradient for this tensor flows into (``impl::gradient_edge``)."""
@@ -121,6 +136,8 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         node, input_nr = self.gradient_edge()
+        if self.grad_fn is None:     # kept with the leaf (Note [The leaf holds its accumulator weakly])
+            self._grad_accumulator = node
         return node.add_tensor_pre_hook(input_nr, fn)
 
     def register_post_accumulate_grad_hook(self, hook):

@@ -481,6 +481,17 @@ class Slot(int):
     __slots__ = ()
 
 
+def _put(v, flat):
+    """An entry of an AtenCall's layout with the entry's tensors ``flat`` put in (a
+    function of the module, not a closure: a closure that calls itself is a reference
+    cycle per call, Note [Collector pauses])."""
+    if type(v) is Slot:
+        return flat[v]
+    if isinstance(v, list):
+        return [_put(x, flat) for x in v]
+    return v
+
+
 class AtenCall:
     """An AtenOp bound to one graph entry's ``layout``: its inputs in schema order, a
     ``Slot`` for a named tensor, None for an absent ``Tensor?``, a Python number for a
@@ -501,13 +512,7 @@ class AtenCall:
         return repr(self.op)
 
     def structure(self, flat):
-        def put(v):
-            if type(v) is Slot:
-                return flat[v]
-            if isinstance(v, list):
-                return [put(x) for x in v]
-            return v
-        return tuple(put(v) for v in self.layout)
+        return tuple(_put(v, flat) for v in self.layout)
 
     def __call__(self, /, *flat, **args):
         return self.op(*self.structure(flat), **args)

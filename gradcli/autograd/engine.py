@@ -382,7 +382,7 @@ class Engine:
                         counter.count += 1
                     inputs = task[6]
                     del task
-                    outputs = call_plain_function(graph_task, fn, inputs, keep_graph)
+                    outputs = call_plain_function(graph_task, fn, inputs)
                 except Exception as exc:  # noqa: BLE001 - travels to the caller
                     if state.grad_enabled:
                         state.grad_enabled = False
@@ -470,7 +470,7 @@ class Engine:
                 try:
                     if counter is not None:
                         counter.count += 1
-                    outputs = call_plain_function(graph_task, fn, inputs, keep_graph)
+                    outputs = call_plain_function(graph_task, fn, inputs)
                 except Exception as exc:  # noqa: BLE001 - travels to the caller
                     self.thread_on_exception(graph_task, fn, exc)
                     return
@@ -971,15 +971,13 @@ def call_post_hooks(fn, outputs, inputs):
     return outputs
 
 
-def call_plain_function(graph_task, fn, inputs, keep_graph):
+def call_plain_function(graph_task, fn, inputs):
     """call_function for the fast path and replayed schedules (Note [Engine fast path]):
     a node without hooks is applied directly and validate_outputs' common case (a CPU
     array of the expected shape and dtype) is checked inline; anything else goes
     through the general call_function / validate_outputs."""
-    if fn.tensor_pre_hooks or fn.retains_grad_hooks or fn.pre_hooks or fn.post_hooks:
+    if fn.hooks is not None:
         return call_function(graph_task, fn, inputs)
-    if not keep_graph:
-        fn.will_release_variables()
     outputs = fn.apply(inputs)
     next_edges = fn.next_edges
     if len(outputs) != len(next_edges):
@@ -999,15 +997,15 @@ def call_plain_function(graph_task, fn, inputs, keep_graph):
 def call_function(graph_task, fn, inputs):
     # Note [Hooks ordering]: tensor pre-hooks, then retains_grad hooks, then
     # node pre-hooks, then the node, then its post-hooks.
-    if fn.tensor_pre_hooks or fn.retains_grad_hooks:
-        inputs = call_tensor_pre_hooks(fn, inputs)
-    if fn.pre_hooks:
-        inputs = call_pre_hooks(fn, inputs)
-    if not graph_task.keep_graph:
-        fn.will_release_variables()
+    hooks = fn.hooks
+    if hooks is not None:
+        if hooks.tensor_pre or hooks.retains_grad:
+            inputs = call_tensor_pre_hooks(fn, inputs)
+        if hooks.pre:
+            inputs = call_pre_hooks(fn, inputs)
     outputs = fn.apply(inputs)
     validate_outputs(fn.next_edges, outputs, fn.name)
-    if fn.post_hooks:
+    if hooks is not None and hooks.post:
         outputs = call_post_hooks(fn, outputs, inputs)
     return outputs
 

@@ -28,12 +28,16 @@ from time import perf_counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import gradcli
 import gradcli.ops  # noqa: F401 - registers the ops and the Tensor operators
 from gradcli.autograd import Engine, Node, Tensor, backward, grad, set_multithreading_enabled
 from gradcli.autograd.node import InputMetadata
-from gradcli.devices import CPU, SimArray, cupy_module, device, device_of, sim_device_count, to_device
+from gradcli.devices import (CPU, SimArray, cupy_module, device, device_of, reduce_mean, reduce_sum,
+                             sim_device_count, to_device)
 from gradcli.ops import OPS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -856,3 +860,39 @@ def test_leaves_on_a_device_are_copied_there_once_and_runs_cannot_alter_them():
         np.testing.assert_array_equal(arrays[name], stats[name], err_msg=name)
     for name, g in first.grads.items():
         np.testing.assert_array_equal(np.asarray(g), np.asarray(second.grads[name]), err_msg=name)
+
+
+# -- reductions without NumPy's Python wrappers ------------------------------------------
+
+
+def _bitwise(ours, numpys):
+    assert type(ours) is type(numpys)
+    ours, numpys = np.asarray(ours), np.asarray(numpys)
+    assert (ours.dtype, ours.shape) == (numpys.dtype, numpys.shape)
+    assert ours.tobytes() == numpys.tobytes()
+
+
+@st.composite
+def _array_and_axis(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.float16, np.int32, np.bool_]))
+    x = draw(hnp.arrays(dtype, hnp.array_shapes(min_dims=1, max_dims=4, max_side=9),
+                        elements={"allow_nan": False} if dtype in (np.float32, np.float64, np.float16) else None))
+    axis = draw(st.none() | st.integers(-x.ndim, x.ndim - 1)
+                | st.lists(st.integers(0, x.ndim - 1), unique=True).map(tuple))
+    return x, axis
+
+
+@settings(max_examples=300, deadline=None)
+@given(_array_and_axis(), st.booleans())
+def test_reductions_are_numpys_bit_for_bit(case, keepdims):
+    """Note [Reductions without NumPy's wrappers]: the same values, dtypes, shapes and types
+    (array or NumPy scalar) as np.sum and np.mean, for every dtype (the others take NumPy's path)."""
+    x, axis = case
+    with np.errstate(all="ignore"):         # (float16 sums may overflow: alike on both sides)
+        _check_reductions(x, axis, keepdims)
+
+
+def _check_reductions(x, axis, keepdims):
+    _bitwise(reduce_sum(x, axis=axis, keepdims=keepdims), np.sum(x, axis=axis, keepdims=keepdims))
+    if x.dtype.kind == "f":
+        _bitwise(reduce_mean(x, axis=axis, keepdims=keepdims), np.mean(x, axis=axis, keepdims=keepdims))

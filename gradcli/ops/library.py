@@ -14,7 +14,7 @@ from ..autograd.tensor import Tensor
 from . import args as A
 from . import shapes as S
 from .core import Arg, declare, defbranch, defvjp, defvjp_all, primitive
-from ..devices import scalar, xp_of_array
+from ..devices import reduce_mean, reduce_sum, scalar, xp_of_array
 
 AXIS = {"axis": Arg(None, A.axis_or_none), "keepdims": Arg(False, A.boolean)}
 
@@ -368,7 +368,7 @@ def _sum_name(datas, args):
 @primitive("sum", _sum_name, saves=False, args=AXIS, infer=S.REDUCTION)
 def sum_(x, axis=None, keepdims=False):
     """sum over axis (all by default)"""
-    return np.sum(x, axis=axis, keepdims=keepdims)
+    return reduce_sum(x, axis=axis, keepdims=keepdims)
 
 
 defvjp(sum_, lambda g, ans, x, axis=None, keepdims=False: expand_reduced(g, x.shape, axis, keepdims))
@@ -381,7 +381,7 @@ def _mean_name(datas, args):
 @primitive("mean", _mean_name, saves=False, args=AXIS, infer=S.REDUCTION)
 def mean(x, axis=None, keepdims=False):
     """mean over axis (all by default)"""
-    return np.mean(x, axis=axis, keepdims=keepdims)
+    return reduce_mean(x, axis=axis, keepdims=keepdims)
 
 
 def _mean_vjp(g, ans, x, axis=None, keepdims=False):

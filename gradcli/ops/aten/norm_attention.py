@@ -238,8 +238,8 @@ def native_layer_norm_backward(gs, ans, input, weight, bias, normalized_shape, e
     #   result1, result2, weight, bias, grad_input_mask) : ..."
     dtype = _value(input).dtype
     stat_shape = _layer_norm_layout(tuple(input.shape), normalized_shape).stat_shape
-    mean = np.reshape(_value(ans[1]), stat_shape).astype(dtype, copy=False)
-    rstd = np.reshape(_value(ans[2]), stat_shape).astype(dtype, copy=False)
+    mean = _value(ans[1]).reshape(stat_shape).astype(dtype, copy=False)
+    rstd = _value(ans[2]).reshape(stat_shape).astype(dtype, copy=False)
     mask = (bool(output_mask[0]), bool(output_mask[1]) and weight is not None,
             bool(output_mask[2]) and bias is not None)
     if not any(mask):

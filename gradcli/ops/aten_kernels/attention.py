@@ -2,6 +2,8 @@
 backward, as array functions (no dropout)."""
 import math
 
+import numpy as np
+
 from ._common import array_module, check_dtype
 
 _OP = "_scaled_dot_product_flash_attention_for_cpu"
@@ -57,8 +59,14 @@ def _scale(query, scale):
     return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
 
 
+def _last_two_swapped(xp, a):
+    """``a`` with its last two dims swapped (a view); a host array's own method, without
+    NumPy's Python wrapper around it (``np.swapaxes``)."""
+    return a.swapaxes(-1, -2) if type(a) is np.ndarray else xp.swapaxes(a, -1, -2)
+
+
 def _scores(xp, query, key, is_causal, attn_mask, scale):
-    s = xp.matmul(query, xp.swapaxes(key, -1, -2)) * scale
+    s = xp.matmul(query, _last_two_swapped(xp, key)) * scale
     if is_causal:
         L, S = s.shape[-2:]
         future = xp.arange(S)[None, :] > xp.arange(L)[:, None]   # top-left aligned
@@ -138,10 +146,10 @@ def _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, v
     sc = _scale(query, scale)
     s = _scores(xp, query, key, is_causal, attn_mask, sc)
     p = xp.exp(s - logsumexp[..., None])
-    gv = xp.matmul(xp.swapaxes(p, -1, -2), grad_out)
-    dp = xp.matmul(grad_out, xp.swapaxes(value, -1, -2))
+    gv = xp.matmul(_last_two_swapped(xp, p), grad_out)
+    dp = xp.matmul(grad_out, _last_two_swapped(xp, value))
     ds = p * (dp - (grad_out * out).sum(axis=-1, keepdims=True))
     gq = xp.matmul(ds, key) * sc
-    gk = xp.matmul(xp.swapaxes(ds, -1, -2), query) * sc
+    gk = xp.matmul(_last_two_swapped(xp, ds), query) * sc
     return (_sum_to(xp, gq, query.shape), _sum_to(xp, _fold_heads(gk, g), key_shape),
             _sum_to(xp, _fold_heads(gv, g), value_shape))

@@ -2,6 +2,7 @@
 formulas; biased variance in the normalisation). Their backwards are ops of their
 own in ``gradcli.ops.aten.norm_attention``, written with ops (Note [normalisation
 double backward])."""
+from ...devices import reduce_mean
 from ._common import array_module, check_dtype
 
 
@@ -127,9 +128,9 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     ``input.shape[:axis] + (1,) * len(normalized_shape)``, as PyTorch."""
     xp = array_module(input)
     _, red = _ln_axes("native_layer_norm", input, normalized_shape, weight, bias)
-    mean = input.mean(axis=red, keepdims=True)
+    mean = reduce_mean(input, axis=red, keepdims=True)
     centred = input - mean
-    rstd = 1.0 / xp.sqrt((centred * centred).mean(axis=red, keepdims=True) + eps)
+    rstd = 1.0 / xp.sqrt(reduce_mean(centred * centred, axis=red, keepdims=True) + eps)
     out = centred * rstd
     if weight is not None:
         out = out * weight

@@ -119,7 +119,7 @@ class Node:
     __slots__ = ("name", "next_edges", "sequence_nr", "topological_nr", "input_metadata",
                  "device", "stream", "_metadata", "hooks", "__weakref__")
 
-    def __init__(self, name, next_edges, input_metadata, sequence_nr=None):
+    def __init__(self, name, next_edges, input_metadata, sequence_nr=None, on_cpu=False):
         self.name = name
         self.next_edges = next_edges
         if sequence_nr is None:          # next_sequence_nr() inline: one call less per node
@@ -139,10 +139,11 @@ class Node:
         self.topological_nr = topo + 1
         self.input_metadata = input_metadata
         dev, stream = CPU, None
-        for meta in input_metadata:
-            if meta.device is not CPU:
-                dev, stream = meta.device, meta.stream
-                break
+        if not on_cpu:               # (``on_cpu``: the maker knows every input is a host array's)
+            for meta in input_metadata:
+                if meta.device is not CPU:
+                    dev, stream = meta.device, meta.stream
+                    break
         self.device = dev            # the ready queue this node runs on
         self.stream = stream         # the CUDA stream it runs on (Note [Streaming backwards])
         self._metadata = None        # see ``metadata``

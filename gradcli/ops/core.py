@@ -123,6 +123,7 @@ del _name
 OPS: OpRegistry = OpRegistry()
 
 _NO_ARG = object()
+_ndarray = np.ndarray   # (one global lookup, not two, on record's path per input)
 _NO_ARGS = {}           # the args of a node recorded without any (shared, never mutated)
 
 
@@ -613,12 +614,12 @@ def record(op, inputs, args, forward=None):
                 if x.requires_grad:
                     requires_grad = True
                 x = x.data
-            if type(x) is not np.ndarray and hasattr(x, "shape"):
+            if type(x) is not _ndarray and hasattr(x, "shape"):
                 break                 # an accelerator array: the general code
             datas.append(x)
         else:
             o = fn(*datas, **args)
-            if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
+            if type(o) is not _ndarray and device_of(o) is CPU:   # a host scalar
                 o = np.asarray(o)
             if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
                 t = Tensor(o)
@@ -642,12 +643,13 @@ def record(op, inputs, args, forward=None):
                 else:
                     edges.append(None)
             name = op.node_name
-            if type(o) is np.ndarray:         # InputMetadata.cpu's cached case inline
-                metas = _CPU_METAS.get((o.shape, o.dtype)) or InputMetadata.cpu(o)
+            if type(name) is not str:
+                name = op.node_name_for(datas, args)
+            if type(o) is _ndarray:           # InputMetadata.cpu's cached case inline
+                node = OpBackward(name, tuple(edges),
+                                  _CPU_METAS.get((o.shape, o.dtype)) or InputMetadata.cpu(o), None, True)
             else:
-                metas = [InputMetadata.of(o)]
-            node = OpBackward(name if type(name) is str else op.node_name_for(datas, args),
-                              tuple(edges), metas)
+                node = OpBackward(name, tuple(edges), [InputMetadata.of(o)])
             node.op = op
             node.args = args or _NO_ARGS
             if op.saves:
@@ -655,7 +657,7 @@ def record(op, inputs, args, forward=None):
             else:
                 saved = []
                 for d in datas:
-                    if type(d) is np.ndarray:
+                    if type(d) is _ndarray:
                         saved.append((_CPU_METAS.get((d.shape, d.dtype)) or InputMetadata.cpu(d))[0])
                     else:
                         saved.append(InputMetadata.of(d) if hasattr(d, "shape") else d)

@@ -11,35 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aten_table import Table, checks
 from gradcli.autograd import Tensor, grad
 from gradcli.ops import OPS
 from gradcli.ops.aten import ATEN_OPS
-from test_aten_ops import (PARAMS, R, _flat, _ours, _rebuild, _theirs, _torch_call, _wrt, case, needs_torch, refused,
-                           torch)
-from test_aten_ops import test_float32_forward_dtype_matches_torch as _float32_check
-from test_aten_ops import test_float64_forward_gradients_and_node_name_match_torch as _float64_check
-from test_aten_ops import test_gradients_match_finite_differences as _fd_check
-from test_aten_ops import test_inputs_torch_refuses_are_refused as _refused_check
-from test_aten_ops import test_load_time_infer_matches_the_forward as _infer_check
-from test_aten_ops import test_load_time_infer_never_computes_on_full_size_inputs as _infer_alloc_check
+from test_aten_ops import PARAMS, R, _flat, _ours, _rebuild, _theirs, _torch_call, _wrt, case, needs_torch, torch
 
-ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows
-CASES = []          # differentiable rows: every check of tests/test_aten_ops.py
-FORWARD_ONLY = []   # rows with no gradient (bool results, integer inputs): values, dtypes, no grad_fn
-REFUSED = []        # inputs PyTorch refuses
-GRADGRAD = {}       # op -> (inputs, args, wrt): its second derivative (tests/test_aten_gradgrad.py)
-
-
-def row(op, inputs, args=None, wrt=None, fd=True, id=None):  # noqa: A002
-    case(op, inputs, args, wrt, fd, id, table=CASES)
-
-
-def forward(op, inputs, args=None, id=None):  # noqa: A002
-    case(op, inputs, args, [], False, id, table=FORWARD_ONLY)
-
-
-def refuse(op, inputs, args, match, static=True, id=None):  # noqa: A002
-    refused(op, inputs, args, match, static, id, table=REFUSED)
+ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows (tests/aten_table.py)
+T = Table()
+row, forward, refuse = T.row, T.forward, T.refuse
+# (FORWARD_ONLY: also bool results; NODE_NAME_DIFFERENCES is written out below)
+CASES, FORWARD_ONLY, REFUSED, GRADGRAD, _ = T.tables()
 
 
 _i23, _b23 = np.arange(-3, 3).reshape(2, 3), np.array([[True, False, True], [False, False, True]])
@@ -485,39 +467,7 @@ case("aten.native_dropout.default", [R(3, 4)], {"p": 0.4, "train": True}, None, 
 case("aten.native_dropout.default", [R(3, 4)], {"p": 0.4, "train": None}, None, False, table=RANDOM)
 
 
-# -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
-@pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
-def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
-    _fd_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, CASES)
-def test_float64_forward_gradients_and_node_name_match_torch(op_name, inputs, args, wrt, fd):
-    _float64_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, CASES)
-def test_float32_forward_dtype_matches_torch(op_name, inputs, args, wrt, fd):
-    _float32_check(op_name, inputs, args, wrt, fd)
-
-
-@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY + RANDOM)
-def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
-    _infer_check(op_name, inputs, args, wrt, fd)
-
-
-@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY + RANDOM)
-def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
-    _infer_alloc_check(op_name, inputs, args, wrt, fd, monkeypatch)
-
-
-@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
-def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
-    _refused_check(op_name, inputs, args, match, static)
-
-
+# -- checks of this table's own (the shared ones at the end: tests/aten_table.py) -------------------------
 def _dtype_name(t):
     return str(t.dtype).removeprefix("torch.")
 
@@ -599,13 +549,6 @@ def test_non_contiguous_inputs_match_torch(op_name, inputs, args, wrt, fd):
         return
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-10, atol=1e-12)
-
-
-def test_every_op_of_this_table_has_a_row_and_a_second_derivative_line():
-    ops = {p.values[0] for p in CASES + FORWARD_ONLY}
-    assert ops <= set(ATEN_OPS)
-    differentiable = {p.values[0] for p in CASES}
-    assert sorted(differentiable - set(GRADGRAD)) == []
 
 
 def test_atan2_out_refuses_inputs_that_require_grad_like_torch():
@@ -793,3 +736,8 @@ def test_rows_on_a_simulated_device_stay_there_and_match_cpu(op_name, inputs, ar
               grad_outputs=[to_device(np.ones(outs[k].shape, outs[k].dtype), dev) for k in used])
     for g in gs:
         assert device_of(g) is dev, f"{op_name}: gradient on {device_of(g)}"
+
+
+# -- the checks of every table (tests/aten_table.py), on all the rows above ---------------------------------
+# (no float32 gradients here; FORWARD_ONLY is checked above, with the float inputs requiring grad)
+globals().update(checks(T, float32_gradients=None, shape_rule_rows=RANDOM, rows_without_a_gradient=False))

@@ -13,43 +13,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aten_table import Table, checks, nc
 from gradcli.autograd import Tensor, grad
 from gradcli.ops import OPS
 from gradcli.ops.aten import ATEN_OPS
-from test_aten_ops import PARAMS, R, _as_float32, _inferred, _ours, _theirs, _wrt, case, needs_torch, refused, torch
-from test_aten_ops import test_float32_forward_dtype_matches_torch as _float32_check
-from test_aten_ops import test_float64_forward_gradients_and_node_name_match_torch as _float64_check
-from test_aten_ops import test_gradients_match_finite_differences as _fd_check
-from test_aten_ops import test_inputs_torch_refuses_are_refused as _refused_check
-from test_aten_ops import test_load_time_infer_matches_the_forward as _infer_check
-from test_aten_ops import test_load_time_infer_never_computes_on_full_size_inputs as _infer_alloc_check
+from test_aten_ops import R, needs_torch, torch
 
-ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows
-CASES = []          # differentiable rows: every check of tests/test_aten_ops.py
-FORWARD_ONLY = []   # rows with no gradient (integer inputs): values, dtypes, no grad_fn
-REFUSED = []        # inputs PyTorch refuses
-GRADGRAD = {}       # op -> (inputs, args, wrt): its second derivative (tests/test_aten_gradgrad.py)
-# op -> why its create_graph gradient's node is not PyTorch's (tests/test_aten_gradgrad.py)
-NODE_NAME_DIFFERENCES = {}
-
-
-def row(op, inputs, args=None, wrt=None, fd=True, id=None):  # noqa: A002
-    case(op, inputs, args, wrt, fd, id, table=CASES)
-
-
-def forward(op, inputs, args=None, id=None):  # noqa: A002
-    case(op, inputs, args, [], False, id, table=FORWARD_ONLY)
-
-
-def refuse(op, inputs, args, match, static=True, id=None):  # noqa: A002
-    refused(op, inputs, args, match, static, id, table=REFUSED)
-
-
-def nc(x):
-    """``x`` as a non-contiguous view with the same values (a transposed copy, transposed back)."""
-    y = np.ascontiguousarray(np.swapaxes(x, 0, -1)).swapaxes(0, -1) if x.ndim >= 2 else x.repeat(2)[::2]
-    assert not y.flags.c_contiguous and np.array_equal(x, y)
-    return y
+ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows (tests/aten_table.py)
+T = Table()
+row, forward, refuse = T.row, T.forward, T.refuse
+CASES, FORWARD_ONLY, REFUSED, GRADGRAD, NODE_NAME_DIFFERENCES = T.tables()
 
 
 # -- kthvalue, mode: PyTorch's index among equal values (Note [kthvalue's index], Note [mode's index]) ------
@@ -283,82 +256,6 @@ refuse(AA, [R(2, 3, 8)], {"output_size": [3, 4], "align_corners": False}, "4-D",
 refuse(AA, [R(2, 3, 8, 9)], {"output_size": [0, 4], "align_corners": False}, "greater than 0", id=AA + "-zero")
 
 
-# -- the checks of tests/test_aten_ops.py, on these tables --------------------------------------------------
-@pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
-def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
-    _fd_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, CASES)
-def test_float64_forward_gradients_and_node_name_match_torch(op_name, inputs, args, wrt, fd):
-    _float64_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, CASES)
-def test_float32_forward_dtype_matches_torch(op_name, inputs, args, wrt, fd):
-    _float32_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, CASES)
-def test_float32_gradients_match_torch(op_name, inputs, args, wrt, fd):
-    inputs32 = _as_float32(inputs)
-    wrt = _wrt(inputs32, wrt)
-    flat, outs = _ours(op_name, inputs32, args, wrt)
-    tflat, touts = _theirs(op_name, inputs32, args, wrt)
-    used = [k for k, t in enumerate(touts) if t.grad_fn is not None]
-    vs = [np.random.default_rng(k).standard_normal(touts[k].shape).astype(np.float32) for k in used]
-    ours = grad([outs[k] for k in used], [flat[i] for i in wrt], grad_outputs=vs)
-    theirs = torch.autograd.grad([touts[k] for k in used], [tflat[i] for i in wrt], [torch.tensor(v) for v in vs])
-    for a, b in zip(ours, theirs):
-        assert a.dtype == np.float32
-        np.testing.assert_allclose(a, b.numpy(), rtol=2e-5, atol=2e-5)
-
-
-# ops whose result's shape the values decide: the loader's shape rule answers unknown, never a guess
-VALUE_SHAPED = set()
-
-
-@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
-def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
-    if op_name in VALUE_SHAPED:
-        assert _inferred(op_name, inputs, args) is None
-        return
-    _infer_check(op_name, inputs, args, wrt, fd)
-
-
-@pytest.mark.parametrize(PARAMS, [c for c in CASES + FORWARD_ONLY if c.values[0] not in VALUE_SHAPED])
-def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
-    _infer_alloc_check(op_name, inputs, args, wrt, fd, monkeypatch)
-
-
-@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
-def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
-    _refused_check(op_name, inputs, args, match, static)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, FORWARD_ONLY)
-def test_rows_without_a_gradient_match_torch_and_record_no_node(op_name, inputs, args, wrt, fd):
-    for cast in (lambda x: x, lambda x: x.astype(np.float32) if x.dtype == np.float64 else x):
-        arrays = [cast(x) if isinstance(x, np.ndarray) else x for x in inputs]
-        ours = OPS[op_name](*[Tensor(x.copy()) if isinstance(x, np.ndarray) else x for x in arrays], **args)
-        _, theirs = _theirs(op_name, arrays, args, [])
-        ours = list(ours) if OPS[op_name].multi_output else [ours]
-        for o, t in zip(ours, theirs):
-            assert o.dtype == np.dtype(str(t.dtype).removeprefix("torch.")) and o.shape == tuple(t.shape)
-            np.testing.assert_array_equal(o.data, t.numpy())
-            assert o.grad_fn is None
-
-
-def test_every_op_of_this_table_has_a_row_and_a_second_derivative_line():
-    ops = {p.values[0] for p in CASES + FORWARD_ONLY}
-    assert ops <= set(ATEN_OPS)
-    assert sorted({p.values[0] for p in CASES} - set(GRADGRAD)) == []
-
-
 @needs_torch
 @pytest.mark.parametrize("n", [5, 16, 17, 40, 100])
 def test_kthvalue_and_mode_pick_torchs_index_among_equal_values(n):
@@ -403,3 +300,7 @@ def test_angle_of_a_complex_input_is_refused_in_one_line():
     # PyTorch computes it (atan2 of the parts); gradcli's angle takes real inputs (docs/deviations.md)
     with pytest.raises(TypeError, match="real inputs only"):
         OPS[ANG](np.array([1 + 1j]))
+
+
+# -- the checks of every table (tests/aten_table.py), on all the rows above ---------------------------------
+globals().update(checks(T))

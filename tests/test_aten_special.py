@@ -12,32 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradcli.autograd import grad
+from aten_table import Table, checks, nc
 from gradcli.bridges.torch.versions import differs
 from gradcli.ops import OPS
-from test_aten_more import _ulps, nc
-from test_aten_ops import PARAMS, R, _as_float32, _ours, _theirs, _wrt, case, needs_torch, refused, torch
-import test_aten_more as M
+from test_aten_more import _ulps
+from test_aten_ops import R, needs_torch, torch
 
-ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows
-CASES = []
-FORWARD_ONLY = []
-REFUSED = []
-GRADGRAD = {}
-NODE_NAME_DIFFERENCES = {}
-
-
-def row(op, inputs, args=None, wrt=None, fd=True, id=None):  # noqa: A002
-    case(op, inputs, args, wrt, fd, id, table=CASES)
-
-
-def forward(op, inputs, args=None, id=None):  # noqa: A002
-    case(op, inputs, args, [], False, id, table=FORWARD_ONLY)
-
-
-def refuse(op, inputs, args, match, static=True, id=None):  # noqa: A002
-    refused(op, inputs, args, match, static, id, table=REFUSED)
-
+ATEN_TABLE = True   # tests/test_aten_ops.py counts these rows as the ops' rows (tests/aten_table.py)
+T = Table()
+row, forward, refuse = T.row, T.forward, T.refuse
+CASES, FORWARD_ONLY, REFUSED, GRADGRAD, NODE_NAME_DIFFERENCES = T.tables()
 
 # (op, args): integer and bool inputs compute in the default float dtype, as PyTorch
 # (test_integer_and_bool_inputs_compute_in_float32)
@@ -131,61 +115,6 @@ GRADGRAD[NA] = ([R(2, 3), R(3, seed=1)], {}, None)
 refuse(NA, [np.arange(3), np.arange(3)], {}, "not implemented for int64")
 
 
-# -- the checks of tests/test_aten_ops.py on these tables (as tests/test_aten_more.py) -------------------------
-@pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
-def test_gradients_match_finite_differences(op_name, inputs, args, wrt, fd):
-    M._fd_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, CASES)
-def test_float64_forward_gradients_and_node_name_match_torch(op_name, inputs, args, wrt, fd):
-    M._float64_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, CASES)
-def test_float32_forward_dtype_matches_torch(op_name, inputs, args, wrt, fd):
-    M._float32_check(op_name, inputs, args, wrt, fd)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, [c for c in CASES if c.values[4]])
-def test_float32_gradients_match_torch(op_name, inputs, args, wrt, fd):
-    inputs32 = _as_float32(inputs)
-    wrt = _wrt(inputs32, wrt)
-    flat, outs = _ours(op_name, inputs32, args, wrt)
-    tflat, touts = _theirs(op_name, inputs32, args, wrt)
-    used = [k for k, t in enumerate(touts) if t.grad_fn is not None]
-    vs = [np.random.default_rng(k).standard_normal(touts[k].shape).astype(np.float32) for k in used]
-    ours = grad([outs[k] for k in used], [flat[i] for i in wrt], grad_outputs=vs)
-    theirs = torch.autograd.grad([touts[k] for k in used], [tflat[i] for i in wrt], [torch.tensor(v) for v in vs])
-    for a, b in zip(ours, theirs):
-        assert a.dtype == np.float32
-        np.testing.assert_allclose(a, b.numpy(), rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
-def test_load_time_infer_matches_the_forward(op_name, inputs, args, wrt, fd):
-    M._infer_check(op_name, inputs, args, wrt, fd)
-
-
-@pytest.mark.parametrize(PARAMS, CASES + FORWARD_ONLY)
-def test_load_time_infer_never_computes_on_full_size_inputs(op_name, inputs, args, wrt, fd, monkeypatch):
-    M._infer_alloc_check(op_name, inputs, args, wrt, fd, monkeypatch)
-
-
-@pytest.mark.parametrize("op_name, inputs, args, match, static", REFUSED)
-def test_inputs_torch_refuses_are_refused(op_name, inputs, args, match, static):
-    M._refused_check(op_name, inputs, args, match, static)
-
-
-@needs_torch
-@pytest.mark.parametrize(PARAMS, FORWARD_ONLY)
-def test_rows_without_a_gradient_match_torch_and_record_no_node(op_name, inputs, args, wrt, fd):
-    M.test_rows_without_a_gradient_match_torch_and_record_no_node(op_name, inputs, args, wrt, fd)
-
-
 @needs_torch
 @pytest.mark.parametrize("op_name, args", INTEGRAL, ids=[f"{o}-{a}" for o, a in INTEGRAL])
 def test_integer_and_bool_inputs_compute_in_float32(op_name, args):
@@ -198,13 +127,6 @@ def test_integer_and_bool_inputs_compute_in_float32(op_name, args):
         theirs = _torch_call(op_name, torch.tensor(x), **args)
         assert ours.dtype == np.float32 and theirs.dtype == torch.float32 and ours.grad_fn is None
         np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=2e-6, atol=1e-30)
-
-
-def test_every_op_of_this_table_has_a_row_and_a_second_derivative_line():
-    from gradcli.ops.aten import ATEN_OPS
-
-    assert {p.values[0] for p in CASES + FORWARD_ONLY} <= set(ATEN_OPS)
-    assert sorted({p.values[0] for p in CASES} - set(GRADGRAD)) == []
 
 
 # -- the forward over wide ranges against PyTorch's CPU kernels -----------------------------------------------
@@ -275,3 +197,7 @@ def test_polygamma_matches_torch_over_wide_ranges(n, dtype):
         assert _ulps(ours[fin], theirs[fin]).max() <= 16
     else:
         np.testing.assert_allclose(ours[fin], theirs[fin], rtol=5e-5, atol=1e-6)
+
+
+# -- the checks of every table (tests/aten_table.py), on all the rows above ---------------------------------
+globals().update(checks(T, float32_gradients="fd"))

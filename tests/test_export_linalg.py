@@ -7,10 +7,8 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the gradcli[torch] extra)")
-from click.testing import CliRunner  # noqa: E402
-
+from export_check import exports_and_validates  # noqa: E402
 from gradcli.bridges.torch import from_module  # noqa: E402
-from gradcli.cli import main as gradcli_main  # noqa: E402
 
 
 class Linalg(torch.nn.Module):
@@ -38,30 +36,17 @@ def _inputs():
     return (torch.randn(2, 4, 4),)
 
 
-def _validate(graph, tmp_path):
-    graph.write(str(tmp_path))
-    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
-    assert result.exit_code == 0, result.output
-    assert "PASS" in result.output
-    return graph.document
-
-
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_module_calling_torch_linalg_exports_and_validates(dtype, tmp_path):
     graph = from_module(Linalg(), _inputs(), dtype=dtype)
-    ops = [op["op"] for op in graph.document["ops"]]
-    for name in ("aten._linalg_det.default", "aten._linalg_slogdet.default", "aten.linalg_inv_ex.default",
-                 "aten._linalg_solve_ex.default", "aten.linalg_cholesky_ex.default", "aten.linalg_qr.default",
-                 "aten._linalg_svd.default", "aten._linalg_eigh.default"):
-        assert name in ops
-    assert not any("composite" in op for op in graph.document["ops"] if op["op"].startswith("aten._linalg")
+    ops = ("aten._linalg_det.default", "aten._linalg_slogdet.default", "aten.linalg_inv_ex.default",
+           "aten._linalg_solve_ex.default", "aten.linalg_cholesky_ex.default", "aten.linalg_qr.default",
+           "aten._linalg_svd.default", "aten._linalg_eigh.default")
+    nodes = ("LinalgDetBackward0", "LinalgSlogdetBackward0", "LinalgInvExBackward0", "LinalgSolveExBackward0",
+             "LinalgCholeskyExBackward0", "LinalgQrBackward0", "LinalgSvdBackward0", "LinalgEighBackward0")
+    doc = exports_and_validates(graph, tmp_path, ops, nodes, {"w", "b"})
+    assert not any("composite" in op for op in doc["ops"] if op["op"].startswith("aten._linalg")
                    or op["op"].startswith("aten.linalg"))       # kernels of their own
-    order = graph.document["expect"]["order"]
-    for node in ("LinalgDetBackward0", "LinalgSlogdetBackward0", "LinalgInvExBackward0", "LinalgSolveExBackward0",
-                 "LinalgCholeskyExBackward0", "LinalgQrBackward0", "LinalgSvdBackward0", "LinalgEighBackward0"):
-        assert node in order
-    doc = _validate(graph, tmp_path)
-    assert set(doc["expect"]["grads"]) >= {"w", "b"}
 
 
 class Solvers(torch.nn.Module):
@@ -87,16 +72,11 @@ class Solvers(torch.nn.Module):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_module_calling_the_triangular_and_cholesky_solvers_exports_and_validates(dtype, tmp_path):
     graph = from_module(Solvers(), _inputs(), dtype=dtype)
-    ops = [op["op"] for op in graph.document["ops"]]
-    for name in ("aten.linalg_solve_triangular.default", "aten.triangular_solve.default",
-                 "aten.cholesky_solve.default", "aten.cholesky_inverse.default"):
-        assert name in ops
-    order = graph.document["expect"]["order"]
-    for node in ("LinalgSolveTriangularBackward0", "TriangularSolveBackward0", "CholeskySolveBackward0",
-                 "CholeskyInverseBackward0"):
-        assert node in order
-    doc = _validate(graph, tmp_path)
-    assert set(doc["expect"]["grads"]) >= {"w", "b"}
+    ops = ("aten.linalg_solve_triangular.default", "aten.triangular_solve.default",
+           "aten.cholesky_solve.default", "aten.cholesky_inverse.default")
+    nodes = ("LinalgSolveTriangularBackward0", "TriangularSolveBackward0", "CholeskySolveBackward0",
+             "CholeskyInverseBackward0")
+    exports_and_validates(graph, tmp_path, ops, nodes, {"w", "b"})
 
 
 class LUs(torch.nn.Module):
@@ -122,15 +102,10 @@ class LUs(torch.nn.Module):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_module_calling_the_lu_ops_exports_and_validates(dtype, tmp_path):
     graph = from_module(LUs(), _inputs(), dtype=dtype)
-    ops = [op["op"] for op in graph.document["ops"]]
-    for name in ("aten.linalg_lu_factor_ex.default", "aten.linalg_lu_solve.default", "aten.lu_unpack.default",
-                 "aten.linalg_lu.default"):
-        assert name in ops
-    order = graph.document["expect"]["order"]
-    for node in ("LinalgLuFactorExBackward0", "LinalgLuSolveBackward0", "LuUnpackBackward0", "LinalgLuBackward0"):
-        assert node in order
-    doc = _validate(graph, tmp_path)
-    assert set(doc["expect"]["grads"]) >= {"w", "b"}
+    ops = ("aten.linalg_lu_factor_ex.default", "aten.linalg_lu_solve.default", "aten.lu_unpack.default",
+           "aten.linalg_lu.default")
+    nodes = ("LinalgLuFactorExBackward0", "LinalgLuSolveBackward0", "LuUnpackBackward0", "LinalgLuBackward0")
+    exports_and_validates(graph, tmp_path, ops, nodes, {"w", "b"})
 
 
 class Functions(torch.nn.Module):
@@ -152,11 +127,6 @@ class Functions(torch.nn.Module):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_module_calling_pinv_matrix_exp_and_lstsq_exports_and_validates(dtype, tmp_path):
     graph = from_module(Functions(), _inputs(), dtype=dtype)
-    ops = [op["op"] for op in graph.document["ops"]]
-    for name in ("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_matrix_exp.default", "aten.linalg_lstsq.default"):
-        assert name in ops
-    order = graph.document["expect"]["order"]
-    for node in ("LinalgPinvBackward0", "LinalgMatrixExpBackward0", "LinalgLstsqBackward0"):
-        assert node in order
-    doc = _validate(graph, tmp_path)
-    assert set(doc["expect"]["grads"]) >= {"w"}
+    ops = ("aten.linalg_pinv.atol_rtol_tensor", "aten.linalg_matrix_exp.default", "aten.linalg_lstsq.default")
+    nodes = ("LinalgPinvBackward0", "LinalgMatrixExpBackward0", "LinalgLstsqBackward0")
+    exports_and_validates(graph, tmp_path, ops, nodes, {"w"})

@@ -7,10 +7,8 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the gradcli[torch] extra)")
-from click.testing import CliRunner  # noqa: E402
-
+from export_check import exports_and_validates  # noqa: E402
 from gradcli.bridges.torch import from_module  # noqa: E402
-from gradcli.cli import main as gradcli_main  # noqa: E402
 
 F = torch.nn.functional
 
@@ -48,16 +46,4 @@ def _inputs():
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_module_with_these_ops_exports_and_validates(dtype, tmp_path):
     graph = from_module(Selections(), _inputs(), dtype=dtype)
-    entries = graph.document["ops"]
-    names = [op["op"] for op in entries]
-    for name in OPS:
-        assert name in names
-    assert not any("composite" in op for op in entries if op["op"] in OPS)       # kernels of their own
-    order = graph.document["expect"]["order"]
-    for node in NODES:
-        assert node in order
-    graph.write(str(tmp_path))
-    result = CliRunner().invoke(gradcli_main, ["validate", str(tmp_path / "graph.yaml")])
-    assert result.exit_code == 0, result.output
-    assert "PASS" in result.output
-    assert set(graph.document["expect"]["grads"]) >= {"w", "bias", "grid", "scale"}
+    exports_and_validates(graph, tmp_path, OPS, NODES, {"w", "bias", "grid", "scale"})

@@ -87,6 +87,35 @@ def test_host_erf_is_libm_erf_element_by_element(dtype, shape):
     assert np.isnan(special[0]) and list(special[1:3]) == [1.0, -1.0] and np.signbit(special[3])
 
 
+def test_host_erf_answers_the_same_argument_bit_for_bit_with_a_fresh_copy(monkeypatch):
+    """Note [erf's last results]: an argument equal bit for bit to a recent one gets that
+    result again, as a new array laid out like the new argument; -0.0 is not 0.0."""
+    import math
+
+    from gradcli.ops.aten_kernels import _common
+    from gradcli.ops.aten_kernels._common import host_erf
+
+    computed = []
+    compute = _common._host_erf
+    monkeypatch.setattr(_common, "_host_erf", lambda a: computed.append(a.shape) or compute(a))
+    x = np.random.default_rng(2).normal(size=(6, 5))
+    first = host_erf(x)
+    again = host_erf(x.copy().T.copy().T)            # the same values, another layout
+    assert computed == [(6, 5)]                       # computed once
+    assert again is not first and again.tobytes() == first.tobytes()
+    assert again.strides == np.empty_like(x.T.copy().T).strides
+    again[...] = 7.0                                  # the kept result is not the one handed out
+    assert host_erf(x).tobytes() == first.tobytes()
+    zeros = np.zeros(3)
+    assert not np.signbit(host_erf(zeros)).any()
+    assert np.signbit(host_erf(-zeros)).all()         # bits, not ==: erf(-0.0) is -0.0
+    # an unseen argument is computed, and the kept results stay bounded
+    for k in range(3 * _common._ERF_KEPT):
+        y = np.full(4, 0.1 * k)
+        assert host_erf(y).tolist() == [math.erf(0.1 * k)] * 4
+    assert len(_common._erf_results) == _common._ERF_KEPT
+
+
 def test_leaf_accumulators_share_one_stamp_per_leaf():
     """A run stamps each leaf's accumulator with the leaf's (op_id, line, leaf) pairs, made
     once per loaded graph (Note [Metadata stamps]); reading a node's metadata gives it

@@ -93,14 +93,14 @@ def erf(xp, x):
 #
 # Note [erf's last results]: gelu's backward evaluates erf at exactly the points its forward
 # did (``self * sqrt(1/2)`` of the same saved input), as PyTorch's kernel does; on the host
-# each is a tenth of a ViT's run. host_erf keeps its last few results, each with a copy of
-# its argument, and answers an argument that is the same bit for bit (so -0.0 is not 0.0,
-# and NaN payloads differ) with a copy of that result, laid out like the new argument: the
-# values a second evaluation gives. The results are replaced as a whole tuple (one
-# assignment), so concurrent runs read one consistent set.
+# each is a tenth of a ViT's run. host_erf keeps its last few results, each with its
+# argument's dtype, shape and bytes, and answers an argument that is the same bit for bit
+# (so -0.0 is not 0.0, and NaN payloads differ) with a copy of that result, laid out like
+# the new argument: the values a second evaluation gives. The results are replaced as a
+# whole tuple (one assignment), so concurrent runs read one consistent set.
 _ERF_KEPT = 8                   # results kept
 _ERF_KEPT_SIZE = 1 << 16        # the largest argument kept, in elements
-_erf_results = ()               # ((argument, its bytes, result), ...), the newest first
+_erf_results = ()               # (((dtype, shape, bytes) of the argument, result), ...), newest first
 
 
 def host_erf(x):
@@ -114,15 +114,15 @@ def host_erf(x):
     x = np.asarray(x)
     kept = 0 < x.size <= _ERF_KEPT_SIZE
     if kept:
-        key = x.tobytes()
-        for arg, bits, result in _erf_results:
-            if bits == key and arg.dtype == x.dtype and arg.shape == x.shape:
+        key = (x.dtype, x.shape, x.tobytes())
+        for argument, result in _erf_results:
+            if argument == key:
                 out = np.empty_like(x)
                 out[...] = result
                 return out
     out = _host_erf(x)
     if kept:
-        _erf_results = ((x.copy(), key, out.copy()),) + _erf_results[:_ERF_KEPT - 1]
+        _erf_results = ((key, out.copy()),) + _erf_results[:_ERF_KEPT - 1]
     return out
 
 

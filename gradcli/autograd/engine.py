@@ -916,15 +916,17 @@ def _drop_failed_tasks(queue, graph_task):
 
 
 def call_tensor_pre_hooks(fn, inputs):
-    hooks = fn.tensor_pre_hooks
-    if hooks:
-        for input_nr, hook in list(hooks):
+    hooks = fn.hooks
+    if hooks is None:
+        return inputs
+    if hooks.tensor_pre:
+        for input_nr, hook in list(hooks.tensor_pre):
             original = inputs[input_nr]
             _shown(inputs, input_nr)
             result = hook(original)
             if result is not None:       # Note [Hook results]
                 _replace(inputs, input_nr, check_tensor_hook_result(original, result, hook))
-    retains = fn.retains_grad_hooks
+    retains = hooks.retains_grad
     if retains:
         for input_nr, hook in list(retains.items()):
             if inputs[input_nr] is not None:
@@ -951,7 +953,7 @@ def _replace(inputs, input_nr, value):
 
 
 def call_pre_hooks(fn, inputs):
-    for hook in list(fn.pre_hooks):
+    for hook in list(fn.hooks.pre):
         for pos in range(len(inputs)):
             _shown(inputs, pos)
         grads = tuple(inputs)
@@ -963,7 +965,7 @@ def call_pre_hooks(fn, inputs):
 
 def call_post_hooks(fn, outputs, inputs):
     outputs = list(outputs)       # a hook sees them and may keep them: none is fresh now
-    for hook in list(fn.post_hooks):
+    for hook in list(fn.hooks.post):
         grads = tuple(outputs)
         result = hook(grads, tuple(inputs))
         if result is not None:           # Note [Hook results]

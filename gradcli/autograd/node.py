@@ -216,26 +216,6 @@ class Node:
             hooks.retains_grad = {}
         hooks.retains_grad[input_nr] = fn
 
-    @property
-    def tensor_pre_hooks(self):
-        """[(input_nr, fn(grad) -> None | array)], or None."""
-        return None if self.hooks is None else self.hooks.tensor_pre
-
-    @property
-    def retains_grad_hooks(self):
-        """{input_nr: fn(grad)} of the outputs that retain their grad, or None."""
-        return None if self.hooks is None else self.hooks.retains_grad
-
-    @property
-    def pre_hooks(self):
-        """[fn(grad_outputs) -> None | tuple], or None."""
-        return None if self.hooks is None else self.hooks.pre
-
-    @property
-    def post_hooks(self):
-        """[fn(grad_inputs, grad_outputs) -> None | tuple], or None."""
-        return None if self.hooks is None else self.hooks.post
-
     def next_functions(self):
         return tuple((e[0], e[1]) if e is not None else (None, 0) for e in self.next_edges)
 

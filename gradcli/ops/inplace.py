@@ -183,7 +183,7 @@ def rebase_history(t, node, output_nr) -> None:
     old, old_nr = t.grad_fn, t.output_nr
     t.grad_fn, t.output_nr = node, output_nr
     if t.retains_grad and old is not None and old is not node:
-        hooks = old.retains_grad_hooks
+        hooks = old.hooks.retains_grad if old.hooks is not None else None
         hook = hooks.pop(old_nr, None) if hooks else None
         if hook is not None and node is not None:
             node.set_retains_grad_hook(output_nr, hook)

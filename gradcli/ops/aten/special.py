@@ -25,7 +25,7 @@ from ..aten_kernels import special as K
 from ..aten_kernels._common import check_dtype
 from ..library import _value
 from .pointwise import as_dtype, masked_fill, pow_tensor_scalar, scalar, zeros
-from .pointwise_core import _float_unary, reciprocal, sign
+from .pointwise_core import _extremum, _float_unary, reciprocal, sign
 from .promotion import cast, result_type, to_float
 from .registry import ELEMENTWISE, aten, defvjp, not_differentiable
 
@@ -109,17 +109,9 @@ defvjp(special_ndtri, lambda g, ans, self: L.mul(
     L.exp(L.mul(pow_tensor_scalar(ans, exponent=2), _c(0.5, ans)))))
 
 
-# -- fmax, fmin: NaN loses to a number ---------------------------------------------------------------------
-def _fextremum(name, node, fn):
-    def forward(self, other):
-        dt = result_type(self, other)
-        return as_dtype(fn(cast(self, dt), cast(other, dt)), dt)
-    forward.__name__ = name
-    return aten(f"{name}(Tensor self, Tensor other) -> Tensor", node, meta=ELEMENTWISE)(forward)
-
-
-fmax = _fextremum("fmax", "FmaxBackward0", np.fmax)
-fmin = _fextremum("fmin", "FminBackward0", np.fmin)
+# -- fmax, fmin: NaN loses to a number (maximum and minimum's forward, np.fmax / np.fmin) -----------------
+fmax = _extremum("fmax", "FmaxBackward0", np.fmax)
+fmin = _extremum("fmin", "FminBackward0", np.fmin)
 
 
 def _unbroadcast(g, like):

@@ -56,17 +56,20 @@ REFUSED = []
 GRADGRAD = []
 
 
-def case(op, inputs, args=None, nc=False, fd=True, gradgrad=False, id=None):  # noqa: A002
-    n = sum(1 for c in CASES if c.values[0] == op)
+def case(op, inputs, args=None, nc=False, fd=True, gradgrad=False, id=None,  # noqa: A002
+         cases=CASES, gradgrads=GRADGRAD):
+    """A row of ``cases`` (this module's tables unless another linalg table passes its own),
+    and of ``gradgrads`` too with ``gradgrad``."""
+    n = sum(1 for c in cases if c.values[0] == op)
     param = pytest.param(op, inputs, args or {}, nc, fd, id=id or f"{op}-{n}")
-    CASES.append(param)
+    cases.append(param)
     if gradgrad:
-        GRADGRAD.append(param)
+        gradgrads.append(param)
 
 
-def refused(op, inputs, args, match, static=True):
-    n = sum(1 for c in REFUSED if c.values[0] == op)
-    REFUSED.append(pytest.param(op, inputs, args, match, static, id=f"{op}-refused-{n}"))
+def refused(op, inputs, args, match, static=True, table=REFUSED):
+    n = sum(1 for c in table if c.values[0] == op)
+    table.append(pytest.param(op, inputs, args, match, static, id=f"{op}-refused-{n}"))
 
 
 for _op in (DET, SLOGDET, INV):

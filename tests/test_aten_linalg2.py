@@ -16,6 +16,8 @@ gradcli's: the rows against torch have such factors).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -45,17 +47,8 @@ def chol(*shape, upper=False, seed=0):
 CASES, REFUSED, GRADGRAD = [], [], []
 
 
-def case(op, inputs, args=None, nc=False, fd=True, gradgrad=False, id=None):  # noqa: A002
-    n = sum(1 for c in CASES if c.values[0] == op)
-    param = pytest.param(op, inputs, args or {}, nc, fd, id=id or f"{op}-{n}")
-    CASES.append(param)
-    if gradgrad:
-        GRADGRAD.append(param)
-
-
-def refused(op, inputs, args, match, static=True):
-    n = sum(1 for c in REFUSED if c.values[0] == op)
-    REFUSED.append(pytest.param(op, inputs, args, match, static, id=f"{op}-refused-{n}"))
+case = functools.partial(TL.case, cases=CASES, gradgrads=GRADGRAD)     # this module's tables
+refused = functools.partial(TL.refused, table=REFUSED)
 
 
 for _upper in (False, True):

@@ -412,6 +412,32 @@ EXCLUDED_INPUTS = {
 }
 
 
+
+def test_a_joint_backward_without_a_second_derivative_runs_once_per_node(monkeypatch):
+    # attention's backward kernel gives the query's, key's and value's gradients in one
+    # call, as PyTorch's one node does: it runs once per node, not once per input; under
+    # create_graph each gradient is still the first-order one behind a NotImplemented node
+    op_name = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    op = OPS[op_name]
+    calls = []
+    real = op.joint_vjp
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(op, "joint_vjp", counting)
+    arrays, args = EXCLUDED_INPUTS[op_name]
+    qkv = [Tensor(x.copy(), requires_grad=True) for x in arrays[:3]]
+    out = op(*qkv, None, **args)[0]
+    v = R(*out.shape, seed=7)
+    first = grad([out], qkv, grad_outputs=[v], retain_graph=True)
+    assert len(calls) == 1
+    again = grad([out], qkv, grad_outputs=[v], create_graph=True)
+    for a, b in zip(again, first):
+        assert a.grad_fn.name == "torch::autograd::NotImplemented"
+        np.testing.assert_array_equal(a.data, b)
+
 def test_second_derivatives_stay_on_a_simulated_device():
     # the stand-ins and zeros the double backwards make are placed on the gradient's device
     from gradcli.devices import device, device_of, to_device

@@ -260,10 +260,7 @@ class _FlatVJPs:
         op = self.op
 
         def vjp(g, ans, *flat, **args):
-            # Note [no double backward]: under create_graph the saved inputs are Tensors, and the
-            # gradient depends on them as on ``g``: a constant ``g`` is no reason to compute raw
-            if op.first_order_only and (any(type(x) is Tensor for x in (g if op.multi_output else [g]))
-                                        or any(type(x) is Tensor and x.requires_grad for x in flat)):
+            if op.first_order_only and _records(op, g, flat):
                 return _not_differentiable(op, vjp, g, ans, flat, args)
             _, to_flat, located = op.flat_layout(len(flat))
             p, k = located[to_flat[i]]              # edge -> flat input -> schema input
@@ -278,11 +275,24 @@ class _FlatVJPs:
         return vjp
 
 
+def _records(op, g, flat):
+    """Note [no double backward]: does this call of a ``first_order_only`` op's VJP record
+    (create_graph)? Under create_graph the saved inputs are Tensors, and the gradient depends
+    on them as on ``g``: a constant ``g`` is no reason to compute raw."""
+    return (any(type(x) is Tensor for x in (g if op.multi_output else [g]))
+            or any(type(x) is Tensor and x.requires_grad for x in flat))
+
+
 def _all_vjps(op):
     """``op.vjp_all`` of an AtenOp with a ``Tensor[]`` input or a joint VJP (Note [one call for
     all inputs' gradients] in core.py): each schema input's VJP (or the joint one, told every
-    wanted input) runs once per node, and a list's gradients are handed out to its edges."""
+    wanted input) runs once per node, and a list's gradients are handed out to its edges.
+    A ``first_order_only`` op's gradients that record (create_graph) are made edge by edge,
+    each its own NotImplemented node (Note [no double backward])."""
     def vjp_all(g, ans, flat, needed, args):
+        if op.first_order_only and _records(op, g, flat):
+            vjps = op.vjps
+            return [vjps[e](g, ans, *flat, **args) if need else None for e, need in enumerate(needed)]
         _, to_flat, located = op.flat_layout(len(flat))       # edge -> flat input -> schema input
         wanted = {}                                                        # schema input -> [(edge, k)]
         for e, need in enumerate(needed):
@@ -430,8 +440,9 @@ def defvjp_joint(op, fn, differentiable_inputs, first_order_only=False, beyond=N
     op.first_order_only = first_order_only
     op.differentiable_inputs = list(differentiable_inputs)
     op.vjps = _FlatVJPs(op)
-    if not first_order_only:
-        op.vjp_all = _all_vjps(op)      # one call for every wanted input, as PyTorch's one formula
+    # one call for every wanted input, as PyTorch's one formula (an attention node's backward
+    # kernel computes the query's, key's and value's gradients together: once, not three times)
+    op.vjp_all = _all_vjps(op)
 
 
 def not_implemented(name):

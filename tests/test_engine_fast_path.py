@@ -189,6 +189,48 @@ def test_errors_and_the_next_backward(monkeypatch, order_log):
     assert fast_order == slow_order and fast == slow
 
 
+
+@pytest.mark.parametrize("second", ["summed back", "cast", "invalid"])
+def test_an_output_fixed_up_or_refused_after_the_one_before_was_handed_on(monkeypatch, order_log,
+                                                                           fast_taken, second):
+    # the fast path checks each output as it hands it on (Note [Outputs checked as they are
+    # handed on]): a later output is still fixed up, or refused with the general path's error
+    # and nothing it made ready runs (the first leaf gets no gradient either way)
+    wrong = {"summed back": lambda g: np.ones((3, 2, 3)), "cast": lambda g: g.astype(np.float32),
+             "invalid": lambda g: np.ones(5)}[second]
+
+    class Two(Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2.0, wrong(g)
+
+    def scenario():
+        a = Tensor(np.linspace(0.5, 2.0, 6).reshape(2, 3), requires_grad=True)
+        b = Tensor(np.linspace(1.0, 3.0, 6).reshape(2, 3), requires_grad=True)
+        error = None
+        try:
+            backward(O.sum(Two.apply(a, b)))
+        except RuntimeError as exc:
+            error = str(exc)
+        x2, y2 = _chain(3)            # the same thread's next backward runs normally
+        backward(O.sum(y2))
+        return error, _bits(a.grad), _bits(b.grad), _bits(x2.grad)
+
+    (slow_order, slow), (fast_order, fast) = _both_ways(monkeypatch, order_log, scenario)
+    assert fast_order == slow_order and fast == slow
+    assert len(fast_taken) == 2                  # (both backwards of the fast run)
+    error, ga, gb, _ = fast
+    if second == "invalid":
+        assert error == ("Function TwoBackward returned an invalid gradient at index 1 - got [5] but "
+                         "expected shape compatible with [2, 3]")
+        assert ga is None and gb is None
+    else:
+        assert error is None and ga is not None and gb[0] == "<f8" and gb[1] == (2, 3)
+
 def test_a_node_that_leaves_grad_mode_on(monkeypatch, order_log):
     class LeavesGradOn(Function):
         @staticmethod

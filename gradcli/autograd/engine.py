@@ -27,6 +27,8 @@ from .graph_task import NodeCounter, _graph_task_ids
 from heapq import heapify, heappop, heappush
 from . import streams
 from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
+
+_ndarray = np.ndarray
 from . import dispatch
 
 def _log():
@@ -382,14 +384,16 @@ class Engine:
                         counter.count += 1
                     inputs = task[6]
                     del task
-                    outputs = call_plain_function(graph_task, fn, inputs)
+                    # (call_plain_function inline; each output's check is in the loop below)
+                    next_edges = fn.next_edges
+                    if fn.hooks is None:
+                        outputs = fn.apply(inputs)
+                        if len(outputs) != len(next_edges):
+                            validate_outputs(next_edges, outputs, fn.name)   # raises: the count
+                    else:
+                        outputs = call_function(graph_task, fn, inputs)
                 except Exception as exc:  # noqa: BLE001 - travels to the caller
-                    if state.grad_enabled:
-                        state.grad_enabled = False
-                    self.thread_on_exception(graph_task, fn, exc)
-                    graph_task.outstanding_tasks -= 1
-                    if graph_task.completed():
-                        graph_task.mark_as_completed_and_run_post_processing()
+                    self._fast_node_failed(graph_task, fn, exc)
                     continue
                 if state.grad_enabled:        # a node left grad mode on: as thread_main resets it
                     state.grad_enabled = False
@@ -399,11 +403,23 @@ class Engine:
                     # (outputs and next_edges have one length: validated above)
                     fresh = outputs.fresh if type(outputs) is FreshGrads else 0
                     i = -1
-                    for output, edge in zip(outputs, fn.next_edges):
+                    failed = None
+                    for output, edge in zip(outputs, next_edges):
                         i += 1
                         if edge is None:
                             continue
                         nxt = edge[0]
+                        if output is not None:
+                            # Note [Outputs checked as they are handed on]
+                            meta = nxt.input_metadata[edge[1]]
+                            if not (type(output) is _ndarray and meta.device is CPU
+                                    and output.shape == meta.shape and output.dtype is meta.dtype):
+                                try:
+                                    validate_outputs(next_edges, outputs, fn.name)
+                                except Exception as exc:  # noqa: BLE001 - travels to the caller
+                                    failed = exc
+                                    break
+                                output = outputs[i]
                         count = dependencies.get(nxt)
                         if count is None:
                             raise RuntimeError(f"dependency not found for {nxt.name}")
@@ -428,6 +444,9 @@ class Engine:
                                             graph_task, nxt, buffer))
                         else:
                             dependencies[nxt] = count - 1
+                    if failed is not None:
+                        self._fast_node_failed(graph_task, fn, failed)
+                        continue
                 graph_task.outstanding_tasks -= 1
                 if graph_task.outstanding_tasks == 0:
                     graph_task.mark_as_completed_and_run_post_processing()
@@ -442,6 +461,15 @@ class Engine:
             schedule = Schedule.of(ran, graph_task.root_input_nr)
             if schedule is not None:
                 _SCHEDULES[roots[0]] = schedule
+
+    def _fast_node_failed(self, graph_task, fn, exc):
+        """thread_main_fast's end of a node that raised (or whose outputs did not validate)."""
+        if STATE.grad_enabled:
+            STATE.grad_enabled = False
+        self.thread_on_exception(graph_task, fn, exc)
+        graph_task.outstanding_tasks -= 1
+        if graph_task.completed():
+            graph_task.mark_as_completed_and_run_post_processing()
 
     def replay_schedule(self, graph_task, root, schedule, buffer):
         """Run a retained graph's backward again in its recorded order (Note [Schedules
@@ -820,7 +848,8 @@ class Engine:
 #   the node left it on (thread_main sets it before every node);
 # - validate_outputs' common case (an ndarray of the input's shape and dtype on
 #   the CPU) checked inline; anything else goes through validate_outputs itself,
-#   which leaves the arrays that pass unchanged;
+#   which leaves the arrays that pass unchanged (Note [Outputs checked as they
+#   are handed on]);
 # - hooks: a node with any hook goes through call_function, as in the general
 #   path.
 # Any task it does not expect (another graph task's, a wake-up task, a node on a
@@ -829,6 +858,20 @@ class Engine:
 # False``) turns it off; tests/test_engine_fast_path.py runs every example graph
 # both ways and compares the order and the gradients bit for bit.
 FAST_PATH = os.environ.get("GRADCLI_ENGINE_FAST_PATH", "1") != "0"
+
+# Note [Outputs checked as they are handed on]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The fast path checks a node's output against its edge's input metadata in the
+# loop that hands it to the next node's InputBuffer, not in a loop of its own
+# before (one pass over the outputs per node instead of two). At the first
+# output that is not the common case, validate_outputs runs on all of them, as
+# the general path does: it leaves those that pass as they are and fixes up the
+# others in the list (summed to a broadcast shape, cast), so the outputs still
+# to be handed on are the fixed ones. When it raises, the outputs before that
+# one were already handed on: the graph task fails with the same error as on
+# the general path, and the tasks they made ready are never run: the failed
+# graph task is completed at once, and thread_main skips any task of a graph
+# task with an error, as PyTorch's does.
 
 
 # Note [Schedules of retained graphs]

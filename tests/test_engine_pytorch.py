@@ -1416,6 +1416,40 @@ def test_a_fresh_vjp_result_becomes_grad_without_a_copy(monkeypatch):
     np.testing.assert_array_equal(y.grad, [3.0, 3.0])
 
 
+
+def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monkeypatch):
+    """Note [Stealing gradients]: in a fan-in into one leaf, every branch's gradient after
+    the first is summed into the slot (a sum the buffer owns), so only the first is looked
+    for among its node's inputs and saved values; the leaf still keeps the sum itself."""
+    from gradcli.autograd.input_buffer import InputBuffer
+    from gradcli.ops import core
+
+    looked = []
+    real_holds = core._holds
+
+    def holds(items, o):
+        looked.append(o)
+        return real_holds(items, o)
+
+    monkeypatch.setattr(core, "_holds", holds)
+    sums = []
+    real_add = InputBuffer.add
+
+    def add(self, pos, grad, *rest):
+        before = self[pos]
+        real_add(self, pos, grad, *rest)
+        if before is not None:
+            sums.append(self[pos])
+    monkeypatch.setattr(InputBuffer, "add", add)
+    x = leaf([1.0, 2.0])
+    total = x * 1.0
+    for k in range(2, 7):
+        total = total + x * float(k)
+    total.sum().backward()
+    np.testing.assert_array_equal(x.grad, [21.0, 21.0])
+    assert len({id(o) for o in looked}) == 1     # the first branch's gradient alone
+    assert x.grad is sums[-1]
+
 def test_a_stolen_gradient_never_aliases_a_saved_array_or_leaf(monkeypatch):
     """A VJP that hands back a saved input (here the other leaf's own data) or the
     forward's output: not fresh, so .grad is a copy."""

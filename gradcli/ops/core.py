@@ -22,7 +22,7 @@ from ..autograd import dispatch
 from ..autograd.input_buffer import FreshGrads
 from ..autograd.node import _CPU_METAS, ERR_BACKWARD_TWICE, AccumulateGrad, InputMetadata, Node
 from ..autograd.saved import check_saved_version, unpack_output
-from ..autograd.state import STATE
+from ..autograd.state import ENGINE_TLS, STATE
 from ..autograd.tensor import Tensor
 from ..devices import CPU, device_of, on_device
 from .shapes import ELEMENTWISE, ShapeMismatch  # noqa: F401 - ShapeMismatch is re-exported
@@ -467,10 +467,19 @@ class OpBackward(Node):
     # stable fact across interpreters, so the node that made the array says so. Ops
     # running user code or a backward of their own (``custom``, ``grad``) never do:
     # their results may be held by what they called.
+    #
+    # Whether an output is fresh decides something only when it is the one array in
+    # its accumulator's slot: a slot that already holds a contribution gets a sum,
+    # which its InputBuffer owns whatever this bit says. Such outputs (every branch of
+    # a fan-in into one leaf but the first) are not looked for among the node's
+    # inputs and saved values. The slot, once filled, stays in the graph task's
+    # ``not_ready`` until this contribution arrives, so the answer cannot change.
     def _mark_fresh(self, out, grads, saved):
         # (plain loops, no generators: every node of a fan-in into one leaf comes here)
         fresh = 0
         edges = self.next_edges
+        task = ENGINE_TLS.current_graph_task
+        not_ready = task.not_ready if task is not None else _NO_BUFFERS
         for i in range(len(out)):
             o = out[i]
             if type(o) is not np.ndarray or o.base is not None:
@@ -478,6 +487,9 @@ class OpBackward(Node):
             edge = edges[i]
             if edge is None or type(edge[0]) is not AccumulateGrad or not o.flags.writeable:
                 continue
+            buffer = not_ready.get(edge[0])
+            if buffer is not None and buffer[edge[1]] is not None:
+                continue                     # summed: owned either way
             if _holds(grads, o) or _holds(saved, o):
                 continue
             k = 0
@@ -548,6 +560,9 @@ class OpBackward(Node):
     def release_variables(self):
         if self.op.saves:
             self.saved = None
+
+
+_NO_BUFFERS = {}
 
 
 def _holds(items, o):

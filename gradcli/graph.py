@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import contextlib
-import weakref
 import time
+import weakref
 
 import numpy as np
 

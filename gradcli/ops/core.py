@@ -485,12 +485,12 @@ class OpBackward(Node):
             if type(o) is not np.ndarray or o.base is not None:
                 continue
             edge = edges[i]
-            if edge is None or type(edge[0]) is not AccumulateGrad or not o.flags.writeable:
+            if edge is None or type(edge[0]) is not AccumulateGrad:
                 continue
             buffer = not_ready.get(edge[0])
             if buffer is not None and buffer[edge[1]] is not None:
                 continue                     # summed: owned either way
-            if _holds(grads, o) or _holds(saved, o):
+            if not o.flags.writeable or _holds(grads, o) or _holds(saved, o):
                 continue
             k = 0
             for x in out:

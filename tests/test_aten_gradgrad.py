@@ -416,7 +416,7 @@ EXCLUDED_INPUTS = {
 def test_a_joint_backward_without_a_second_derivative_runs_once_per_node(monkeypatch):
     # attention's backward kernel gives the query's, key's and value's gradients in one
     # call, as PyTorch's one node does: it runs once per node, not once per input; under
-    # create_graph each gradient is still the first-order one behind a NotImplemented node
+    # create_graph the gradients are the first-order ones, outputs of one NotImplemented node
     op_name = "aten._scaled_dot_product_flash_attention_for_cpu.default"
     op = OPS[op_name]
     calls = []
@@ -434,9 +434,35 @@ def test_a_joint_backward_without_a_second_derivative_runs_once_per_node(monkeyp
     first = grad([out], qkv, grad_outputs=[v], retain_graph=True)
     assert len(calls) == 1
     again = grad([out], qkv, grad_outputs=[v], create_graph=True)
-    for a, b in zip(again, first):
-        assert a.grad_fn.name == "torch::autograd::NotImplemented"
+    assert len(calls) == 2
+    for k, (a, b) in enumerate(zip(again, first)):
+        assert a.grad_fn is again[0].grad_fn and a.output_nr == k
         np.testing.assert_array_equal(a.data, b)
+
+
+@needs_torch
+def test_create_graph_through_attention_makes_pytorchs_one_not_implemented_node():
+    # PyTorch's node: named NotImplemented, one for the three gradients, with edges to the
+    # query's, key's and value's accumulators and to the forward's node (the formula reads
+    # its output), in that order
+    op_name = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    arrays, args = EXCLUDED_INPUTS[op_name]
+    qkv = [Tensor(x.copy(), requires_grad=True) for x in arrays[:3]]
+    out = OPS[op_name](*qkv, None, **args)[0]
+    v = R(*out.shape, seed=7)
+    ours = grad([out], qkv, grad_outputs=[v], create_graph=True)
+    tq = [torch.tensor(x, requires_grad=True) for x in arrays[:3]]
+    tout = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*tq)[0]
+    theirs = torch.autograd.grad(tout, tq, torch.tensor(v), create_graph=True)
+    node, their_node = ours[0].grad_fn, theirs[0].grad_fn
+    assert {id(g.grad_fn) for g in ours} == {id(node)} and len({id(g.grad_fn) for g in theirs}) == 1
+    assert node.name == "torch::autograd::NotImplemented" == type(their_node).__name__.join(
+        ["torch::autograd::", ""])
+    assert [e[0].name for e in node.next_edges] == [type(f).__name__ for f, _ in their_node.next_functions]
+    assert [e[0] for e in node.next_edges[:3]] == [x.grad_accumulator for x in qkv]
+    assert node.next_edges[3] == (out.grad_fn, 0)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.data, b.detach().numpy(), rtol=1e-10)
 
 def test_second_derivatives_stay_on_a_simulated_device():
     # the stand-ins and zeros the double backwards make are placed on the gradient's device

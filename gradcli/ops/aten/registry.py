@@ -287,12 +287,11 @@ def _all_vjps(op):
     """``op.vjp_all`` of an AtenOp with a ``Tensor[]`` input or a joint VJP (Note [one call for
     all inputs' gradients] in core.py): each schema input's VJP (or the joint one, told every
     wanted input) runs once per node, and a list's gradients are handed out to its edges.
-    A ``first_order_only`` op's gradients that record (create_graph) are made edge by edge,
-    each its own NotImplemented node (Note [no double backward])."""
+    A ``first_order_only`` op's gradients that record (create_graph) come out of one
+    NotImplemented node (Note [no double backward])."""
     def vjp_all(g, ans, flat, needed, args):
         if op.first_order_only and _records(op, g, flat):
-            vjps = op.vjps
-            return [vjps[e](g, ans, *flat, **args) if need else None for e, need in enumerate(needed)]
+            return _not_differentiable_all(op, vjp_all, g, ans, flat, needed, args)
         _, to_flat, located = op.flat_layout(len(flat))       # edge -> flat input -> schema input
         wanted = {}                                                        # schema input -> [(edge, k)]
         for e, need in enumerate(needed):
@@ -359,6 +358,46 @@ def _not_differentiable(op, vjp, g, ans, flat, args):
     marker.vjps = _RaiseOnBackward(op.beyond_message or f"derivative for aten::{op.first_order_only} is not "
                                    f"implemented (the backward of {op.name}; as PyTorch 2.13)")
     return record(marker, [raw] + deps, {})
+
+
+def _not_differentiable_all(op, vjp_all, g, ans, flat, needed, args):
+    """``_not_differentiable`` for an op with one formula for all its inputs' gradients
+    (attention's): the formula runs once on raw arrays and one NotImplemented node makes
+    every wanted gradient, its outputs in edge order, as PyTorch's one node does. Its edges
+    are PyTorch's: to what the formula reads that requires grad, in the formula's order
+    (the incoming gradients, the inputs, the forward's differentiable outputs)."""
+    gs = [_value(x) for x in g] if op.multi_output else _value(g)
+    raws = vjp_all(gs, [_value(x) for x in ans] if op.multi_output else _value(ans),
+                   [_value(x) for x in flat], needed, args)
+    keep_out = op.differentiable_outputs
+    outputs = ([x for i, x in enumerate(ans) if keep_out is None or i < len(keep_out) and keep_out[i]]
+               if op.multi_output else [ans])
+    deps = [x for x in (list(g) if op.multi_output else [g]) + list(flat) + outputs
+            if type(x) is Tensor and x.requires_grad]
+    wanted = [e for e, r in enumerate(raws) if r is not None]
+    if not deps or not wanted:
+        return raws
+    from ...devices import device_of, on_device  # noqa: PLC0415
+
+    ref = next((x for x in gs if x is not None), None) if op.multi_output else gs
+    values = [raws[e] for e in wanted]
+    if ref is not None:      # (on the gradient's device: see _not_differentiable)
+        values = [on_device(v, device_of(ref)) if device_of(v) is not device_of(ref) else v for v in values]
+    n = len(values)
+    marker = Op(f"{op.name}:not_implemented", lambda *values: list(values[:n]), "torch::autograd::NotImplemented",
+                saves=False, arity=(1, None), multi_output=True, public=False,
+                doc="gradients PyTorch cannot differentiate")
+    marker.vjps = _RaiseOnBackward(op.beyond_message or f"derivative for aten::{op.first_order_only} is not "
+                                   f"implemented (the backward of {op.name}; as PyTorch 2.13)")
+    made = record(marker, values + deps, {})
+    node = made[0].grad_fn
+    node.next_edges = node.next_edges[n:]           # (none for the values themselves)
+    if node.input_devices is not None:
+        node.input_devices = node.input_devices[n:]
+    out = [None] * len(raws)
+    for e, t in zip(wanted, made):
+        out[e] = t
+    return out
 
 
 def aten(schema, node_name, saves=True, differentiable_outputs=None, meta=None, mutates=(),

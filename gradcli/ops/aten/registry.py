@@ -364,8 +364,9 @@ def _not_differentiable_all(op, vjp_all, g, ans, flat, needed, args):
     """``_not_differentiable`` for an op with one formula for all its inputs' gradients
     (attention's): the formula runs once on raw arrays and one NotImplemented node makes
     every wanted gradient, its outputs in edge order, as PyTorch's one node does. Its edges
-    are PyTorch's: to what the formula reads that requires grad, in the formula's order
-    (the incoming gradients, the inputs, the forward's differentiable outputs)."""
+    go to what requires grad among the incoming gradients, the inputs and the forward's
+    differentiable outputs, in that order: PyTorch's for attention, whose formula reads
+    all of them."""
     gs = [_value(x) for x in g] if op.multi_output else _value(g)
     raws = vjp_all(gs, [_value(x) for x in ans] if op.multi_output else _value(ans),
                    [_value(x) for x in flat], needed, args)

@@ -1366,10 +1366,9 @@ def test_a_hook_result_is_never_stolen():
     assert not np.shares_memory(x.grad, kept[0])
 
 
-def test_summed_leaf_gradient_is_stolen_in_a_real_backward(monkeypatch):
-    """x feeds two ops: its buffer sums two contributions into a fresh array,
-    which AccumulateGrad keeps instead of copying (the sums the buffers made are
-    recorded: no hook may see the array, a hook would make it a copy)."""
+def _recorded_sums(monkeypatch):
+    """The sums InputBuffer.add makes, recorded as it makes them (no hook sees them: a hook
+    would make the gradient a copy)."""
     from gradcli.autograd.input_buffer import InputBuffer
 
     sums = []
@@ -1381,6 +1380,13 @@ def test_summed_leaf_gradient_is_stolen_in_a_real_backward(monkeypatch):
         if before is not None:
             sums.append(self[pos])
     monkeypatch.setattr(InputBuffer, "add", add)
+    return sums
+
+
+def test_summed_leaf_gradient_is_stolen_in_a_real_backward(monkeypatch):
+    """x feeds two ops: its buffer sums two contributions into a fresh array,
+    which AccumulateGrad keeps instead of copying."""
+    sums = _recorded_sums(monkeypatch)
     x = leaf([1.0, 2.0])
     (x * 2.0 + x * 3.0).sum().backward()
     assert any(x.grad is s for s in sums)
@@ -1416,12 +1422,10 @@ def test_a_fresh_vjp_result_becomes_grad_without_a_copy(monkeypatch):
     np.testing.assert_array_equal(y.grad, [3.0, 3.0])
 
 
-
 def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monkeypatch):
     """Note [Stealing gradients]: in a fan-in into one leaf, every branch's gradient after
     the first is summed into the slot (a sum the buffer owns), so only the first is looked
     for among its node's inputs and saved values; the leaf still keeps the sum itself."""
-    from gradcli.autograd.input_buffer import InputBuffer
     from gradcli.ops import core
 
     looked = []
@@ -1432,15 +1436,7 @@ def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monk
         return real_holds(items, o)
 
     monkeypatch.setattr(core, "_holds", holds)
-    sums = []
-    real_add = InputBuffer.add
-
-    def add(self, pos, grad, *rest):
-        before = self[pos]
-        real_add(self, pos, grad, *rest)
-        if before is not None:
-            sums.append(self[pos])
-    monkeypatch.setattr(InputBuffer, "add", add)
+    sums = _recorded_sums(monkeypatch)
     x = leaf([1.0, 2.0])
     total = x * 1.0
     for k in range(2, 7):

@@ -27,9 +27,10 @@ from .graph_task import NodeCounter, _graph_task_ids
 from heapq import heapify, heappop, heappush
 from . import streams
 from .state import ENGINE_TLS, STATE, graph_task_guard  # noqa: F401 - re-exported
-
-_ndarray = np.ndarray
 from . import dispatch
+
+_ndarray = np.ndarray   # (one global lookup on the fast path's check per output)
+
 
 def _log():
     """The engine's logger (logging is imported only to warn at stop())."""

@@ -125,6 +125,7 @@ OPS: OpRegistry = OpRegistry()
 _NO_ARG = object()
 _ndarray = np.ndarray   # (one global lookup, not two, on record's path per input)
 _NO_ARGS = {}           # the args of a node recorded without any (shared, never mutated)
+_NO_BUFFERS = {}        # not_ready outside a backward (_mark_fresh; never mutated)
 
 
 class Arg:
@@ -560,9 +561,6 @@ class OpBackward(Node):
     def release_variables(self):
         if self.op.saves:
             self.saved = None
-
-
-_NO_BUFFERS = {}
 
 
 def _holds(items, o):

@@ -340,24 +340,47 @@ def _not_differentiable(op, vjp, g, ans, flat, args):
     gs = [_value(x) for x in g] if op.multi_output else _value(g)
     raw = vjp(gs, [_value(x) for x in ans] if op.multi_output else _value(ans),
               *[_value(x) for x in flat], **args)
-    deps = [x for x in (list(g) if op.multi_output else [g]) + list(flat)
-            if type(x) is Tensor and x.requires_grad]
+    deps = _requiring_grad(op, g, flat)
     if raw is None or not deps:
         return raw
-    # the formula ran on raw arrays, and NumPy functions that are not ufuncs (np.where)
-    # return host arrays: the gradient goes on its gradient's device, as the engine puts
-    # a raw VJP output there (found by scripts/fuzz_cli.py: hardsigmoid on sim:0 under
-    # create_graph failed with "Expected all tensors to be on the same device")
+    (raw,) = _on_gradients_device(op, gs, [raw])
+    marker = _not_implemented_marker(op, lambda value, *_: value)
+    return record(marker, [raw] + deps, {})
+
+
+def _requiring_grad(op, g, *more):
+    """The Tensors that require grad among the incoming gradients ``g`` and ``more``: the
+    edges of a NotImplemented node (Note [no double backward])."""
+    found = [x for x in (g if op.multi_output else [g]) if type(x) is Tensor and x.requires_grad]
+    for xs in more:
+        found += [x for x in xs if type(x) is Tensor and x.requires_grad]
+    return found
+
+
+def _on_gradients_device(op, gs, values):
+    """``values`` on the device of the incoming gradients ``gs`` (raw arrays). A formula
+    run on raw arrays may return host arrays (NumPy functions that are not ufuncs, such as
+    np.where, do): the gradient goes on its gradient's device, as the engine puts a raw
+    VJP output there (found by scripts/fuzz_cli.py: hardsigmoid on sim:0 under create_graph
+    failed with "Expected all tensors to be on the same device")."""
     from ...devices import device_of, on_device  # noqa: PLC0415
 
     ref = next((x for x in gs if x is not None), None) if op.multi_output else gs
-    if ref is not None and hasattr(raw, "shape") and device_of(raw) is not device_of(ref):
-        raw = on_device(raw, device_of(ref))
-    marker = Op(f"{op.name}:not_implemented", lambda value, *_: value, "torch::autograd::NotImplemented",
-                saves=False, arity=(1, None), public=False, doc="a gradient PyTorch cannot differentiate")
+    if ref is None:
+        return values
+    dev = device_of(ref)
+    return [on_device(v, dev) if hasattr(v, "shape") and device_of(v) is not dev else v for v in values]
+
+
+def _not_implemented_marker(op, fn, multi_output=False):
+    """The op whose node is PyTorch's ``torch::autograd::NotImplemented`` for ``op``'s
+    gradients: ``fn`` hands on the values, and differentiating them raises PyTorch's error."""
+    marker = Op(f"{op.name}:not_implemented", fn, "torch::autograd::NotImplemented", saves=False,
+                arity=(1, None), multi_output=multi_output, public=False,
+                doc="gradients PyTorch cannot differentiate")
     marker.vjps = _RaiseOnBackward(op.beyond_message or f"derivative for aten::{op.first_order_only} is not "
                                    f"implemented (the backward of {op.name}; as PyTorch 2.13)")
-    return record(marker, [raw] + deps, {})
+    return marker
 
 
 def _not_differentiable_all(op, vjp_all, g, ans, flat, needed, args):
@@ -373,23 +396,13 @@ def _not_differentiable_all(op, vjp_all, g, ans, flat, needed, args):
     keep_out = op.differentiable_outputs
     outputs = ([x for i, x in enumerate(ans) if keep_out is None or i < len(keep_out) and keep_out[i]]
                if op.multi_output else [ans])
-    deps = [x for x in (list(g) if op.multi_output else [g]) + list(flat) + outputs
-            if type(x) is Tensor and x.requires_grad]
+    deps = _requiring_grad(op, g, flat, outputs)
     wanted = [e for e, r in enumerate(raws) if r is not None]
     if not deps or not wanted:
         return raws
-    from ...devices import device_of, on_device  # noqa: PLC0415
-
-    ref = next((x for x in gs if x is not None), None) if op.multi_output else gs
-    values = [raws[e] for e in wanted]
-    if ref is not None:      # (on the gradient's device: see _not_differentiable)
-        values = [on_device(v, device_of(ref)) if device_of(v) is not device_of(ref) else v for v in values]
+    values = _on_gradients_device(op, gs, [raws[e] for e in wanted])
     n = len(values)
-    marker = Op(f"{op.name}:not_implemented", lambda *values: list(values[:n]), "torch::autograd::NotImplemented",
-                saves=False, arity=(1, None), multi_output=True, public=False,
-                doc="gradients PyTorch cannot differentiate")
-    marker.vjps = _RaiseOnBackward(op.beyond_message or f"derivative for aten::{op.first_order_only} is not "
-                                   f"implemented (the backward of {op.name}; as PyTorch 2.13)")
+    marker = _not_implemented_marker(op, lambda *values: list(values[:n]), multi_output=True)
     made = record(marker, values + deps, {})
     node = made[0].grad_fn
     node.next_edges = node.next_edges[n:]           # (none for the values themselves)

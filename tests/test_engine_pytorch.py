@@ -1446,6 +1446,27 @@ def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monk
     assert len({id(o) for o in looked}) == 1     # the first branch's gradient alone
     assert x.grad is sums[-1]
 
+def test_a_fresh_gradient_is_looked_for_among_what_its_vjp_was_handed(monkeypatch):
+    """Note [Stealing gradients]: a VJP can hand back only what it was given (the incoming
+    gradients, the saved arrays, the forward's output); the node's saved Tensors, which a
+    backward without create_graph does not hand it, are not searched."""
+    from gradcli.ops import core
+
+    searched = []
+    real_holds = core._holds
+
+    def holds(items, o):
+        searched.extend(items)
+        return real_holds(items, o)
+
+    monkeypatch.setattr(core, "_holds", holds)
+    x, y = leaf([1.0, 2.0]), leaf([5.0, 7.0])
+    (x * y).sum().backward()
+    np.testing.assert_array_equal(x.grad, [5.0, 7.0])
+    assert searched and not any(type(item) is Tensor for item in searched)
+    assert any(item is y.data for item in searched)      # the saved arrays are
+
+
 def test_a_stolen_gradient_never_aliases_a_saved_array_or_leaf(monkeypatch):
     """A VJP that hands back a saved input (here the other leaf's own data) or the
     forward's output: not fresh, so .grad is a copy."""

@@ -455,16 +455,18 @@ class OpBackward(Node):
             out = [o if o is None or type(o) is Tensor else on_device(o, devices[i])
                    for i, o in enumerate(out)]
         if to_leaf and not (op.needs_code or op.runs_backward):
-            return self._mark_fresh(out, grads, saved)
+            return self._mark_fresh(out, grads, inputs, ans)
         return out
 
     # Note [Stealing gradients] (the producer's side): an array a VJP returns for an
     # edge into a leaf's AccumulateGrad is fresh when the VJP created it and nothing
     # else holds it: a plain ndarray that owns its memory and is writable (no view of
     # the incoming gradient, a saved input or anything else), and not the very object
-    # of an incoming gradient (``AddBackward0`` hands its ``g`` on), of a saved array
-    # or Tensor (the leaf's own data, the forward's output) or of another of the
-    # node's outputs. PyTorch asks the tensor's use count; a reference count is not a
+    # of an incoming gradient (``AddBackward0`` hands its ``g`` on), of a saved value
+    # the VJP was handed (an input array or Tensor: the leaf's own data; the forward's
+    # output) or of another of the node's outputs. Those are all a VJP can hand back
+    # without making it; the saved Tensors of a backward without create_graph are not
+    # handed to it, and their data are the saved arrays it was handed. PyTorch asks the tensor's use count; a reference count is not a
     # stable fact across interpreters, so the node that made the array says so. Ops
     # running user code or a backward of their own (``custom``, ``grad``) never do:
     # their results may be held by what they called.
@@ -475,7 +477,7 @@ class OpBackward(Node):
     # a fan-in into one leaf but the first) are not looked for among the node's
     # inputs and saved values. The slot, once filled, stays in the graph task's
     # ``not_ready`` until this contribution arrives, so the answer cannot change.
-    def _mark_fresh(self, out, grads, saved):
+    def _mark_fresh(self, out, grads, inputs, ans):
         # (plain loops, no generators: every node of a fan-in into one leaf comes here)
         fresh = 0
         edges = self.next_edges
@@ -491,7 +493,8 @@ class OpBackward(Node):
             buffer = not_ready.get(edge[0])
             if buffer is not None and buffer[edge[1]] is not None:
                 continue                     # summed: owned either way
-            if not o.flags.writeable or _holds(grads, o) or _holds(saved, o):
+            if (not o.flags.writeable or o is ans or _holds(grads, o) or _holds(inputs, o)
+                    or type(ans) is not _ndarray and ans is not None and _holds((ans,), o)):
                 continue
             k = 0
             for x in out:

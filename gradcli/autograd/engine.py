@@ -367,6 +367,9 @@ class Engine:
         roots = graph_task.graph_roots
         ran = ([] if keep_graph and len(roots) == 1 and roots[0] not in _SCHEDULES
                and len(heap) == 1 and type(heap[0][5]) is not GraphRoot else None)
+        # the nodes run, counted here and added to ``counter`` as the loop ends; the
+        # graph task's GraphRoot, if it has one, is its first task and is not counted
+        runs = -1 if heap and type(heap[0][5]) is GraphRoot else 0
         try:
             while not graph_task.future_completed:
                 if not heap:
@@ -381,8 +384,7 @@ class Engine:
                 if ran is not None:
                     ran.append(fn)
                 try:
-                    if counter is not None and type(fn) is not GraphRoot:
-                        counter.count += 1
+                    runs += 1
                     inputs = task[6]
                     del task
                     # (call_plain_function inline; each output's check is in the loop below)
@@ -453,6 +455,8 @@ class Engine:
                     graph_task.mark_as_completed_and_run_post_processing()
         finally:
             tls.current_graph_task = prev
+            if counter is not None and runs > 0:
+                counter.count += runs
         if not graph_task.future_completed:
             self.thread_main(graph_task)
         elif (ran is not None and graph_task.error is None and not graph_task.has_error

@@ -133,3 +133,60 @@ def test_leaf_accumulators_share_one_stamp_per_leaf():
     assert second.metadata == {"op_id": "w", "line": 3, "leaf": True}
     second.metadata["extra"] = 1                       # its own dict now
     assert "extra" not in dict(first._metadata)
+
+
+_OPERANDS = [np.ones(3), np.ones((2, 3), np.float32), np.arange(3), np.ones(3, bool),
+             np.ones(3, np.complex64), np.array(2.0), np.array(2, np.int32), np.ones((), np.float32),
+             0.5, 3, True, None]
+
+
+@pytest.mark.parametrize("a", _OPERANDS[:5], ids=lambda a: f"{a.dtype}{list(a.shape)}")
+def test_two_operand_promotion_shortcuts_answer_what_the_loop_answers(a):
+    """result_type's shortcuts for two operands (two tensors with dims; a floating tensor
+    with dims and a zero-dim tensor or a number) against its general loop, which a third
+    operand, None (skipped), sends every call through."""
+    from gradcli.ops.aten.promotion import result_type
+
+    for b in _OPERANDS:
+        if b is None:
+            continue
+        assert result_type(a, b) == result_type(a, b, None), (a.dtype, b)
+
+
+@pytest.mark.parametrize("shape, size", [
+    ((2, 3, 4), [-1]), ((2, 3, 4), [-1, 4]), ((2, 3, 4), [2, -1]), ((2, 3, 4), [2, -1, 2]),
+    ((2, 3, 4), [1, -1, 1, 6]), ((4, 0), [-1, 0, 2]),
+])
+def test_view_infers_its_minus_one_as_reshape_does(shape, size):
+    x = np.zeros(shape)
+    if 0 in size and x.size == 0:
+        with pytest.raises(ValueError, match="cannot reshape a tensor of 0 elements"):
+            VIEW(x, size=size)
+        return
+    assert VIEW(x, size=size).shape == x.reshape(size).shape
+
+
+def test_view_refuses_a_minus_one_that_divides_nothing():
+    with pytest.raises(ValueError, match=r"shape \[5, -1\] is invalid for input of size 24"):
+        VIEW(np.zeros((2, 3, 4)), size=[5, -1])
+    with pytest.raises(ValueError, match=r"shape \[0, -1\] is invalid for input of size 24"):
+        VIEW(np.zeros((2, 3, 4)), size=[0, -1])
+
+
+def test_row_major_operands_skip_the_layout_work(monkeypatch):
+    """An elementwise op on row-major arrays has a row-major result, which is its own
+    layout: the forward's array comes back without TensorIterator's strides worked out;
+    a transposed operand still gets them (and PyTorch's column-major result)."""
+    from gradcli.ops.aten import tensor_iterator
+
+    worked = []
+    real = tensor_iterator.iterator_strides
+    monkeypatch.setattr(tensor_iterator, "iterator_strides",
+                        lambda shape, arrays: worked.append(shape) or real(shape, arrays))
+    add = ATEN_OPS["aten.add.Tensor"]
+    a, b = np.ones((3, 4)), np.ones((3, 4))
+    add(a, b)
+    add(a, 2.0)
+    assert worked == []
+    out = add(np.ones((4, 3)).T, b)
+    assert worked == [(3, 4)] and out.flags.f_contiguous and not out.flags.c_contiguous

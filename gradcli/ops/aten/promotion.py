@@ -14,6 +14,7 @@ import numpy as np
 
 DEFAULT_FLOAT = np.dtype(np.float32)
 _LONG = np.dtype(np.int64)
+_NUMBERS = (bool, int, float)
 
 
 _CATEGORIES = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
@@ -50,8 +51,14 @@ def result_type(*operands):
     """The dtype PyTorch computes ``operands`` in (None operands are skipped)."""
     if len(operands) == 2:
         a, b = operands
-        if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim and b.ndim:
-            return promote_types(a.dtype, b.dtype)  # (two tensors with dims: the loop's result)
+        if type(a) is np.ndarray and a.ndim:
+            if type(b) is np.ndarray:
+                if b.ndim:
+                    return promote_types(a.dtype, b.dtype)  # (two tensors with dims: the loop's result)
+                if a.dtype.kind in "fc":
+                    return a.dtype      # (a floating tensor with dims and a zero-dim one: the loop's)
+            elif a.dtype.kind in "fc" and type(b) in _NUMBERS:
+                return a.dtype          # (a floating tensor with dims and a number: the loop's)
     dim = zero = wrapped = None
     for x in operands:
         if x is None:

@@ -53,22 +53,21 @@ def _view(self, size, name="view"):
     # only -1, once, and refuses to infer it for an empty tensor
     size = tuple(map(int, size))
     if size and min(size) < 0:          # (no negative entry, the common case: none of these)
-        for i, s in enumerate(size):
-            if s < -1:
-                raise ValueError(f"{name}: invalid shape dimension {s} at index {i} of shape {list(size)}")
-        # (-1 is in size from here)
-        if size.count(-1) > 1:
+        if min(size) < -1 or size.count(-1) > 1:
+            for i, s in enumerate(size):
+                if s < -1:
+                    raise ValueError(f"{name}: invalid shape dimension {s} at index {i} of shape {list(size)}")
             raise ValueError(f"{name}: only one dimension can be inferred, got shape {list(size)}")
+        # (one -1 from here, every other entry >= 0: their product is -prod(size))
         if self.size == 0 and 0 in size:
             raise ValueError(f"{name}: cannot reshape a tensor of 0 elements into shape {list(size)} "
                              "because the unspecified dimension size -1 can be any value and is "
                              "ambiguous")
-        known = 1
-        for n in size:
-            known *= n if n != -1 else 1
+        known = -prod(size)
         if known == 0 or self.size % known:
             raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
-        size = tuple(self.size // known if n == -1 else n for n in size)
+        i = size.index(-1)
+        size = (*size[:i], self.size // known, *size[i + 1:])
     elif prod(size) != self.size:      # (Python ints: no overflow, no NumPy call)
         raise ValueError(f"{name}: shape {list(size)} is invalid for input of size {self.size}")
     if self.flags.c_contiguous:         # the common case: NumPy's strides are PyTorch's

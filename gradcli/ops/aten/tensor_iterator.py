@@ -19,6 +19,7 @@ import functools
 
 import numpy as np
 
+_ndarray = np.ndarray
 
 def _broadcast_strides(shape, x):
     """``x``'s element strides against the broadcast ``shape``: 0 where ``x`` is
@@ -129,6 +130,20 @@ def lays_out(forward, order=None):
     @functools.wraps(forward)
     def laid_out(*inputs, **args):
         out = forward(*inputs, **args)
+        if type(out) is _ndarray:
+            # lay_out's common case first, in one loop: a row-major result of row-major
+            # arrays (or one no layout changes) is the result itself
+            if out.ndim < 2 or out.size < 2:
+                return out
+            if out.flags.c_contiguous:
+                for x in inputs:
+                    if type(x) is _ndarray:
+                        if x.ndim and not x.flags.c_contiguous:
+                            break
+                    elif x is not None and getattr(x, "ndim", 0):
+                        break
+                else:
+                    return out
         operands = inputs if order is None else [inputs[i] for i in order if i < len(inputs)]
         arrays = [x for x in operands if getattr(x, "strides", None) is not None]
         if not arrays:

@@ -238,7 +238,11 @@ refused(LUF, [_I64], {}, "floating point")
 refused(LUF, [np.zeros((2, 2, 2))], {"check_errors": True}, r"\(Batch element 0\): U\[1,1\] is zero", False)
 refused(LU, [R(3)], {}, "2 or more dimensions")
 refused(LU, [R(2, 3, 5)], {"pivot": False}, "without pivoting")
-refused(UNPACK, [_LU3, _PIV3[:2]], {}, r"Expected LU_pivots to have shape \[3\] but got \[2\]")
+# (PyTorch's CPU kernel does not check the pivots' length: it checks their values, reading
+# past the end of a short tensor, so whether it refuses [3, 2] depends on the memory after
+# it; a pivot out of range among those given makes its refusal certain. gradcli refuses the
+# length, as PyTorch's shape rule does.)
+refused(UNPACK, [_LU3, np.array([0, 2], np.int32)], {}, r"Expected LU_pivots to have shape \[3\] but got \[2\]")
 refused(UNPACK, [R(3), _PIV3], {}, "2 or more dimensions")
 refused(UNPACK, [_LU3, _PIV3.astype(np.int64)], {}, "torch.int32")
 refused(LUSOLVE, [_LU3, _PIV3, R(4, 2)], {}, r"equation AX = B \(3x3 and 4x2\)")

@@ -252,8 +252,10 @@ class AccumulateGrad(Node):
 
     def __init__(self, variable):
         data = variable.data     # (a host array's metadata is the shared one: Note [Recording on the CPU])
-        super().__init__("AccumulateGrad", [], InputMetadata.cpu(data) if type(data) is np.ndarray
-                         else [InputMetadata.of(data)], sequence_nr=UINT64_MAX)
+        if type(data) is np.ndarray:
+            super().__init__("AccumulateGrad", (), InputMetadata.cpu(data), UINT64_MAX, True)
+        else:
+            super().__init__("AccumulateGrad", (), [InputMetadata.of(data)], UINT64_MAX)
         self.variable = variable
         self.lock = threading.Lock()
 

@@ -4,7 +4,7 @@ gradcli/ops/aten/registry.py). Each shortcut gives what the general path gives."
 import numpy as np
 import pytest
 
-from gradcli.autograd import Tensor
+from gradcli.autograd import Tensor, grad
 from gradcli.ops.aten.registry import ATEN_OPS, _FlatVJPs
 
 MM = ATEN_OPS["aten.mm.default"]
@@ -190,3 +190,29 @@ def test_row_major_operands_skip_the_layout_work(monkeypatch):
     assert worked == []
     out = add(np.ones((4, 3)).T, b)
     assert worked == [(3, 4)] and out.flags.f_contiguous and not out.flags.c_contiguous
+
+
+def test_add_and_mul_vjps_do_their_common_case_in_line(monkeypatch):
+    """Note [The chain's VJPs inline]: a gradient of the operand's shape is not handed to
+    unbroadcast, and raw arrays are multiplied without the op's call; a broadcast operand
+    is still summed down, and under create_graph the product still records."""
+    import gradcli.ops as O
+    from gradcli.autograd import backward
+    from gradcli.ops import library
+
+    summed = []
+    real = library.unbroadcast
+    monkeypatch.setattr(library, "unbroadcast", lambda g, shape: summed.append(shape) or real(g, shape))
+    x, y = Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True), Tensor(np.ones((2, 3)), requires_grad=True)
+    backward(O.sum(x * y + x - y))
+    assert summed == []
+    np.testing.assert_array_equal(x.grad, 2.0)
+    np.testing.assert_array_equal(y.grad, np.arange(6.0).reshape(2, 3) - 1)
+    b = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    backward(O.sum(x * b + b))
+    assert summed == [(3,), (3,)]
+    np.testing.assert_array_equal(b.grad, [5.0, 7.0, 9.0])
+    w = Tensor(np.array([2.0, 3.0]), requires_grad=True)
+    (gw,) = grad([O.sum(w * w * w)], [w], create_graph=True)
+    assert type(gw) is Tensor and gw.grad_fn is not None
+    np.testing.assert_array_equal(gw.data, 3 * w.data ** 2)

@@ -77,8 +77,20 @@ def add(x, y):
     return np.add(x, y)
 
 
-defvjp(add, lambda g, ans, x, y: unbroadcast(g, x.shape),
-       lambda g, ans, x, y: unbroadcast(g, y.shape))
+# Note [The chain's VJPs inline]: add, sub and mul are most of a chain's and a fan-in's
+# nodes, and a VJP is a Python call per edge: theirs do the common cases of what they
+# call in line (unbroadcast's gradient already of the operand's shape; ``mul``'s raw
+# arrays, which Op.__call__ hands to NumPy's multiply as they are), and call the ops
+# for everything else, Tensors under create_graph included (Note [Differentiable VJPs]).
+def _add_vjp_x(g, ans, x, y):
+    return g if g.shape == x.shape else unbroadcast(g, x.shape)
+
+
+def _add_vjp_y(g, ans, x, y):
+    return g if g.shape == y.shape else unbroadcast(g, y.shape)
+
+
+defvjp(add, _add_vjp_x, _add_vjp_y)
 
 
 @primitive("sub", "SubBackward0", saves=False, arity=2, broadcasts=True)
@@ -87,8 +99,12 @@ def sub(x, y):
     return np.subtract(x, y)
 
 
-defvjp(sub, lambda g, ans, x, y: unbroadcast(g, x.shape),
-       lambda g, ans, x, y: unbroadcast(neg(g), y.shape))
+def _sub_vjp_y(g, ans, x, y):
+    d = neg(g)
+    return d if d.shape == y.shape else unbroadcast(d, y.shape)
+
+
+defvjp(sub, _add_vjp_x, _sub_vjp_y)
 
 
 @primitive("mul", "MulBackward0", arity=2, broadcasts=True)
@@ -97,8 +113,17 @@ def mul(x, y):
     return np.multiply(x, y)
 
 
-defvjp(mul, lambda g, ans, x, y: unbroadcast(mul(g, y), x.shape),
-       lambda g, ans, x, y: unbroadcast(mul(g, x), y.shape))
+def _mul_vjp_x(g, ans, x, y):
+    d = mul(g, y) if type(g) is Tensor or type(y) is Tensor else np.multiply(g, y)
+    return d if d.shape == x.shape else unbroadcast(d, x.shape)
+
+
+def _mul_vjp_y(g, ans, x, y):
+    d = mul(g, x) if type(g) is Tensor or type(x) is Tensor else np.multiply(g, x)
+    return d if d.shape == y.shape else unbroadcast(d, y.shape)
+
+
+defvjp(mul, _mul_vjp_x, _mul_vjp_y)
 
 
 @primitive("div", "DivBackward0", arity=2, broadcasts=True)

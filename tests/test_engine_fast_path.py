@@ -189,7 +189,6 @@ def test_errors_and_the_next_backward(monkeypatch, order_log):
     assert fast_order == slow_order and fast == slow
 
 
-
 @pytest.mark.parametrize("second", ["summed back", "cast", "invalid"])
 def test_an_output_fixed_up_or_refused_after_the_one_before_was_handed_on(monkeypatch, order_log,
                                                                            fast_taken, second):
@@ -230,6 +229,7 @@ def test_an_output_fixed_up_or_refused_after_the_one_before_was_handed_on(monkey
         assert ga is None and gb is None
     else:
         assert error is None and ga is not None and gb[0] == "<f8" and gb[1] == (2, 3)
+
 
 def test_a_node_that_leaves_grad_mode_on(monkeypatch, order_log):
     class LeavesGradOn(Function):

@@ -1422,20 +1422,27 @@ def test_a_fresh_vjp_result_becomes_grad_without_a_copy(monkeypatch):
     np.testing.assert_array_equal(y.grad, [3.0, 3.0])
 
 
+def _recorded_searches(monkeypatch):
+    """Each search for a VJP's output among what its node holds (Note [Stealing
+    gradients]), recorded as (the items searched, the output) as it is made."""
+    from gradcli.ops import core
+
+    searches = []
+    real_holds = core._holds
+
+    def holds(items, o):
+        searches.append((list(items), o))
+        return real_holds(items, o)
+
+    monkeypatch.setattr(core, "_holds", holds)
+    return searches
+
+
 def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monkeypatch):
     """Note [Stealing gradients]: in a fan-in into one leaf, every branch's gradient after
     the first is summed into the slot (a sum the buffer owns), so only the first is looked
     for among its node's inputs and saved values; the leaf still keeps the sum itself."""
-    from gradcli.ops import core
-
-    looked = []
-    real_holds = core._holds
-
-    def holds(items, o):
-        looked.append(o)
-        return real_holds(items, o)
-
-    monkeypatch.setattr(core, "_holds", holds)
+    searches = _recorded_searches(monkeypatch)
     sums = _recorded_sums(monkeypatch)
     x = leaf([1.0, 2.0])
     total = x * 1.0
@@ -1443,26 +1450,19 @@ def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monk
         total = total + x * float(k)
     total.sum().backward()
     np.testing.assert_array_equal(x.grad, [21.0, 21.0])
-    assert len({id(o) for o in looked}) == 1     # the first branch's gradient alone
+    assert len({id(o) for _, o in searches}) == 1     # the first branch's gradient alone
     assert x.grad is sums[-1]
+
 
 def test_a_fresh_gradient_is_looked_for_among_what_its_vjp_was_handed(monkeypatch):
     """Note [Stealing gradients]: a VJP can hand back only what it was given (the incoming
     gradients, the saved arrays, the forward's output); the node's saved Tensors, which a
     backward without create_graph does not hand it, are not searched."""
-    from gradcli.ops import core
-
-    searched = []
-    real_holds = core._holds
-
-    def holds(items, o):
-        searched.extend(items)
-        return real_holds(items, o)
-
-    monkeypatch.setattr(core, "_holds", holds)
+    searches = _recorded_searches(monkeypatch)
     x, y = leaf([1.0, 2.0]), leaf([5.0, 7.0])
     (x * y).sum().backward()
     np.testing.assert_array_equal(x.grad, [5.0, 7.0])
+    searched = [item for items, _ in searches for item in items]
     assert searched and not any(type(item) is Tensor for item in searched)
     assert any(item is y.data for item in searched)      # the saved arrays are
 

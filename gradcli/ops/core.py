@@ -466,10 +466,11 @@ class OpBackward(Node):
     # the VJP was handed (an input array or Tensor: the leaf's own data; the forward's
     # output) or of another of the node's outputs. Those are all a VJP can hand back
     # without making it; the saved Tensors of a backward without create_graph are not
-    # handed to it, and their data are the saved arrays it was handed. PyTorch asks the tensor's use count; a reference count is not a
-    # stable fact across interpreters, so the node that made the array says so. Ops
-    # running user code or a backward of their own (``custom``, ``grad``) never do:
-    # their results may be held by what they called.
+    # handed to it, and their data are the saved arrays it was handed. PyTorch asks
+    # the tensor's use count; a reference count is not a stable fact across
+    # interpreters, so the node that made the array says so. Ops running user code or
+    # a backward of their own (``custom``, ``grad``) never do: their results may be
+    # held by what they called.
     #
     # Whether an output is fresh decides something only when it is the one array in
     # its accumulator's slot: a slot that already holds a contribution gets a sum,

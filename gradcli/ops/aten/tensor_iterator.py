@@ -21,6 +21,7 @@ import numpy as np
 
 _ndarray = np.ndarray
 
+
 def _broadcast_strides(shape, x):
     """``x``'s element strides against the broadcast ``shape``: 0 where ``x`` is
     broadcast (a missing leading dim, or a size-1 dim of a larger output dim)."""

@@ -1367,19 +1367,20 @@ def test_a_hook_result_is_never_stolen():
 
 
 def _recorded_sums(monkeypatch):
-    """The sums InputBuffer.add makes, recorded as it makes them (no hook sees them: a hook
-    would make the gradient a copy)."""
+    """The arrays an AccumulateGrad was handed in a slot its buffer owns, recorded as it
+    asks (``InputBuffer.owns``; no hook sees them: a hook would make the gradient a copy).
+    A slot that received several contributions owns their sum."""
     from gradcli.autograd.input_buffer import InputBuffer
 
     sums = []
-    real_add = InputBuffer.add
+    real_owns = InputBuffer.owns
 
-    def add(self, pos, grad, *rest):
-        before = self[pos]
-        real_add(self, pos, grad, *rest)
-        if before is not None:
+    def owns(self, pos):
+        owned = real_owns(self, pos)
+        if owned:
             sums.append(self[pos])
-    monkeypatch.setattr(InputBuffer, "add", add)
+        return owned
+    monkeypatch.setattr(InputBuffer, "owns", owns)
     return sums
 
 

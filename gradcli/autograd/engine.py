@@ -437,7 +437,15 @@ class Engine:
                             if count != 1:
                                 not_ready[nxt] = buffer
                         else:
-                            buffer.add(edge[1], output, 0, 0, fresh and fresh >> i & 1)
+                            pos = edge[1]
+                            old = buffer[pos]
+                            if old is None or output is None:
+                                buffer.add(pos, output, 0, 0, fresh and fresh >> i & 1)
+                            else:
+                                # InputBuffer.add's sum inline (every branch of a fan-in
+                                # but the first): the buffer owns the sum it made
+                                buffer[pos] = old + output
+                                buffer._owned = buffer._bits() | (1 << pos)
                             if count == 1:
                                 del not_ready[nxt]
                         if count == 1:

@@ -35,10 +35,23 @@ def native_batch_norm_op(input, weight, bias, running_mean, running_var, trainin
 # layer_norm_double_backward, the exact second derivative, written with ops: a
 # third-order backward differentiates it with the statistics held constant, as
 # PyTorch does (so its third derivative is PyTorch's, which is not the true one).
-def _centred_grad(gx, xhat, invstd, axes):
+def _centred_grad(gx, xhat, invstd, axes, ops=L):
     # invstd * (gx - mean(gx) - xhat * mean(gx * xhat)): the gradient through the statistics
-    return L.mul(invstd, L.sub(L.sub(gx, L.mean(gx, axis=axes, keepdims=True)),
-                               L.mul(xhat, L.mean(L.mul(gx, xhat), axis=axes, keepdims=True))))
+    return ops.mul(invstd, ops.sub(ops.sub(gx, ops.mean(gx, axis=axes, keepdims=True)),
+                                   ops.mul(xhat, ops.mean(ops.mul(gx, xhat), axis=axes, keepdims=True))))
+
+
+class _OnArrays:
+    """The library ops' own functions, which ``Op.__call__`` runs when no input is a
+    Tensor: the norm backwards' forwards (``_bn_backward_fn``, ``_ln_backward_fn``) are
+    handed arrays, recording or not, so their formula calls these without the ops'
+    dispatch per call (about fifteen calls a node). Same functions, same values."""
+
+    mul = staticmethod(L.mul.fn)
+    sub = staticmethod(L.sub.fn)
+    mean = staticmethod(L.mean.fn)
+    sum_ = staticmethod(L.sum_.fn)
+    reshape = staticmethod(L.reshape.fn)
 
 
 class _Norm:
@@ -54,11 +67,11 @@ class _Norm:
             self.count *= shape[a]
         self.param_shape, self.param_axes = param_shape, param_axes
 
-    def param(self, p):
-        return L.reshape(p, shape=self.param_shape)
+    def param(self, p, ops=L):
+        return ops.reshape(p, shape=self.param_shape)
 
-    def to_param(self, t):
-        return L.sum_(t, axis=self.param_axes) if self.param_axes else t
+    def to_param(self, t, ops=L):
+        return ops.sum_(t, axis=self.param_axes) if self.param_axes else t
 
 
 def _batch_norm_layout(shape):
@@ -74,18 +87,19 @@ def _layer_norm_layout(shape, normalized_shape):
 
 
 def _norm_grads(g, input, weight, mean, invstd, training, layout, mask):
-    """(grad_input, grad_weight, grad_bias) of a normalisation (None where ``mask`` is false);
-    ``mean``/``invstd`` constants shaped ``layout.stat_shape``; arrays or recording Tensors."""
+    """(grad_input, grad_weight, grad_bias) of a normalisation (None where ``mask`` is false)
+    on arrays (``_OnArrays``); ``mean``/``invstd`` constants shaped ``layout.stat_shape``."""
+    ops = _OnArrays
     axes = layout.axes
-    xhat = L.mul(L.sub(input, mean), invstd)
+    xhat = ops.mul(ops.sub(input, mean), invstd)
     gi = gw = gb = None
     if mask[0]:
-        gx = g if weight is None else L.mul(g, layout.param(weight))
-        gi = _centred_grad(gx, xhat, invstd, axes) if training else L.mul(gx, invstd)
+        gx = g if weight is None else ops.mul(g, layout.param(weight, ops))
+        gi = _centred_grad(gx, xhat, invstd, axes, ops) if training else ops.mul(gx, invstd)
     if mask[1] and weight is not None:
-        gw = layout.to_param(L.mul(g, xhat))
+        gw = layout.to_param(ops.mul(g, xhat), ops)
     if mask[2]:
-        gb = layout.to_param(g)
+        gb = layout.to_param(g, ops)
     return gi, gw, gb
 
 

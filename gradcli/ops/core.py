@@ -688,19 +688,32 @@ def record(op, inputs, args, forward=None):
             if dispatch.SAVED_CHECKS and op.saves:
                 _save_checked(node, inputs, [t])
             return t
-    datas = [x.data if type(x) is Tensor else x for x in inputs]
-    on_accel = any(type(d) is not np.ndarray and hasattr(d, "shape") for d in datas)
+    # (a multi-output op, or an accelerator's arrays; loops rather than comprehensions and
+    # generators, and the host outputs' shared metadata: the norms and attention come here)
+    datas = []
+    on_accel = False
+    requires_grad = False
+    for x in inputs:
+        if type(x) is Tensor:
+            if x.requires_grad:
+                requires_grad = True
+            x = x.data
+        if type(x) is not _ndarray and hasattr(x, "shape"):
+            on_accel = True
+        datas.append(x)
     dev = _common_device(datas) if on_accel and not op.moves_device else CPU
     out = fn(*datas, **args)
     outs = list(out) if op.multi_output else [out]
+    floating = False
     for i, o in enumerate(outs):
-        if type(o) is not np.ndarray and device_of(o) is CPU:   # a host scalar
+        if type(o) is not _ndarray and device_of(o) is CPU:   # a host scalar
             o = np.asarray(o)
-        outs[i] = on_device(o, dev) if dev is not CPU else o
-    needs_grad = (STATE.grad_enabled
-                  and any(type(x) is Tensor and x.requires_grad for x in inputs)
-                  and any(o.dtype.kind == "f" for o in outs))
-    if not needs_grad:
+        if dev is not CPU:
+            o = on_device(o, dev)
+        outs[i] = o
+        if o.dtype.kind == "f":
+            floating = True
+    if not (requires_grad and floating and STATE.grad_enabled):
         tensors = [Tensor(o) for o in outs]
         if op.aliases:
             for t in tensors:
@@ -708,7 +721,15 @@ def record(op, inputs, args, forward=None):
         return tensors if op.multi_output else tensors[0]
 
     edges = [x.gradient_edge() if type(x) is Tensor and x.requires_grad else None for x in inputs]
-    node = OpBackward(op.node_name_for(datas, args), edges, [InputMetadata.of(o) for o in outs])
+    metas = []
+    on_cpu = True
+    for o in outs:
+        if type(o) is _ndarray:
+            metas.append((_CPU_METAS.get((o.shape, o.dtype)) or InputMetadata.cpu(o))[0])
+        else:
+            metas.append(InputMetadata.of(o))
+            on_cpu = False
+    node = OpBackward(op.node_name_for(datas, args), edges, metas, None, on_cpu)
     node.op = op
     node.args = args
     if op.saves:

@@ -28,6 +28,41 @@ class LeafSpec(Record):
         self._made = {}                 # shape -> the host array, read-only (Note [Leaves made once])
         self._placed = None             # (host array, its copy on the device), shared likewise
 
+    # Note [A leaf's run]: what a run of a loaded graph needs of a host leaf (its shared
+    # array, whether that array has the declared shape and dtype, its accumulator's
+    # metadata and stamp) is the same at every run, so it is worked out once, at the
+    # first run: ``_run``, dropped whenever a field of the spec is assigned (``make``
+    # replaced, ``requires_grad`` turned off, ...). A leaf on an accelerator keeps none:
+    # its copy may be made per run (Note [Shared device arrays]).
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name in LeafSpec._fields:
+            object.__setattr__(self, "_run", None)
+
+    def run_tuple(self):
+        """``(array, fits, metadata, stamp)`` for a run (Note [A leaf's run]): ``fits`` when
+        the array has the declared shape and dtype; ``metadata`` the accumulator's (None
+        for an accelerator's array).
+
+        >>> from gradcli.devices import CPU
+        >>> leaf = LeafSpec("w", (2,), np.float64, CPU, True, lambda s: np.zeros(s))
+        >>> leaf.run_tuple() is leaf.run_tuple(), leaf.run_tuple()[1]
+        (True, True)
+        >>> leaf.make = lambda s: np.ones(s)       # a field assigned: worked out again
+        >>> leaf._run is None, leaf.run_tuple()[0]
+        (True, array([1., 1.]))
+        """
+        if self._run is not None:
+            return self._run
+        from .autograd.node import InputMetadata  # noqa: PLC0415 - the first run's
+
+        data = self.array()
+        fits = self.shape is not None and data.shape == tuple(self.shape) and data.dtype == self.dtype
+        if type(data) is not np.ndarray:
+            return data, fits, None, self.stamp()
+        run = self._run = (data, fits, InputMetadata.cpu(data), self.stamp())
+        return run
+
     # Note [Leaves made once]: a leaf's array (read from a weight file, drawn from its
     # seeded initializer or given inline) is the same at every run of a loaded graph,
     # so it is made at the first run and shared, read-only, by the runs after it: a
@@ -374,14 +409,14 @@ class Graph:
         # Note [The leaf holds its accumulator weakly]; the nodes' edges hold them after)
         accumulators = []
         for name, leaf in self.leaves.items():
-            t = values[name] = Tensor(leaf.array(), requires_grad=leaf.requires_grad, name=name)
-            if proved and (leaf.shape is None or t.data.shape != tuple(leaf.shape)
-                           or t.data.dtype != leaf.dtype):
+            run = leaf._run or leaf.run_tuple()          # Note [A leaf's run]
+            t = values[name] = Tensor(run[0], leaf.requires_grad, name)
+            if not run[1]:
                 proved = False
             if t.requires_grad:      # (a fresh leaf: its accumulator made and stamped here)
-                acc = AccumulateGrad(t)
+                acc = AccumulateGrad(t, run[2])
                 t._grad_accumulator = weakref.ref(acc)
-                acc._metadata = leaf.stamp()
+                acc._metadata = run[3]
                 accumulators.append(acc)
         with set_grad_enabled(True):
             for spec in self.ops:

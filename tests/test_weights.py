@@ -115,6 +115,24 @@ def test_a_replaced_make_is_made_again(tmp_path):
     np.testing.assert_array_equal(graph.run().grads["a"], [2.0, 2.0, 2.0])
 
 
+def test_a_leaf_is_worked_out_once_for_the_runs(tmp_path, monkeypatch):
+    """Note [A leaf's run]: the runs after the first take the leaf's array, fit and
+    accumulator metadata from its run tuple; assigning a field works them out again."""
+    from gradcli.graph import LeafSpec
+
+    graph = _graph(tmp_path, {"a": np.arange(3.0), "b": np.ones(3)})
+    graph.run()
+    made = []
+    real = LeafSpec.shared
+    monkeypatch.setattr(LeafSpec, "shared", lambda self, shape=None: made.append(self.name) or real(self, shape))
+    graph.run()
+    graph.run()
+    assert made == []
+    graph.leaves["b"].make = lambda shape=None: np.full(3, 2.0)
+    np.testing.assert_array_equal(graph.run().grads["a"], [2.0, 2.0, 2.0])
+    assert made == ["b"]
+
+
 def test_a_weight_file_named_by_many_leaves_is_checked_once(tmp_path, monkeypatch):
     """Note [Weight files checked once]: the path of the file is resolved and checked
     once per load, not once per leaf; each leaf's key still is."""

@@ -250,10 +250,14 @@ class AccumulateGrad(Node):
 
     __slots__ = ("variable", "lock")
 
-    def __init__(self, variable):
-        data = variable.data     # (a host array's metadata is the shared one: Note [Recording on the CPU])
-        if type(data) is np.ndarray:
-            super().__init__("AccumulateGrad", (), InputMetadata.cpu(data), UINT64_MAX, True)
+    def __init__(self, variable, host_metadata=None):
+        # (a host array's metadata is the shared one: Note [Recording on the CPU]; the
+        # caller may have it at hand, ``host_metadata``: Note [A leaf's run] in graph.py)
+        data = variable.data
+        if host_metadata is None and type(data) is np.ndarray:
+            host_metadata = InputMetadata.cpu(data)
+        if host_metadata is not None:
+            super().__init__("AccumulateGrad", (), host_metadata, UINT64_MAX, True)
         else:
             super().__init__("AccumulateGrad", (), [InputMetadata.of(data)], UINT64_MAX)
         self.variable = variable

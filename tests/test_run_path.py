@@ -216,3 +216,51 @@ def test_add_and_mul_vjps_do_their_common_case_in_line(monkeypatch):
     (gw,) = grad([O.sum(w * w * w)], [w], create_graph=True)
     assert type(gw) is Tensor and gw.grad_fn is not None
     np.testing.assert_array_equal(gw.data, 3 * w.data ** 2)
+
+
+def test_view_and_matrix_vjps_call_the_forwards_on_arrays(monkeypatch):
+    """Note [VJPs on arrays call forwards]: a backward without create_graph runs the view,
+    transpose and matrix-product VJPs without the ops' dispatch, with PyTorch's values;
+    under create_graph they still record the ops (a second derivative through them)."""
+    from gradcli.autograd import backward
+    import sys
+
+    from gradcli.ops.aten.registry import AtenOp
+    from gradcli.ops.core import Op
+
+    T = ATEN_OPS["aten.t.default"]
+    TRANSPOSE = ATEN_OPS["aten.transpose.int"]
+    vjps = {f.__code__ for f in (*MM.vjps, ADDMM.vjps[1], ADDMM.vjps[2], VIEW.vjps[0], T.vjps[0],
+                                 TRANSPOSE.vjps[0])}
+    dispatched = []                      # (op, the VJP it was called from, itself or a helper)
+
+    def spy(real):
+        def call(self, *a, **k):
+            callers = {sys._getframe(1).f_code, sys._getframe(2).f_code}
+            if callers & vjps:
+                dispatched.append(self.name)
+            return real(self, *a, **k)
+        return call
+    for cls in (AtenOp, Op):             # the ATen ops', and the library's (view's reshape)
+        monkeypatch.setattr(cls, "__call__", spy(cls.__call__))
+    x = Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    w = Tensor(np.arange(12.0).reshape(4, 3) / 10, requires_grad=True)
+    b = Tensor(np.ones(4), requires_grad=True)
+    h = ADDMM(b, x, T(w))                              # (2, 4)
+    z = TRANSPOSE(VIEW(h, size=[4, 2]), dim0=0, dim1=1)  # (2, 4)
+    y = MM(z, w)                                       # (2, 3)
+    dispatched.clear()
+    backward(ATEN_OPS["aten.sum.default"](y))
+    assert dispatched == []
+    zv = (x.data @ w.data.T + b.data).reshape(4, 2).T
+    g_h = (np.ones((2, 3)) @ w.data.T).T.reshape(2, 4)   # back through mm, transpose, view
+    np.testing.assert_allclose(w.grad, zv.T @ np.ones((2, 3)) + g_h.T @ x.data)
+    np.testing.assert_allclose(x.grad, g_h @ w.data)
+    np.testing.assert_allclose(b.grad, g_h.sum(axis=0))
+    # sum(x^T x) = sum_k s_k^2 (s: x's row sums): the gradient 2 s_k, and of sum(gx * gx)
+    # = 12 sum_k s_k^2 the gradient 24 s_k, through the recorded mm and t
+    (gx,) = grad([ATEN_OPS["aten.sum.default"](MM(T(x), x))], [x], create_graph=True)
+    s = x.data.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(gx.data, np.repeat(2 * s, 3, axis=1))
+    (ggx,) = grad([ATEN_OPS["aten.sum.default"](gx * gx)], [x])
+    np.testing.assert_allclose(ggx, np.repeat(24 * s, 3, axis=1))

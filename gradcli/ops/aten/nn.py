@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...autograd.tensor import Tensor
 from .. import aten_kernels as K
 from ..aten_kernels._common import check_dtype
 from .. import library as L
@@ -100,8 +101,21 @@ def mm(self, mat2):
 
 
 # self: mm_mat1_backward(grad, mat2, ...) = grad.mm(mat2.t()); mat2: mm_mat2_backward(...) = self.t().mm(grad)
-defvjp(mm, lambda g, ans, self, mat2: mm(g, t(mat2)),
-       lambda g, ans, self, mat2: mm(t(self), g))
+# (on arrays, the forwards themselves: Note [VJPs on arrays call forwards] in shape.py)
+def _mm_mat1_backward(g, mat2):
+    if type(g) is Tensor or type(mat2) is Tensor:
+        return mm(g, t(mat2))
+    return mm.forward(g, t.forward(mat2))
+
+
+def _mm_mat2_backward(g, mat1):
+    if type(g) is Tensor or type(mat1) is Tensor:
+        return mm(t(mat1), g)
+    return mm.forward(t.forward(mat1), g)
+
+
+defvjp(mm, lambda g, ans, self, mat2: _mm_mat1_backward(g, mat2),
+       lambda g, ans, self, mat2: _mm_mat2_backward(g, self))
 
 
 @aten("bmm(Tensor self, Tensor mat2) -> Tensor", "BmmBackward0")
@@ -139,8 +153,8 @@ def _scaled(x, alpha):
 
 defvjp(addmm,
        lambda g, ans, self, mat1, mat2, beta=1, alpha=1: L.unbroadcast(_scaled(g, beta), self.shape),
-       lambda g, ans, self, mat1, mat2, beta=1, alpha=1: _scaled(mm(g, t(mat2)), alpha),
-       lambda g, ans, self, mat1, mat2, beta=1, alpha=1: _scaled(mm(t(mat1), g), alpha))
+       lambda g, ans, self, mat1, mat2, beta=1, alpha=1: _scaled(_mm_mat1_backward(g, mat2), alpha),
+       lambda g, ans, self, mat1, mat2, beta=1, alpha=1: _scaled(_mm_mat2_backward(g, mat1), alpha))
 
 
 # -- softmax ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from math import prod
 
 import numpy as np
 
+from ...autograd.tensor import Tensor
 from ...devices import xp_of_array
 from .. import library as L
 from .promotion import cast, result_type
@@ -45,7 +46,17 @@ def t(self):
     return self.T
 
 
-defvjp(t, lambda g, ans, self: t(g))
+# Note [VJPs on arrays call forwards]: in a backward without create_graph a VJP is handed
+# arrays, and an ATen op it calls on them runs its forward with the schema's defaults
+# (AtenOp.__call__'s first branch): the view and matrix-product VJPs, a third of a
+# transformer's nodes, call the forward (or the library op's function) themselves when
+# nothing is a Tensor, and save the op's dispatch (a Python ``__call__``: about a
+# microsecond a call). The same function runs, with the same arguments.
+def _t_vjp(g, ans, self):
+    return t(g) if type(g) is Tensor else t.forward(g)
+
+
+defvjp(t, _t_vjp)
 
 
 def _view(self, size, name="view"):
@@ -151,9 +162,14 @@ def unsafe_view(self, size):
     return _view(self, size, "_unsafe_view")
 
 
-# self: grad.reshape_symint(self.sym_sizes())
-defvjp(view, lambda g, ans, self, size: L.reshape(g, shape=tuple(self.shape)))
-defvjp(unsafe_view, lambda g, ans, self, size: L.reshape(g, shape=tuple(self.shape)))
+# self: grad.reshape_symint(self.sym_sizes()) (Note [VJPs on arrays call forwards])
+def _view_vjp(g, ans, self, size):
+    return L.reshape(g, shape=tuple(self.shape)) if type(g) is Tensor else _reshape(g, self.shape)
+
+
+_reshape = L.reshape.fn
+defvjp(view, _view_vjp)
+defvjp(unsafe_view, _view_vjp)
 
 
 @aten("expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)", "ExpandBackward0",
@@ -199,7 +215,11 @@ def transpose(self, dim0, dim1):
 
 
 # self: grad.transpose(dim0, dim1)
-defvjp(transpose, lambda g, ans, self, dim0, dim1: transpose(g, dim0=dim0, dim1=dim1))
+def _transpose_vjp(g, ans, self, dim0, dim1):        # (Note [VJPs on arrays call forwards])
+    return transpose(g, dim0=dim0, dim1=dim1) if type(g) is Tensor else transpose.forward(g, dim0, dim1)
+
+
+defvjp(transpose, _transpose_vjp)
 
 
 def _need_dims(name, self):

@@ -545,3 +545,25 @@ def test_first_grad_under_create_graph_records_torchs_node(layout):
     (gg,) = grad([x.grad.sum()], [x])
     (tgg,) = torch.autograd.grad([tx.grad.sum()], [tx])
     np.testing.assert_allclose(gg, tgg.numpy())
+
+
+def test_saved_non_differentiable_outputs_come_back_without_a_history(monkeypatch):
+    """Under create_graph a node's saved outputs are handed to its formula as Tensors
+    whose grad_fn is the node, except those the op marks non-differentiable (layer
+    norm's mean and rstd): as PyTorch's SavedVariable of an output that did not require
+    grad, they come back as constants, so no gradient can flow into their slots."""
+    op = OPS["aten.native_layer_norm.default"]
+    seen = []
+    real = op.vjp_all
+    monkeypatch.setattr(op, "vjp_all", lambda gs, ans, *rest: seen.append(ans) or real(gs, ans, *rest))
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    w = Tensor(rng.standard_normal(4), requires_grad=True)
+    out, mean, rstd = op(x, w, None, normalized_shape=[4], eps=1e-5)
+    (gx,) = grad([O.sum(out * out)], [x], create_graph=True)
+    (ans,) = seen
+    assert ans[0].grad_fn is out.grad_fn and ans[0].requires_grad
+    for saved, forward in ((ans[1], mean), (ans[2], rstd)):
+        assert saved.grad_fn is None and not saved.requires_grad
+        np.testing.assert_array_equal(saved.data, forward.data)
+    assert gx.grad_fn is not None

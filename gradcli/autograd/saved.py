@@ -21,9 +21,13 @@ from . import dispatch
 from .tensor import Tensor, version_counter
 
 
-def unpack_output(data, node, output_nr):
-    """A Tensor for output ``output_nr`` of ``node`` (whose array is ``data``)."""
-    if data.dtype.kind != "f":
+def unpack_output(data, node, output_nr, differentiable=True):
+    """A Tensor for output ``output_nr`` of ``node`` (whose array is ``data``). An output the
+    op marks non-differentiable (derivatives.yaml's ``output_differentiability``: layer
+    norm's mean and rstd, pooling's indices) comes back without a history, as PyTorch's
+    SavedVariable of an output that did not require grad: a formula that records with it
+    under create_graph treats it as a constant."""
+    if not differentiable or data.dtype.kind != "f":
         return Tensor(data)
     t = Tensor(data, requires_grad=True)
     t.grad_fn = node

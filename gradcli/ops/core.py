@@ -415,8 +415,12 @@ class OpBackward(Node):
             n = len(saved) >> 1         # (arrays..., output, Tensors...): n of each
             inputs = saved[n + 1:]
             ans = saved[n]
-            ans = ([unpack_output(o, self, i) for i, o in enumerate(ans)] if op.multi_output
-                   else unpack_output(ans, getattr(self, "view_fn", None) or self, 0))
+            if op.multi_output:
+                keep = getattr(op, "differentiable_outputs", None)   # (an ATen op's flags)
+                ans = [unpack_output(o, self, i, keep is None or i < len(keep) and keep[i])
+                       for i, o in enumerate(ans)]
+            else:
+                ans = unpack_output(ans, getattr(self, "view_fn", None) or self, 0)
         else:
             n = len(saved) >> 1
             inputs, ans = saved[:n], saved[n]

@@ -220,7 +220,8 @@ def test_add_and_mul_vjps_do_their_common_case_in_line(monkeypatch):
 
 def test_view_and_matrix_vjps_call_the_forwards_on_arrays(monkeypatch):
     """Note [VJPs on arrays call forwards]: a backward without create_graph runs the view,
-    transpose and matrix-product VJPs without the ops' dispatch, with PyTorch's values;
+    transpose and matrix-product VJPs (and addmm's bias, summed by unbroadcast) without the
+    ops' dispatch, with PyTorch's values;
     under create_graph they still record the ops (a second derivative through them)."""
     from gradcli.autograd import backward
     import sys
@@ -230,8 +231,7 @@ def test_view_and_matrix_vjps_call_the_forwards_on_arrays(monkeypatch):
 
     T = ATEN_OPS["aten.t.default"]
     TRANSPOSE = ATEN_OPS["aten.transpose.int"]
-    vjps = {f.__code__ for f in (*MM.vjps, ADDMM.vjps[1], ADDMM.vjps[2], VIEW.vjps[0], T.vjps[0],
-                                 TRANSPOSE.vjps[0])}
+    vjps = {f.__code__ for f in (*MM.vjps, *ADDMM.vjps, VIEW.vjps[0], T.vjps[0], TRANSPOSE.vjps[0])}
     dispatched = []                      # (op, the VJP it was called from, itself or a helper)
 
     def spy(real):

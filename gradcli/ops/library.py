@@ -47,7 +47,9 @@ def _numel(shape):
 
 
 def unbroadcast(g, shape):
-    """Sum a gradient of a broadcast result back to an operand's ``shape``."""
+    """Sum a gradient of a broadcast result back to an operand's ``shape`` (an array through
+    the ops' own functions, a Tensor through the ops: Note [VJPs on arrays call forwards]
+    in aten/shape.py)."""
     if g.shape == shape:
         return g
     shape = tuple(shape)
@@ -56,9 +58,13 @@ def unbroadcast(g, shape):
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    if type(g) is Tensor:
+        if axes:
+            g = sum_(g, axis=axes, keepdims=True)
+        return reshape(g, shape=shape) if g.shape != shape else g
     if axes:
-        g = sum_(g, axis=axes, keepdims=True)
-    return reshape(g, shape=shape) if g.shape != shape else g
+        g = sum_.fn(g, axis=axes, keepdims=True)
+    return reshape.fn(g, shape) if g.shape != shape else g
 
 
 def expand_reduced(g, shape, axis, keepdims):

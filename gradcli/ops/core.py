@@ -627,73 +627,8 @@ def record(op, inputs, args, forward=None):
     ``forward``: what computes the outputs in place of ``op.fn`` (a call bound at load,
     Note [ATen calls bound at load]); the node is the op's all the same."""
     fn = op.fn if forward is None else forward
-    if not op.multi_output:
-        datas = []
-        requires_grad = False
-        for x in inputs:
-            if type(x) is Tensor:
-                if x.requires_grad:
-                    requires_grad = True
-                x = x.data
-            if type(x) is not _ndarray and hasattr(x, "shape"):
-                break                 # an accelerator array: the general code
-            datas.append(x)
-        else:
-            o = fn(*datas, **args)
-            if type(o) is not _ndarray and device_of(o) is CPU:   # a host scalar
-                o = np.asarray(o)
-            if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
-                t = Tensor(o)
-                if op.aliases:
-                    _mark_view(t, inputs)
-                return t
-            # (a tuple of edges and of saved arrays: smaller than lists, read-only here;
-            # built in a loop: a comprehension is a frame of its own per call)
-            edges = []
-            for x in inputs:
-                if type(x) is Tensor and x.requires_grad:
-                    # gradient_edge's common cases inline: an op's output, or a view
-                    # whose base's history is still the one it was made from
-                    grad_fn = x.grad_fn
-                    base = x._base
-                    if grad_fn is not None and (
-                            base is None or getattr(x, "_view_of_fn", None) is base.grad_fn):
-                        edges.append((grad_fn, x.output_nr))
-                    else:
-                        edges.append(x.gradient_edge())
-                else:
-                    edges.append(None)
-            name = op.node_name
-            if type(name) is not str:
-                name = op.node_name_for(datas, args)
-            if type(o) is _ndarray:           # InputMetadata.cpu's cached case inline
-                node = OpBackward(name, tuple(edges),
-                                  _CPU_METAS.get((o.shape, o.dtype)) or InputMetadata.cpu(o), None, True)
-            else:
-                node = OpBackward(name, tuple(edges), [InputMetadata.of(o)])
-            node.op = op
-            node.args = args or _NO_ARGS
-            if op.saves:
-                node.saved = (*datas, o, *inputs)
-            else:
-                saved = []
-                for d in datas:
-                    if type(d) is _ndarray:
-                        saved.append((_CPU_METAS.get((d.shape, d.dtype)) or InputMetadata.cpu(d))[0])
-                    else:
-                        saved.append(InputMetadata.of(d) if hasattr(d, "shape") else d)
-                saved.append(None)
-                node.saved = tuple(saved)
-            node.input_devices = None
-            t = Tensor(o, True)
-            t.grad_fn = node
-            if op.aliases:
-                _mark_view(t, inputs)
-            if dispatch.SAVED_CHECKS and op.saves:
-                _save_checked(node, inputs, [t])
-            return t
-    # (a multi-output op, or an accelerator's arrays; loops rather than comprehensions and
-    # generators, and the host outputs' shared metadata: the norms and attention come here)
+    # (one loop over the inputs for both paths: their arrays, whether one requires grad
+    # and whether one is an accelerator's)
     datas = []
     on_accel = False
     requires_grad = False
@@ -705,6 +640,62 @@ def record(op, inputs, args, forward=None):
         if type(x) is not _ndarray and hasattr(x, "shape"):
             on_accel = True
         datas.append(x)
+    if not (op.multi_output or on_accel):
+        o = fn(*datas, **args)
+        if type(o) is not _ndarray and device_of(o) is CPU:   # a host scalar
+            o = np.asarray(o)
+        if not (requires_grad and o.dtype.kind == "f" and STATE.grad_enabled):
+            t = Tensor(o)
+            if op.aliases:
+                _mark_view(t, inputs)
+            return t
+        # (a tuple of edges and of saved arrays: smaller than lists, read-only here;
+        # built in a loop: a comprehension is a frame of its own per call)
+        edges = []
+        for x in inputs:
+            if type(x) is Tensor and x.requires_grad:
+                # gradient_edge's common cases inline: an op's output, or a view
+                # whose base's history is still the one it was made from
+                grad_fn = x.grad_fn
+                base = x._base
+                if grad_fn is not None and (
+                        base is None or getattr(x, "_view_of_fn", None) is base.grad_fn):
+                    edges.append((grad_fn, x.output_nr))
+                else:
+                    edges.append(x.gradient_edge())
+            else:
+                edges.append(None)
+        name = op.node_name
+        if type(name) is not str:
+            name = op.node_name_for(datas, args)
+        if type(o) is _ndarray:           # InputMetadata.cpu's cached case inline
+            node = OpBackward(name, tuple(edges),
+                              _CPU_METAS.get((o.shape, o.dtype)) or InputMetadata.cpu(o), None, True)
+        else:
+            node = OpBackward(name, tuple(edges), [InputMetadata.of(o)])
+        node.op = op
+        node.args = args or _NO_ARGS
+        if op.saves:
+            node.saved = (*datas, o, *inputs)
+        else:
+            saved = []
+            for d in datas:
+                if type(d) is _ndarray:
+                    saved.append((_CPU_METAS.get((d.shape, d.dtype)) or InputMetadata.cpu(d))[0])
+                else:
+                    saved.append(InputMetadata.of(d) if hasattr(d, "shape") else d)
+            saved.append(None)
+            node.saved = tuple(saved)
+        node.input_devices = None
+        t = Tensor(o, True)
+        t.grad_fn = node
+        if op.aliases:
+            _mark_view(t, inputs)
+        if dispatch.SAVED_CHECKS and op.saves:
+            _save_checked(node, inputs, [t])
+        return t
+    # (a multi-output op, or an accelerator's arrays; the host outputs' shared metadata:
+    # the norms and attention come here)
     dev = _common_device(datas) if on_accel and not op.moves_device else CPU
     out = fn(*datas, **args)
     outs = list(out) if op.multi_output else [out]

@@ -162,12 +162,14 @@ def unsafe_view(self, size):
     return _view(self, size, "_unsafe_view")
 
 
-# self: grad.reshape_symint(self.sym_sizes()) (Note [VJPs on arrays call forwards])
+_reshape = L.reshape.fn        # the library reshape's function (Note [VJPs on arrays call forwards])
+
+
+# self: grad.reshape_symint(self.sym_sizes())
 def _view_vjp(g, ans, self, size):
     return L.reshape(g, shape=tuple(self.shape)) if type(g) is Tensor else _reshape(g, self.shape)
 
 
-_reshape = L.reshape.fn
 defvjp(view, _view_vjp)
 defvjp(unsafe_view, _view_vjp)
 

@@ -66,6 +66,22 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "torch: the test runs PyTorch (marked from its module)")
     config.addinivalue_line("markers", "gpu: the test needs a CUDA device and CuPy; skipped "
                                        "elsewhere")
+    _interruptible()
+
+
+def _interruptible():
+    """Ctrl-C as an interactive start has it. A shell without job control starts a
+    background command (``make test &``, ``nohup``) with SIGINT ignored, and Python then
+    installs no KeyboardInterrupt handler: the tests of Ctrl-C (which send SIGINT to this
+    process or to a gradcli they start, which inherits the disposition) would see none.
+    Python's own handler is installed in its place; a child started after it gets the
+    default disposition again (a handled signal is reset on exec)."""
+    import signal
+    import threading
+
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def cuda_available() -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from xml.etree import ElementTree
 
 import pytest
 
@@ -95,3 +96,25 @@ def test_waits_end_as_before_without_a_signal():
     lock.acquire()
     threading.Timer(0.05, lock.release).start()
     acquire(lock)                                                   # returns once released
+
+
+@pytest.mark.timeout(120)
+def test_the_ctrl_c_tests_pass_in_a_run_started_with_sigint_ignored(tmp_path):
+    """A background ``make test &`` (a shell without job control, or ``nohup``) starts the
+    run with SIGINT ignored; conftest.py gives it Python's handler back, so the tests of
+    Ctrl-C see their KeyboardInterrupt there too (they failed before it did)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    test = f"{pathlib.Path(__file__).resolve()}::test_acquire_on_the_main_thread_sees_a_signal_delivered_elsewhere"
+    report = tmp_path / "report.xml"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          f"--junitxml={report}", test], cwd=root, capture_output=True, text=True,
+                         timeout=100, env={**os.environ, "PYTHONPATH": str(root)},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    suite = ElementTree.parse(report).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("1", "0", "0")

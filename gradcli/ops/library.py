@@ -58,13 +58,10 @@ def unbroadcast(g, shape):
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
-    if type(g) is Tensor:
-        if axes:
-            g = sum_(g, axis=axes, keepdims=True)
-        return reshape(g, shape=shape) if g.shape != shape else g
+    summed, reshaped = (sum_, reshape) if type(g) is Tensor else (sum_.fn, reshape.fn)
     if axes:
-        g = sum_.fn(g, axis=axes, keepdims=True)
-    return reshape.fn(g, shape) if g.shape != shape else g
+        g = summed(g, axis=axes, keepdims=True)
+    return reshaped(g, shape=shape) if g.shape != shape else g
 
 
 def expand_reduced(g, shape, axis, keepdims):

@@ -231,6 +231,64 @@ def test_an_output_fixed_up_or_refused_after_the_one_before_was_handed_on(monkey
         assert error is None and ga is not None and gb[0] == "<f8" and gb[1] == (2, 3)
 
 
+def _queue_tasks():
+    """The (kind, node name) of each task left in this thread's CPU ready queue."""
+    queue = E.TLS.local_ready_queue
+    return sorted((t[0], None if t[5] is None else t[5].name) for t in queue._heap)
+
+
+def test_a_chain_runs_without_pushing_its_tasks(monkeypatch, fast_taken):
+    # Note [The one ready task]: each node of a chain makes one task ready with the heap
+    # empty; the fast path runs it next without a NodeTask on the heap. A fan-out still
+    # queues its tasks (both branches' heads), and the order is the general loop's
+    # (test_examples_same_order_and_bits_with_and_without_fast_path).
+    pushed = []
+
+    def heappush(heap, task):
+        pushed.append(task[5].name)
+        E.heapq_push(heap, task)
+
+    monkeypatch.setattr(E, "heapq_push", E.heappush, raising=False)
+    monkeypatch.setattr(E, "heappush", heappush)
+    monkeypatch.setattr(E, "FAST_PATH", True)
+    x, y = _chain(20)
+    backward(O.sum(y))
+    assert len(fast_taken) == 1 and x.grad is not None
+    assert pushed == []
+    a = Tensor(np.linspace(0.1, 1.0, 8), requires_grad=True)
+    backward(O.sum(O.exp(a) + O.sin(a)))             # AddBackward0 feeds two nodes
+    assert sorted(pushed) == ["ExpBackward0", "SinBackward0"]
+
+
+def test_a_task_kept_out_of_the_heap_is_queued_when_the_backward_fails(monkeypatch, order_log):
+    # the first output makes its leaf's accumulator ready (kept out of the heap), the second
+    # fails and ends the graph task: the kept task is queued, as a pushed one would have
+    # been, for the next backward to drop. (The general loop checks every output before
+    # handing any on, so it makes nothing ready: Note [Outputs checked as they are handed on].)
+    class Two(Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2.0, np.ones(5)
+
+    def scenario():
+        a = Tensor(np.linspace(0.5, 2.0, 6).reshape(2, 3), requires_grad=True)
+        b = Tensor(np.linspace(1.0, 3.0, 6).reshape(2, 3), requires_grad=True)
+        with pytest.raises(RuntimeError, match="invalid gradient"):
+            backward(O.sum(Two.apply(a, b)))
+        left = _queue_tasks()
+        assert E._drop_failed_tasks(E.TLS.local_ready_queue, None)   # as the next backward does
+        assert _queue_tasks() == []
+        return left
+
+    (slow_order, slow), (fast_order, fast) = _both_ways(monkeypatch, order_log, scenario)
+    assert fast_order == slow_order
+    assert fast == [(E.RUN, "AccumulateGrad")] and slow == []
+
+
 def test_a_node_that_leaves_grad_mode_on(monkeypatch, order_log):
     class LeavesGradOn(Function):
         @staticmethod

@@ -370,23 +370,36 @@ class Engine:
         # the nodes run, counted here and added to ``counter`` as the loop ends; the
         # graph task's GraphRoot, if it has one, is its first task and is not counted
         runs = -1 if heap and type(heap[0][5]) is GraphRoot else 0
+        # Note [The one ready task]: the node that will run next and its buffer, kept
+        # out of the heap
+        ready_fn = ready_buffer = None
         try:
             while not graph_task.future_completed:
-                if not heap:
-                    break                     # never on one thread; the general loop waits
-                task = heappop(heap)
-                fn = task[5]
-                if (task[4] is not graph_task or fn is None or graph_task.has_error
-                        or fn.stream is not None):
-                    heappush(heap, task)      # not ours to run here: the general loop takes over
-                    ran = None
-                    break
+                if ready_fn is not None:
+                    fn, inputs = ready_fn, ready_buffer
+                    ready_fn = ready_buffer = None
+                    if graph_task.has_error or fn.stream is not None:
+                        # the task it stands for, back where the general loop finds it
+                        heappush(heap, (RUN, depth, -fn.sequence_nr, next(tiebreak),
+                                        graph_task, fn, inputs))
+                        ran = None
+                        break
+                else:
+                    if not heap:
+                        break                 # never on one thread; the general loop waits
+                    task = heappop(heap)
+                    fn = task[5]
+                    if (task[4] is not graph_task or fn is None or graph_task.has_error
+                            or fn.stream is not None):
+                        heappush(heap, task)  # not ours to run here: the general loop takes over
+                        ran = None
+                        break
+                    inputs = task[6]
+                    del task
                 if ran is not None:
                     ran.append(fn)
                 try:
                     runs += 1
-                    inputs = task[6]
-                    del task
                     # (call_plain_function inline; each output's check is in the loop below)
                     next_edges = fn.next_edges
                     if fn.hooks is None:
@@ -451,8 +464,15 @@ class Engine:
                         if count == 1:
                             del dependencies[nxt]
                             graph_task.outstanding_tasks += 1
-                            heappush(heap, (RUN, depth, -nxt.sequence_nr, next(tiebreak),
-                                            graph_task, nxt, buffer))
+                            if ready_fn is None and not heap:
+                                ready_fn, ready_buffer = nxt, buffer   # runs next
+                            else:
+                                if ready_fn is not None:              # a second one: both queue
+                                    heappush(heap, (RUN, depth, -ready_fn.sequence_nr, next(tiebreak),
+                                                    graph_task, ready_fn, ready_buffer))
+                                    ready_fn = ready_buffer = None
+                                heappush(heap, (RUN, depth, -nxt.sequence_nr, next(tiebreak),
+                                                graph_task, nxt, buffer))
                         else:
                             dependencies[nxt] = count - 1
                     if failed is not None:
@@ -462,6 +482,9 @@ class Engine:
                 if graph_task.outstanding_tasks == 0:
                     graph_task.mark_as_completed_and_run_post_processing()
         finally:
+            if ready_fn is not None:          # (an error or an interrupt ended the loop: queued)
+                heappush(heap, (RUN, depth, -ready_fn.sequence_nr, next(tiebreak),
+                                graph_task, ready_fn, ready_buffer))
             tls.current_graph_task = prev
             if counter is not None and runs > 0:
                 counter.count += runs
@@ -852,7 +875,9 @@ class Engine:
 #   same NodeTask tuples (so the same order: PyTorch's CompareNodeTaskTime),
 #   without ReadyQueue.push's waiter check: only this thread waits on its own
 #   CPU queue, and it is busy here. A reentrant backward started by a node sees
-#   the outer tasks in that queue exactly as in the general loop;
+#   the outer tasks in that queue exactly as in the general loop (the one task
+#   it may keep out of the heap is never held while a node runs: Note [The one
+#   ready task]);
 # - no graph task lock: with no device in the graph task no other thread
 #   touches its counters, buffers or dependencies (device threads only serve
 #   device nodes; a reentrant graph task nested here is a graph task of its own);
@@ -871,6 +896,21 @@ class Engine:
 # False``) turns it off; tests/test_engine_fast_path.py runs every example graph
 # both ways and compares the order and the gradients bit for bit.
 FAST_PATH = os.environ.get("GRADCLI_ENGINE_FAST_PATH", "1") != "0"
+
+# Note [The one ready task]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~
+# When a node makes exactly one task ready and the heap is empty, that task is
+# the one the next pop would return: the fast path keeps its node and buffer in
+# two locals and runs it next, without building its NodeTask tuple, pushing and
+# popping it (a chain of nodes, the body of most models' backward, is all such
+# steps). A second task made ready, or any task while the heap holds one,
+# first pushes the kept one as the task it stands for, with a tie-break number
+# drawn before the new task's: the heap then holds what it would have held, in
+# the same order. The task is kept only from the outputs' loop to the loop's
+# next turn, which takes it: no node runs (so no reentrant backward, hook or
+# error handler looks at the queue) while it is out of the heap, and a loop
+# ended by an error or an interrupt puts it back on the heap before the general
+# loop or the caller can see the queue.
 
 # Note [Outputs checked as they are handed on]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

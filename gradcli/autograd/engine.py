@@ -216,11 +216,12 @@ class Engine:
         """Count, for each node, the edges that will bring it a gradient."""
         dependencies = graph_task.dependencies   # doubles as the set of nodes seen
         stack = [root]
+        push, pop = stack.append, stack.pop
         uses_devices = False
         stream_devices = set()
         while stack:
-            fn = stack.pop()
-            if fn.topological_nr < min_topo_nr:
+            fn = pop()
+            if min_topo_nr and fn.topological_nr < min_topo_nr:   # (numbers start at 0)
                 continue
             if fn.device is not CPU:
                 uses_devices = True
@@ -232,7 +233,7 @@ class Engine:
                     count = dependencies.get(nxt)
                     if count is None:
                         dependencies[nxt] = 1
-                        stack.append(nxt)
+                        push(nxt)
                     else:
                         dependencies[nxt] = count + 1
         graph_task.uses_devices = uses_devices or root.device is not CPU
@@ -458,7 +459,7 @@ class Engine:
                                 # InputBuffer.add's sum inline (every branch of a fan-in
                                 # but the first): the buffer owns the sum it made
                                 buffer[pos] = old + output
-                                buffer._owned = buffer._bits() | (1 << pos)
+                                buffer._owned = getattr(buffer, "_owned", 0) | (1 << pos)   # (_bits)
                             if count == 1:
                                 del not_ready[nxt]
                         if count == 1:

@@ -189,15 +189,8 @@ def test_errors_and_the_next_backward(monkeypatch, order_log):
     assert fast_order == slow_order and fast == slow
 
 
-@pytest.mark.parametrize("second", ["summed back", "cast", "invalid"])
-def test_an_output_fixed_up_or_refused_after_the_one_before_was_handed_on(monkeypatch, order_log,
-                                                                           fast_taken, second):
-    # the fast path checks each output as it hands it on (Note [Outputs checked as they are
-    # handed on]): a later output is still fixed up, or refused with the general path's error
-    # and nothing it made ready runs (the first leaf gets no gradient either way)
-    wrong = {"summed back": lambda g: np.ones((3, 2, 3)), "cast": lambda g: g.astype(np.float32),
-             "invalid": lambda g: np.ones(5)}[second]
-
+def _two_outputs(second):
+    """A Function of two inputs whose backward returns ``g * 2`` and ``second(g)``."""
     class Two(Function):
         @staticmethod
         def forward(ctx, a, b):
@@ -205,7 +198,20 @@ def test_an_output_fixed_up_or_refused_after_the_one_before_was_handed_on(monkey
 
         @staticmethod
         def backward(ctx, g):
-            return g * 2.0, wrong(g)
+            return g * 2.0, second(g)
+
+    return Two
+
+
+@pytest.mark.parametrize("second", ["summed back", "cast", "invalid"])
+def test_an_output_fixed_up_or_refused_after_the_one_before_was_handed_on(monkeypatch, order_log,
+                                                                           fast_taken, second):
+    # the fast path checks each output as it hands it on (Note [Outputs checked as they are
+    # handed on]): a later output is still fixed up, or refused with the general path's error
+    # and nothing it made ready runs (the first leaf gets no gradient either way)
+    Two = _two_outputs({"summed back": lambda g: np.ones((3, 2, 3)),
+                        "cast": lambda g: g.astype(np.float32),
+                        "invalid": lambda g: np.ones(5)}[second])
 
     def scenario():
         a = Tensor(np.linspace(0.5, 2.0, 6).reshape(2, 3), requires_grad=True)
@@ -265,14 +271,7 @@ def test_a_task_kept_out_of_the_heap_is_queued_when_the_backward_fails(monkeypat
     # fails and ends the graph task: the kept task is queued, as a pushed one would have
     # been, for the next backward to drop. (The general loop checks every output before
     # handing any on, so it makes nothing ready: Note [Outputs checked as they are handed on].)
-    class Two(Function):
-        @staticmethod
-        def forward(ctx, a, b):
-            return a * b
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2.0, np.ones(5)
+    Two = _two_outputs(lambda g: np.ones(5))
 
     def scenario():
         a = Tensor(np.linspace(0.5, 2.0, 6).reshape(2, 3), requires_grad=True)

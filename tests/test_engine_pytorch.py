@@ -1455,6 +1455,36 @@ def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monk
     assert x.grad is sums[-1]
 
 
+def test_a_node_whose_leaf_slots_are_all_summed_does_not_mark_fresh_outputs(monkeypatch):
+    """Note [Stealing gradients]: a node whose every edge into a leaf's accumulator meets a
+    slot already filled decides nothing by its outputs' freshness, so its ``apply`` does not
+    look (only the first branch of a fan-in into one leaf does); a node with one such edge
+    summed and another into an empty slot still looks, and the gradients are unchanged."""
+    from gradcli.ops import core
+
+    looked = []
+    real = core.OpBackward._mark_fresh
+
+    def mark_fresh(self, out, grads, inputs, ans):
+        looked.append(self.name)
+        return real(self, out, grads, inputs, ans)
+
+    monkeypatch.setattr(core.OpBackward, "_mark_fresh", mark_fresh)
+    x = leaf([1.0, 2.0])
+    total = x * 1.0
+    for k in range(2, 7):
+        total = total + x * float(k)
+    total.sum().backward()
+    np.testing.assert_array_equal(x.grad, [21.0, 21.0])
+    assert looked == ["MulBackward0"]                  # one of the six branches
+    looked.clear()
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    (a * b + a * 2.0).sum().backward()    # a * 2.0 runs first; then a * b: a's slot summed, b's empty
+    np.testing.assert_array_equal(a.grad, [5.0, 6.0])
+    np.testing.assert_array_equal(b.grad, [1.0, 2.0])
+    assert looked.count("MulBackward0") == 2
+
+
 def test_a_fresh_gradient_is_looked_for_among_what_its_vjp_was_handed(monkeypatch):
     """Note [Stealing gradients]: a VJP can hand back only what it was given (the incoming
     gradients, the saved arrays, the forward's output); the node's saved Tensors, which a

@@ -447,8 +447,11 @@ class OpBackward(Node):
                 if edge is None:
                     append(None)
                 else:
-                    if type(edge[0]) is AccumulateGrad:
-                        to_leaf = True
+                    if type(edge[0]) is AccumulateGrad and not to_leaf:
+                        # (a slot already summed into decides nothing: a fan-in's branches)
+                        task = ENGINE_TLS.current_graph_task
+                        buffer = task.not_ready.get(edge[0]) if task is not None else None
+                        to_leaf = buffer is None or buffer[edge[1]] is None
                     if args:
                         append(vjps[i](g, ans, *inputs, **args))
                     else:
@@ -480,24 +483,26 @@ class OpBackward(Node):
     # its accumulator's slot: a slot that already holds a contribution gets a sum,
     # which its InputBuffer owns whatever this bit says. Such outputs (every branch of
     # a fan-in into one leaf but the first) are not looked for among the node's
-    # inputs and saved values. The slot, once filled, stays in the graph task's
-    # ``not_ready`` until this contribution arrives, so the answer cannot change.
+    # inputs and saved values, and a node whose every edge into a leaf meets such a
+    # slot does not look at all (``apply`` asks before calling ``_mark_fresh``). The
+    # slot, once filled, stays in the graph task's ``not_ready`` until this
+    # contribution arrives, so the answer cannot change.
     def _mark_fresh(self, out, grads, inputs, ans):
-        # (plain loops, no generators: every node of a fan-in into one leaf comes here)
+        # (plain loops, no generators: a node feeding a leaf's empty slot comes here)
         fresh = 0
         edges = self.next_edges
         task = ENGINE_TLS.current_graph_task
         not_ready = task.not_ready if task is not None else _NO_BUFFERS
         for i in range(len(out)):
-            o = out[i]
-            if type(o) is not np.ndarray or o.base is not None:
-                continue
             edge = edges[i]
             if edge is None or type(edge[0]) is not AccumulateGrad:
                 continue
             buffer = not_ready.get(edge[0])
             if buffer is not None and buffer[edge[1]] is not None:
                 continue                     # summed: owned either way
+            o = out[i]
+            if type(o) is not np.ndarray or o.base is not None:
+                continue
             if (not o.flags.writeable or o is ans or _holds(grads, o) or _holds(inputs, o)
                     or type(ans) is not _ndarray and ans is not None and _holds((ans,), o)):
                 continue

@@ -67,7 +67,7 @@ def lowest_precision(graph) -> dict:
     Example: on a T5 encoder exported at float64,
     ``lowest_precision(load("t5/graph.yaml"))["m.shared.weight"].dtype`` is float32.
     """
-    values = graph.values if graph.values is not None else graph.forward()
+    values = graph.current_values()
     ops = graph.ops
     producer = {}
     for i, spec in enumerate(ops):

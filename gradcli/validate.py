@@ -361,7 +361,7 @@ def _check_forward(graph, expect):
 
     checks = []
     forward = expect.forward
-    values = graph.values if graph.values is not None else graph.forward()
+    values = graph.current_values()
     for name, spec in forward.values.items():
         check = Check(f"forward[{name}]", "forward", PASS, tensor=name)
         checks.append(check)

@@ -264,3 +264,48 @@ def test_view_and_matrix_vjps_call_the_forwards_on_arrays(monkeypatch):
     np.testing.assert_allclose(gx.data, np.repeat(2 * s, 3, axis=1))
     (ggx,) = grad([ATEN_OPS["aten.sum.default"](gx * gx)], [x])
     np.testing.assert_allclose(ggx, np.repeat(24 * s, 3, axis=1))
+
+
+_SQUARES = ("version: 1\ntensors: {x: {value: [1.0, 2.0], requires_grad: true}}\n"
+            "ops: [{op: mul, inputs: [x, x], output: y}, {op: sum, inputs: [y], output: s}]\n"
+            "backward: {roots: [s]}\n")
+
+
+def test_a_forward_lets_go_of_the_last_runs_values_before_it_starts(monkeypatch):
+    """Note [The last run's values]: ``values`` holds the last forward's tensors (every
+    op's output); the next run or forward drops them before computing its own, so two
+    forwards' activations are never alive at once, and ``values`` then holds the new ones."""
+    import weakref
+
+    from gradcli.graph import Graph
+    from gradcli.loader import loads
+
+    graph = loads(_SQUARES)
+    graph.run()
+    last = weakref.ref(graph.values["y"])
+    alive = []
+    real = Graph._forward
+
+    def forward(self):
+        alive.append(last() is not None)
+        return real(self)
+
+    monkeypatch.setattr(Graph, "_forward", forward)
+    result = graph.run()
+    assert alive == [False]
+    np.testing.assert_array_equal(result.grads["x"], [2.0, 4.0])
+    np.testing.assert_array_equal(graph.values["y"].data, [1.0, 4.0])
+    last = weakref.ref(graph.values["y"])
+    values = graph.forward()
+    assert alive == [False, False] and graph.values is values
+
+
+def test_current_values_runs_a_forward_only_when_none_has_finished():
+    from gradcli.loader import loads
+
+    graph = loads(_SQUARES)
+    assert graph.values is None
+    values = graph.current_values()
+    assert graph.values is values
+    assert graph.current_values() is values
+    np.testing.assert_array_equal(values["y"].data, [1.0, 4.0])

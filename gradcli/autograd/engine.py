@@ -381,8 +381,7 @@ class Engine:
                     ready_fn = ready_buffer = None
                     if graph_task.has_error or fn.stream is not None:
                         # the task it stands for, back where the general loop finds it
-                        heappush(heap, (RUN, depth, -fn.sequence_nr, next(tiebreak),
-                                        graph_task, fn, inputs))
+                        heappush(heap, node_task(graph_task, fn, inputs))
                         ran = None
                         break
                 else:
@@ -459,7 +458,8 @@ class Engine:
                                 # InputBuffer.add's sum inline (every branch of a fan-in
                                 # but the first): the buffer owns the sum it made
                                 buffer[pos] = old + output
-                                buffer._owned = getattr(buffer, "_owned", 0) | (1 << pos)   # (_bits)
+                                # (InputBuffer._bits inline: no call per branch)
+                                buffer._owned = getattr(buffer, "_owned", 0) | (1 << pos)
                             if count == 1:
                                 del not_ready[nxt]
                         if count == 1:
@@ -469,8 +469,7 @@ class Engine:
                                 ready_fn, ready_buffer = nxt, buffer   # runs next
                             else:
                                 if ready_fn is not None:              # a second one: both queue
-                                    heappush(heap, (RUN, depth, -ready_fn.sequence_nr, next(tiebreak),
-                                                    graph_task, ready_fn, ready_buffer))
+                                    heappush(heap, node_task(graph_task, ready_fn, ready_buffer))
                                     ready_fn = ready_buffer = None
                                 heappush(heap, (RUN, depth, -nxt.sequence_nr, next(tiebreak),
                                                 graph_task, nxt, buffer))
@@ -484,8 +483,7 @@ class Engine:
                     graph_task.mark_as_completed_and_run_post_processing()
         finally:
             if ready_fn is not None:          # (an error or an interrupt ended the loop: queued)
-                heappush(heap, (RUN, depth, -ready_fn.sequence_nr, next(tiebreak),
-                                graph_task, ready_fn, ready_buffer))
+                heappush(heap, node_task(graph_task, ready_fn, ready_buffer))
             tls.current_graph_task = prev
             if counter is not None and runs > 0:
                 counter.count += runs

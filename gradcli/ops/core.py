@@ -125,7 +125,6 @@ OPS: OpRegistry = OpRegistry()
 _NO_ARG = object()
 _ndarray = np.ndarray   # (one global lookup, not two, on record's path per input)
 _NO_ARGS = {}           # the args of a node recorded without any (shared, never mutated)
-_NO_BUFFERS = {}        # not_ready outside a backward (_mark_fresh; never mutated)
 
 
 class Arg:
@@ -448,10 +447,7 @@ class OpBackward(Node):
                     append(None)
                 else:
                     if type(edge[0]) is AccumulateGrad and not to_leaf:
-                        # (a slot already summed into decides nothing: a fan-in's branches)
-                        task = ENGINE_TLS.current_graph_task
-                        buffer = task.not_ready.get(edge[0]) if task is not None else None
-                        to_leaf = buffer is None or buffer[edge[1]] is None
+                        to_leaf = not _summed_into(edge)   # (a fan-in's later branches)
                     if args:
                         append(vjps[i](g, ans, *inputs, **args))
                     else:
@@ -491,15 +487,10 @@ class OpBackward(Node):
         # (plain loops, no generators: a node feeding a leaf's empty slot comes here)
         fresh = 0
         edges = self.next_edges
-        task = ENGINE_TLS.current_graph_task
-        not_ready = task.not_ready if task is not None else _NO_BUFFERS
         for i in range(len(out)):
             edge = edges[i]
-            if edge is None or type(edge[0]) is not AccumulateGrad:
-                continue
-            buffer = not_ready.get(edge[0])
-            if buffer is not None and buffer[edge[1]] is not None:
-                continue                     # summed: owned either way
+            if edge is None or type(edge[0]) is not AccumulateGrad or _summed_into(edge):
+                continue                     # (summed: owned either way)
             o = out[i]
             if type(o) is not np.ndarray or o.base is not None:
                 continue
@@ -574,6 +565,14 @@ class OpBackward(Node):
     def release_variables(self):
         if self.op.saves:
             self.saved = None
+
+
+def _summed_into(edge):
+    """Does the slot ``edge`` leads to already hold a contribution in the running graph
+    task's ``not_ready`` (so what arrives there is summed: Note [Stealing gradients])?"""
+    task = ENGINE_TLS.current_graph_task
+    buffer = task.not_ready.get(edge[0]) if task is not None else None
+    return buffer is not None and buffer[edge[1]] is not None
 
 
 def _holds(items, o):

@@ -1439,18 +1439,24 @@ def _recorded_searches(monkeypatch):
     return searches
 
 
-def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monkeypatch):
-    """Note [Stealing gradients]: in a fan-in into one leaf, every branch's gradient after
-    the first is summed into the slot (a sum the buffer owns), so only the first is looked
-    for among its node's inputs and saved values; the leaf still keeps the sum itself."""
-    searches = _recorded_searches(monkeypatch)
-    sums = _recorded_sums(monkeypatch)
+def _six_branches_into_one_leaf():
+    """``sum(x * k for k in 1..6)``'s backward, a fan-in of six branches into one leaf ``x``."""
     x = leaf([1.0, 2.0])
     total = x * 1.0
     for k in range(2, 7):
         total = total + x * float(k)
     total.sum().backward()
     np.testing.assert_array_equal(x.grad, [21.0, 21.0])
+    return x
+
+
+def test_only_a_gradient_alone_in_its_slot_is_looked_for_among_saved_values(monkeypatch):
+    """Note [Stealing gradients]: in a fan-in into one leaf, every branch's gradient after
+    the first is summed into the slot (a sum the buffer owns), so only the first is looked
+    for among its node's inputs and saved values; the leaf still keeps the sum itself."""
+    searches = _recorded_searches(monkeypatch)
+    sums = _recorded_sums(monkeypatch)
+    x = _six_branches_into_one_leaf()
     assert len({id(o) for _, o in searches}) == 1     # the first branch's gradient alone
     assert x.grad is sums[-1]
 
@@ -1470,12 +1476,7 @@ def test_a_node_whose_leaf_slots_are_all_summed_does_not_mark_fresh_outputs(monk
         return real(self, out, grads, inputs, ans)
 
     monkeypatch.setattr(core.OpBackward, "_mark_fresh", mark_fresh)
-    x = leaf([1.0, 2.0])
-    total = x * 1.0
-    for k in range(2, 7):
-        total = total + x * float(k)
-    total.sum().backward()
-    np.testing.assert_array_equal(x.grad, [21.0, 21.0])
+    _six_branches_into_one_leaf()
     assert looked == ["MulBackward0"]                  # one of the six branches
     looked.clear()
     a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
